@@ -1,0 +1,94 @@
+//! Route files: parsed into raw serde types (unknown fields rejected), validated with errors that name
+//! file, line and field path, and compiled into an immutable `RouteTable`.
+
+mod error;
+mod raw;
+mod selector;
+mod table;
+mod validate;
+
+use std::path::{Path, PathBuf};
+
+pub use error::{ConfigError, ConfigErrors};
+pub use selector::{BoundOp, ClientPattern, NamePattern, Part, ResourcePattern, Selector, VerbSet};
+pub use table::{
+    Abort, Backend, BackendId, Endpoint, Percent, Pin, PinReads, Reads, Rollout, RouteTable,
+    Schedule, SchedulePoint, Selectors, Step, StickyBy, Writes,
+};
+
+/// Parses and validates the text of one route file; `file` names it in errors.
+pub fn parse_route_table(file: &Path, text: &str) -> Result<RouteTable, ConfigErrors> {
+    let raw: raw::FileRouteTable =
+        serde_saphyr::from_str(text).map_err(|e| syntax_error(file, &e))?;
+    validate::validate(file, raw)
+}
+
+/// Reads, parses and validates one route file.
+pub fn load_file(file: &Path) -> Result<RouteTable, ConfigErrors> {
+    let text = std::fs::read_to_string(file)
+        .map_err(|e| ConfigError::whole_file(file, format!("cannot read the file: {e}")))?;
+    parse_route_table(file, &text)
+}
+
+/// Loads `--routes PATH`: a route file, or a directory holding exactly one `*.yaml`/`*.yml` route file
+/// (hidden entries, such as a mounted ConfigMap's `..data`, are ignored).
+pub fn load_path(path: &Path) -> Result<RouteTable, ConfigErrors> {
+    if !path.is_dir() {
+        return load_file(path);
+    }
+    let files = route_files_in(path)?;
+    match files.as_slice() {
+        [one] => load_file(one),
+        [] => Err(ConfigError::whole_file(
+            path,
+            "the directory holds no *.yaml or *.yml route file",
+        )
+        .into()),
+        many => Err(ConfigError::whole_file(
+            path,
+            format!(
+                "the directory holds {} route files ({}); a route table is one file, so keep one",
+                many.len(),
+                many.iter()
+                    .map(|f| f.display().to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        )
+        .into()),
+    }
+}
+
+/// The route files in a directory, sorted by name.
+pub fn route_files_in(dir: &Path) -> Result<Vec<PathBuf>, ConfigErrors> {
+    let entries = std::fs::read_dir(dir)
+        .map_err(|e| ConfigError::whole_file(dir, format!("cannot read the directory: {e}")))?;
+    let mut files: Vec<PathBuf> = entries
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| {
+            let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
+            !name.starts_with('.')
+                && (name.ends_with(".yaml") || name.ends_with(".yml"))
+                && p.is_file()
+        })
+        .collect();
+    files.sort();
+    Ok(files)
+}
+
+fn syntax_error(file: &Path, e: &serde_saphyr::Error) -> ConfigError {
+    let plain = e.without_snippet().to_string();
+    // The library appends " at line L, column C"; the location is given in front instead.
+    let message = match plain.rsplit_once(" at line ") {
+        Some((msg, _)) => msg.to_owned(),
+        None => plain,
+    };
+    match e.location() {
+        Some(at) => ConfigError::at(file, at, "", message),
+        None => ConfigError::whole_file(file, message),
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,266 @@
+//! The route table as it runs: validated, compiled, immutable. It carries no serde and no source text
+//! beyond what errors and `/debug/routes` show.
+
+use std::path::PathBuf;
+use std::time::{Duration, SystemTime};
+
+use super::selector::{ClientPattern, NamePattern, ResourcePattern, Selector, VerbSet};
+
+/// Index of a backend in `RouteTable::backends`.
+pub type BackendId = usize;
+
+/// A validated route table.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RouteTable {
+    /// The file it came from.
+    pub source: PathBuf,
+    /// `metadata.name`, if given.
+    pub name: Option<String>,
+    /// The backends, in file order.
+    pub backends: Vec<Backend>,
+    /// How writes are pinned.
+    pub writes: Writes,
+    /// How reads are rolled out.
+    pub reads: Reads,
+}
+
+impl RouteTable {
+    /// The backend's name.
+    pub fn backend_name(&self, id: BackendId) -> &str {
+        &self.backends[id].name
+    }
+}
+
+/// A set of apiserver endpoints that run one version.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Backend {
+    /// A DNS-1123 label, unique in the table.
+    pub name: String,
+    /// The `major.minor` the endpoints must report on /version, if given.
+    pub version: Option<(u32, u32)>,
+    /// The endpoints, in file order.
+    pub endpoints: Vec<Endpoint>,
+}
+
+/// One apiserver address.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Endpoint {
+    /// The URL as written.
+    pub url: String,
+    /// TLS (`https`) or cleartext h2c (`http`).
+    pub tls: bool,
+    /// Host name or IP address (without brackets).
+    pub host: String,
+    /// Port (the scheme's default when the URL has none).
+    pub port: u16,
+}
+
+/// The write section: which verbs are pinned writes, and where they go.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Writes {
+    /// The verbs that are pinned writes.
+    pub verbs: VerbSet,
+    /// The backend of writes that no pin matches.
+    pub default: BackendId,
+    /// How long writes are held when a pin moves at `flipAt`.
+    pub fence: Duration,
+    /// The pins, in file order: the first match decides.
+    pub pins: Vec<Pin>,
+}
+
+/// A write pin: the objects it covers are written through exactly one backend.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Pin {
+    /// The pin's name, or `writes.pins[i]` when it has none.
+    pub name: String,
+    /// Which objects it covers.
+    pub selectors: Selectors,
+    /// Where their writes (and, with `reads: follow`, their reads) go.
+    pub backend: BackendId,
+    /// Whether the reads of what the pin covers follow it.
+    pub reads: PinReads,
+    /// When a move of this pin takes effect across replicas.
+    pub flip_at: Option<SystemTime>,
+}
+
+/// What a pin does with the reads of the objects it covers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PinReads {
+    /// Reads go to the pin's backend too, so reads and writes of a key meet one version.
+    Follow,
+    /// Reads are decided by `reads` (for clients known never to write back what they read).
+    Rollout,
+}
+
+/// The read section.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Reads {
+    /// The backend of reads that no pin or rollout takes.
+    pub default: BackendId,
+    /// The rollouts, in file order: the first match decides.
+    pub rollouts: Vec<Rollout>,
+}
+
+/// A gradual move of some reads to another backend.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Rollout {
+    /// The rollout's unique name; also the salt of its sticky hash.
+    pub name: String,
+    /// Which requests it takes.
+    pub selectors: Selectors,
+    /// The backend a selected key goes to.
+    pub to: BackendId,
+    /// What a key is.
+    pub sticky_by: StickyBy,
+    /// The share of keys sent to `to`, over time.
+    pub schedule: Schedule,
+    /// When to fall back to 0 % by itself.
+    pub abort: Option<Abort>,
+}
+
+/// What identifies a key for a rollout's sticky hash.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StickyBy {
+    /// The request's namespace (cluster-scoped requests share the key "").
+    Namespace,
+    /// The authenticated user name.
+    User,
+    /// The object: namespace, group, resource and name.
+    Object,
+    /// The client component and its version.
+    Client,
+}
+
+impl StickyBy {
+    /// The name used in route files.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StickyBy::Namespace => "namespace",
+            StickyBy::User => "user",
+            StickyBy::Object => "object",
+            StickyBy::Client => "client",
+        }
+    }
+}
+
+/// A share of keys in hundredths of a percent: 0 to 10,000.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Percent(pub u16);
+
+impl Percent {
+    /// All keys.
+    pub const ALL: Percent = Percent(10_000);
+
+    /// The share as a number from 0 to 100.
+    pub fn as_f64(self) -> f64 {
+        f64::from(self.0) / 100.0
+    }
+}
+
+impl std::fmt::Display for Percent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.0.is_multiple_of(100) {
+            write!(f, "{}%", self.0 / 100)
+        } else {
+            write!(f, "{:.2}%", self.as_f64())
+        }
+    }
+}
+
+/// A rollout's percent over time.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Schedule {
+    /// The same share at all times.
+    Fixed(Percent),
+    /// Steps from `start_at`: each holds for its `hold`, the last forever; 0 % before `start_at`.
+    Steps {
+        /// When the first step begins.
+        start_at: SystemTime,
+        /// The steps in order; every step but the last has a hold.
+        steps: Vec<Step>,
+    },
+}
+
+/// One step of a schedule.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Step {
+    /// The share during the step.
+    pub percent: Percent,
+    /// How long the step lasts; `None` only for the last step.
+    pub hold: Option<Duration>,
+}
+
+/// Where a schedule stands at one moment.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SchedulePoint {
+    /// The share in force.
+    pub percent: Percent,
+    /// The step in force (0-based), or `None` before `startAt` and for fixed percents.
+    pub step: Option<usize>,
+}
+
+impl Schedule {
+    /// The share in force at `now`: a function of the file and the clock only, so every replica agrees
+    /// and a restart changes nothing.
+    pub fn at(&self, now: SystemTime) -> SchedulePoint {
+        let (start_at, steps) = match self {
+            Schedule::Fixed(p) => {
+                return SchedulePoint {
+                    percent: *p,
+                    step: None,
+                };
+            }
+            Schedule::Steps { start_at, steps } => (start_at, steps),
+        };
+        let Ok(mut elapsed) = now.duration_since(*start_at) else {
+            return SchedulePoint {
+                percent: Percent(0),
+                step: None,
+            };
+        };
+        for (i, step) in steps.iter().enumerate() {
+            match step.hold {
+                Some(hold) if elapsed >= hold => elapsed -= hold,
+                _ => {
+                    return SchedulePoint {
+                        percent: step.percent,
+                        step: Some(i),
+                    };
+                }
+            }
+        }
+        // Validation guarantees the last step has no hold; a last hold that passed still holds.
+        SchedulePoint {
+            percent: steps.last().map(|s| s.percent).unwrap_or_default(),
+            step: steps.len().checked_sub(1),
+        }
+    }
+}
+
+/// When a rollout takes itself back to 0 %.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Abort {
+    /// Failures / requests sent to `to` above which the rollout aborts.
+    pub error_ratio: f64,
+    /// The sliding window the ratio is measured over.
+    pub window: Duration,
+    /// The fewest requests in the window before the ratio counts.
+    pub min_requests: u64,
+}
+
+/// The selectors of a pin or a rollout; a selector left out (`None`) matches everything.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Selectors {
+    /// Namespaces; a given selector never matches a cluster-scoped request.
+    pub namespaces: Option<Selector<NamePattern>>,
+    /// Resources; a given selector never matches a non-resource request.
+    pub resources: Option<Selector<ResourcePattern>>,
+    /// Verbs: the verbs included, and the verbs excluded.
+    pub verbs: Option<(VerbSet, VerbSet)>,
+    /// User names.
+    pub users: Option<Selector<NamePattern>>,
+    /// Group names: matches when any of the request's groups matches an item.
+    pub groups: Option<Selector<NamePattern>>,
+    /// Clients (User-Agent components with optional version bounds).
+    pub clients: Option<Selector<ClientPattern>>,
+}

@@ -1,0 +1,157 @@
+//! A decision and how to say it to a person: the backend, the rule that decided, and the reason.
+
+use std::fmt;
+
+use crate::config::{BackendId, Percent, RouteTable};
+
+/// Whether a request is a pinned write or a read (everything that is not a pinned write).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Class {
+    /// A verb in `writes.verbs`.
+    Write,
+    /// Any other request.
+    Read,
+}
+
+impl Class {
+    /// `write` or `read`, as in metrics labels.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Class::Write => "write",
+            Class::Read => "read",
+        }
+    }
+}
+
+/// The rule that decided.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Rule {
+    /// `writes.pins[i]`.
+    Pin(usize),
+    /// `reads.rollouts[i]`.
+    Rollout(usize),
+    /// `writes.default`.
+    WriteDefault,
+    /// `reads.default`.
+    ReadDefault,
+}
+
+/// Why the rule gave this backend. Carries numbers, not text, so deciding never allocates.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reason {
+    /// A write matched a pin.
+    PinnedWrite,
+    /// A write matched no pin.
+    NoPin,
+    /// A read matched a pin whose reads follow it.
+    ReadFollowsPin,
+    /// A read matched no follow pin and no rollout.
+    NoRollout,
+    /// A read matched a rollout; its key's bucket against the percent in force.
+    Rollout {
+        /// The key's bucket, 0..10,000.
+        bucket: u16,
+        /// The percent in force, in hundredths (0 when aborted).
+        percent: u16,
+        /// Whether the key went to the rollout's `to`.
+        selected: bool,
+        /// Whether the rollout is held at 0 % after an abort.
+        aborted: bool,
+    },
+}
+
+/// Where one request goes and why.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Decision {
+    /// Write or read.
+    pub class: Class,
+    /// The backend that serves it.
+    pub backend: BackendId,
+    /// The rule that decided.
+    pub rule: Rule,
+    /// Why.
+    pub reason: Reason,
+}
+
+impl Decision {
+    pub(crate) fn new(class: Class, backend: BackendId, rule: Rule, reason: Reason) -> Decision {
+        Decision {
+            class,
+            backend,
+            rule,
+            reason,
+        }
+    }
+
+    /// The rule's name: the pin's or rollout's name, or `writes.default` / `reads.default`.
+    pub fn rule_name<'t>(&self, table: &'t RouteTable) -> &'t str {
+        match self.rule {
+            Rule::Pin(i) => &table.writes.pins[i].name,
+            Rule::Rollout(i) => &table.reads.rollouts[i].name,
+            Rule::WriteDefault => "writes.default",
+            Rule::ReadDefault => "reads.default",
+        }
+    }
+
+    /// A sentence for a person, naming the rule and backend.
+    pub fn explain<'t>(&self, table: &'t RouteTable) -> Explained<'t> {
+        Explained {
+            decision: *self,
+            table,
+        }
+    }
+}
+
+/// A decision ready to print.
+pub struct Explained<'t> {
+    decision: Decision,
+    table: &'t RouteTable,
+}
+
+impl fmt::Display for Explained<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let d = &self.decision;
+        let t = self.table;
+        let backend = t.backend_name(d.backend);
+        let rule = d.rule_name(t);
+        match d.reason {
+            Reason::PinnedWrite => {
+                write!(f, "write matches pin {rule:?}, which pins it to {backend}")
+            }
+            Reason::NoPin => write!(
+                f,
+                "write matches no pin, so it goes to writes.default ({backend})"
+            ),
+            Reason::ReadFollowsPin => write!(
+                f,
+                "read of what pin {rule:?} covers; its reads follow the pin to {backend}"
+            ),
+            Reason::NoRollout => write!(
+                f,
+                "read matches no follow pin and no rollout, so it goes to reads.default ({backend})"
+            ),
+            Reason::Rollout {
+                bucket,
+                percent,
+                selected,
+                aborted,
+            } => {
+                let key = Percent(bucket);
+                let share = Percent(percent);
+                if aborted {
+                    write!(
+                        f,
+                        "read matches rollout {rule:?}, which aborted and holds at 0 %; "
+                    )?;
+                } else {
+                    write!(f, "read matches rollout {rule:?} at {share}; ")?;
+                }
+                let side = if selected { "under" } else { "not under" };
+                write!(
+                    f,
+                    "its sticky key falls at {key}, {side} the share, so it goes to {backend}"
+                )
+            }
+        }
+    }
+}

@@ -1,0 +1,157 @@
+//! The decision: for a classified request, which backend serves it, by which rule, and why.
+//!
+//! Writes (verbs in `writes.verbs`) go to the first matching pin, else `writes.default`. Every other
+//! request goes to the first matching pin whose reads follow it, else the first matching rollout, else
+//! `reads.default`. Deciding is synchronous and pure: the time and the live state (aborted rollouts)
+//! are arguments, so a test controls both.
+
+mod decision;
+mod index;
+mod request;
+pub mod sticky;
+
+use std::sync::Arc;
+use std::time::SystemTime;
+
+pub use decision::{Class, Decision, Reason, Rule};
+pub use request::SteerRequest;
+
+use crate::config::{PinReads, RouteTable};
+use index::{Keys, RuleIndex};
+use request::selectors_match;
+
+/// The state that decisions depend on besides the file and the clock.
+pub trait LiveState {
+    /// Whether the rollout at this index has aborted and holds at 0 %.
+    fn rollout_aborted(&self, rollout: usize) -> bool;
+}
+
+/// No live state: nothing has aborted. For `explain` and for callers without a running proxy.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Quiet;
+
+impl LiveState for Quiet {
+    fn rollout_aborted(&self, _rollout: usize) -> bool {
+        false
+    }
+}
+
+/// A route table made ready for deciding: the table plus its indexes and rollout salts.
+#[derive(Debug)]
+pub struct Steering {
+    table: Arc<RouteTable>,
+    write_pins: RuleIndex,
+    read_pins: RuleIndex,
+    rollouts: RuleIndex,
+    salts: Vec<u64>,
+}
+
+impl Steering {
+    /// Prepares a table for deciding. Done once per load, off the request path.
+    pub fn new(table: Arc<RouteTable>) -> Steering {
+        let pins = &table.writes.pins;
+        let rollouts = &table.reads.rollouts;
+        Steering {
+            write_pins: RuleIndex::build(0..pins.len(), |i| &pins[i].selectors),
+            read_pins: RuleIndex::build(
+                (0..pins.len()).filter(|&i| pins[i].reads == PinReads::Follow),
+                |i| &pins[i].selectors,
+            ),
+            rollouts: RuleIndex::build(0..rollouts.len(), |i| &rollouts[i].selectors),
+            salts: rollouts.iter().map(|r| sticky::salt(&r.name)).collect(),
+            table,
+        }
+    }
+
+    /// The table being steered by.
+    pub fn table(&self) -> &Arc<RouteTable> {
+        &self.table
+    }
+
+    /// Decides the backend of one request at time `now`.
+    pub fn decide(
+        &self,
+        req: &SteerRequest<'_>,
+        now: SystemTime,
+        live: &impl LiveState,
+    ) -> Decision {
+        let table = &*self.table;
+        let keys = Keys {
+            namespace: &req.info.namespace,
+            resource: if req.info.is_resource {
+                &req.info.resource
+            } else {
+                ""
+            },
+            client: req.client.name,
+        };
+        if table.writes.verbs.contains(req.verb()) {
+            let pins = &table.writes.pins;
+            return match self
+                .write_pins
+                .candidates(&keys)
+                .find(|&i| selectors_match(&pins[i].selectors, req))
+            {
+                Some(i) => Decision::new(
+                    Class::Write,
+                    pins[i].backend,
+                    Rule::Pin(i),
+                    Reason::PinnedWrite,
+                ),
+                None => Decision::new(
+                    Class::Write,
+                    table.writes.default,
+                    Rule::WriteDefault,
+                    Reason::NoPin,
+                ),
+            };
+        }
+        let pins = &table.writes.pins;
+        if let Some(i) = self
+            .read_pins
+            .candidates(&keys)
+            .find(|&i| selectors_match(&pins[i].selectors, req))
+        {
+            return Decision::new(
+                Class::Read,
+                pins[i].backend,
+                Rule::Pin(i),
+                Reason::ReadFollowsPin,
+            );
+        }
+        let rollouts = &table.reads.rollouts;
+        let Some(i) = self
+            .rollouts
+            .candidates(&keys)
+            .find(|&i| selectors_match(&rollouts[i].selectors, req))
+        else {
+            return Decision::new(
+                Class::Read,
+                table.reads.default,
+                Rule::ReadDefault,
+                Reason::NoRollout,
+            );
+        };
+        let rollout = &rollouts[i];
+        let point = rollout.schedule.at(now);
+        let aborted = rollout.abort.is_some() && live.rollout_aborted(i);
+        let percent = if aborted { 0 } else { point.percent.0 };
+        let bucket = sticky::bucket(self.salts[i], rollout.sticky_by, req);
+        let selected = bucket < percent;
+        let reason = Reason::Rollout {
+            bucket,
+            percent,
+            selected,
+            aborted,
+        };
+        let backend = if selected {
+            rollout.to
+        } else {
+            table.reads.default
+        };
+        Decision::new(Class::Read, backend, Rule::Rollout(i), reason)
+    }
+}
+
+#[cfg(test)]
+mod tests;
