@@ -4,6 +4,11 @@
 //! apiserver's own RequestInfo, `config` turns route files into a validated route table, and `steer`
 //! decides which backend serves a request and why.
 
+pub mod admin;
 pub mod classify;
 pub mod config;
+pub mod metrics;
+pub mod proxy;
+pub mod sim;
 pub mod steer;
+pub mod upstream;

@@ -3,6 +3,7 @@
 
 mod error;
 mod raw;
+mod reload;
 mod selector;
 mod table;
 mod validate;
@@ -10,6 +11,7 @@ mod validate;
 use std::path::{Path, PathBuf};
 
 pub use error::{ConfigError, ConfigErrors};
+pub use reload::{Fingerprint, fingerprint, spawn_watcher};
 pub use selector::{BoundOp, ClientPattern, NamePattern, Part, ResourcePattern, Selector, VerbSet};
 pub use table::{
     Abort, Backend, BackendId, Endpoint, Percent, Pin, PinReads, Reads, Rollout, RouteTable,

@@ -55,6 +55,17 @@ pub struct Endpoint {
     pub port: u16,
 }
 
+impl Endpoint {
+    /// `host:port`, with brackets around an IPv6 address.
+    pub fn authority(&self) -> String {
+        if self.host.contains(':') {
+            format!("[{}]:{}", self.host, self.port)
+        } else {
+            format!("{}:{}", self.host, self.port)
+        }
+    }
+}
+
 /// The write section: which verbs are pinned writes, and where they go.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Writes {

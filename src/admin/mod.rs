@@ -1,0 +1,92 @@
+//! The admin listener: `/metrics`, `/healthz`, `/readyz` and `/debug/routes`.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::{Method, Request, Response, StatusCode, header};
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+/// What the admin endpoints show; the proxy implements it.
+pub trait AdminSource: Send + Sync + 'static {
+    /// The Prometheus text exposition.
+    fn metrics_text(&self) -> String;
+    /// `Ok` when ready to serve, else why not.
+    fn readiness(&self) -> Result<(), String>;
+    /// The live route table, rollouts and endpoints as JSON.
+    fn debug_routes(&self) -> serde_json::Value;
+}
+
+/// Serves the admin endpoints until `stop`.
+pub async fn serve(source: Arc<dyn AdminSource>, listener: TcpListener, stop: CancellationToken) {
+    loop {
+        let (stream, _) = tokio::select! {
+            r = listener.accept() => match r {
+                Ok(c) => c,
+                Err(_) => continue,
+            },
+            _ = stop.cancelled() => return,
+        };
+        let source = source.clone();
+        tokio::spawn(async move {
+            let service = service_fn(move |req| {
+                let source = source.clone();
+                async move { Ok::<_, Infallible>(answer(&*source, &req)) }
+            });
+            let _ = http1::Builder::new()
+                .serve_connection(TokioIo::new(stream), service)
+                .await;
+        });
+    }
+}
+
+fn answer(source: &dyn AdminSource, req: &Request<Incoming>) -> Response<Full<Bytes>> {
+    if req.method() != Method::GET && req.method() != Method::HEAD {
+        return text(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "text/plain",
+            "GET only\n".to_owned(),
+        );
+    }
+    match req.uri().path() {
+        "/metrics" => text(
+            StatusCode::OK,
+            "text/plain; version=0.0.4",
+            source.metrics_text(),
+        ),
+        "/healthz" | "/livez" => text(StatusCode::OK, "text/plain", "ok\n".to_owned()),
+        "/readyz" => match source.readiness() {
+            Ok(()) => text(StatusCode::OK, "text/plain", "ok\n".to_owned()),
+            Err(why) => text(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "text/plain",
+                format!("not ready: {why}\n"),
+            ),
+        },
+        "/debug/routes" => {
+            let body = serde_json::to_string_pretty(&source.debug_routes()).unwrap_or_default();
+            text(StatusCode::OK, "application/json", body)
+        }
+        _ => text(
+            StatusCode::NOT_FOUND,
+            "text/plain",
+            "not found; try /metrics, /healthz, /readyz or /debug/routes\n".to_owned(),
+        ),
+    }
+}
+
+fn text(code: StatusCode, content_type: &'static str, body: String) -> Response<Full<Bytes>> {
+    let mut resp = Response::new(Full::new(Bytes::from(body)));
+    *resp.status_mut() = code;
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        header::HeaderValue::from_static(content_type),
+    );
+    resp
+}

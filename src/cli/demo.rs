@@ -1,0 +1,153 @@
+//! `skewgate demo`: simulated apiservers of two versions sharing one store, skewgate in front with
+//! routes/demo.yaml, a kubeconfig, and commands to try.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::{Context, Result, anyhow, bail};
+
+use skewgate::config;
+use skewgate::proxy::{ProxySettings, ServeOptions, Server};
+use skewgate::sim::{self, SimConfig, Store};
+
+use super::DemoArgs;
+use super::serve::{init_logging, runtime, wait_for_signal};
+
+const DEMO_ROUTES: &str = include_str!("../../routes/demo.yaml");
+
+const MANIFEST: &str = "\
+apiVersion: v1
+kind: Namespace
+metadata:
+  name: team-a
+---
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: settings
+  namespace: team-a
+data:
+  color: green
+";
+
+/// Runs the demo until Ctrl-C.
+pub fn run(args: DemoArgs) -> Result<ExitCode> {
+    init_logging();
+    let dir = std::env::temp_dir().join(format!("skewgate-demo-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let routes = dir.join("routes.yaml");
+    let text = match &args.routes {
+        Some(p) => {
+            std::fs::read_to_string(p).with_context(|| format!("cannot read {}", p.display()))?
+        }
+        None => DEMO_ROUTES.to_owned(),
+    };
+    std::fs::write(&routes, &text)?;
+    let table = config::load_file(&routes).map_err(|e| anyhow!("{e}"))?;
+    let kubeconfig = dir.join("kubeconfig");
+    let manifest = dir.join("team-a.yaml");
+    std::fs::write(&manifest, MANIFEST)?;
+    std::fs::write(&kubeconfig, kubeconfig_text(args.listen))?;
+
+    runtime()?.block_on(async move {
+        let store = Store::new();
+        let mut sims = Vec::new();
+        for backend in &table.backends {
+            let (major, minor) = backend.version.unwrap_or((1, 30));
+            for ep in &backend.endpoints {
+                if ep.tls {
+                    bail!(
+                        "the demo simulates http:// endpoints only; {} is https",
+                        ep.url
+                    );
+                }
+                let addr: SocketAddr = format!("{}:{}", ep.host, ep.port)
+                    .parse()
+                    .with_context(|| format!("{}: the demo needs an IP address", ep.url))?;
+                let git = format!("v{major}.{minor}.0");
+                let handle = sim::start(SimConfig::new(&git), store.clone(), addr)
+                    .await
+                    .with_context(|| {
+                        format!("cannot start the simulated {git} apiserver on {addr}")
+                    })?;
+                println!(
+                    "simulated apiserver {git:<8} for backend {:<8} on {}",
+                    backend.name,
+                    handle.url()
+                );
+                sims.push(handle);
+            }
+        }
+        let server = Server::start(ServeOptions {
+            routes: routes.clone(),
+            listen: args.listen,
+            admin_listen: args.admin_listen,
+            reload_poll: Duration::from_secs(2),
+            settings: ProxySettings {
+                shutdown_grace: Duration::from_secs(2),
+                ..ProxySettings::default()
+            },
+        })
+        .await?;
+        print_guide(&server, &routes, &kubeconfig, &manifest);
+        wait_for_signal().await;
+        server.shutdown().await;
+        drop(sims);
+        Ok(ExitCode::SUCCESS)
+    })
+}
+
+fn kubeconfig_text(listen: SocketAddr) -> String {
+    format!(
+        "apiVersion: v1
+kind: Config
+clusters:
+- name: skewgate-demo
+  cluster:
+    server: http://{listen}
+users:
+- name: demo
+  user: {{}}
+contexts:
+- name: skewgate-demo
+  context:
+    cluster: skewgate-demo
+    user: demo
+current-context: skewgate-demo
+"
+    )
+}
+
+fn print_guide(server: &Server, routes: &Path, kubeconfig: &Path, manifest: &Path) {
+    let k = format!("kubectl --kubeconfig {}", kubeconfig.display());
+    let exe = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("skewgate"));
+    println!(
+        "
+skewgate is listening on http://{addr} (admin on http://{admin}).
+These apiservers are simulators (a test fixture, not a real kube-apiserver); see README.
+
+kubeconfig: {kc}
+
+Try, in another terminal:
+
+  {k} get namespaces
+  {k} apply --validate=false -f {manifest}   # the simulators serve no OpenAPI document to validate against
+  {k} patch configmap settings -n team-a --type merge -p '{{\"data\":{{\"color\":\"blue\"}}}}'
+  {k} get configmaps -A -w
+  {k} get --raw /version                      # which version answered (reads of team-a follow its pin to 1.30)
+  curl -s http://{admin}/debug/routes           # the live route table
+  curl -s http://{admin}/metrics | grep skewgate_requests_total
+  {exe} explain --routes {routes} PATCH /api/v1/namespaces/team-a/configmaps/settings
+
+Edit {routes} while this runs (move the team-a pin to v1-29, say): skewgate reloads it.
+Ctrl-C stops the demo.",
+        addr = server.addr,
+        admin = server.admin_addr,
+        kc = kubeconfig.display(),
+        manifest = manifest.display(),
+        exe = exe.display(),
+        routes = routes.display(),
+    );
+}

@@ -1,0 +1,133 @@
+//! The command line: its arguments, and one module per command.
+
+pub mod check;
+pub mod demo;
+pub mod explain;
+pub mod serve;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand, ValueEnum};
+
+/// skewgate's command line.
+#[derive(Parser)]
+#[command(
+    name = "skewgate",
+    version,
+    about = "Steers Kubernetes API traffic between apiserver versions during an upgrade"
+)]
+pub struct Cli {
+    /// The command.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The commands.
+#[derive(Subcommand)]
+pub enum Command {
+    /// Proxy clients to apiservers by a route file, reloading it when it changes.
+    Serve(ServeArgs),
+    /// Validate route files: exit 0, or print every error with file:line and exit 1.
+    Check {
+        /// Route files, or directories of *.yaml route files.
+        #[arg(required = true)]
+        paths: Vec<PathBuf>,
+    },
+    /// Print the RequestInfo, the client, the class, the rule and the backend of one request, and why.
+    Explain(ExplainArgs),
+    /// Run simulated apiservers of two versions with skewgate in front, and print commands to try.
+    Demo(DemoArgs),
+}
+
+/// `skewgate serve`.
+#[derive(clap::Args)]
+pub struct ServeArgs {
+    /// A route file, or a directory holding one; watched and reloaded.
+    #[arg(long)]
+    pub routes: PathBuf,
+    /// Where clients connect.
+    #[arg(long, default_value = "0.0.0.0:6443")]
+    pub listen: SocketAddr,
+    /// Where /metrics, /healthz, /readyz and /debug/routes are served.
+    #[arg(long, default_value = "127.0.0.1:9443")]
+    pub admin_listen: SocketAddr,
+    /// How often the routes path is read again besides watching it (e.g. 5s).
+    #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
+    pub reload_poll: std::time::Duration,
+    /// How long in-flight requests may finish after SIGTERM (e.g. 25s).
+    #[arg(long, default_value = "25s", value_parser = humantime::parse_duration)]
+    pub shutdown_grace: std::time::Duration,
+    /// How often upstream connections are PINGed (e.g. 5s).
+    #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
+    pub upstream_ping_interval: std::time::Duration,
+    /// Serving certificate (TLS arrives in a later skewgate; accepted here so scripts keep working).
+    #[arg(long)]
+    pub tls_cert_file: Option<PathBuf>,
+    /// Serving key.
+    #[arg(long)]
+    pub tls_private_key_file: Option<PathBuf>,
+    /// CA that verifies client certificates.
+    #[arg(long)]
+    pub client_ca_file: Option<PathBuf>,
+    /// CA that verifies apiserver certificates.
+    #[arg(long)]
+    pub upstream_ca_file: Option<PathBuf>,
+    /// Front-proxy client certificate presented to apiservers.
+    #[arg(long)]
+    pub proxy_client_cert_file: Option<PathBuf>,
+    /// Front-proxy client key.
+    #[arg(long)]
+    pub proxy_client_key_file: Option<PathBuf>,
+}
+
+/// `skewgate explain`.
+#[derive(clap::Args)]
+pub struct ExplainArgs {
+    /// The route file (or a directory holding one).
+    #[arg(long)]
+    pub routes: PathBuf,
+    /// The authenticated user name.
+    #[arg(long, default_value = "")]
+    pub user: String,
+    /// A group of the user; repeat for several.
+    #[arg(long = "group")]
+    pub groups: Vec<String>,
+    /// The request's User-Agent.
+    #[arg(long)]
+    pub user_agent: Option<String>,
+    /// The moment to decide at (RFC 3339, UTC), for schedules; default now.
+    #[arg(long)]
+    pub at: Option<String>,
+    /// Output format.
+    #[arg(short = 'o', long, value_enum, default_value_t = Output::Text)]
+    pub output: Output,
+    /// The HTTP method: GET, POST, PUT, PATCH, DELETE.
+    pub method: String,
+    /// The request URL or path, with its query: /api/v1/namespaces/a/pods?watch=1
+    pub url: String,
+}
+
+/// `skewgate demo`.
+#[derive(clap::Args)]
+pub struct DemoArgs {
+    /// Where the demo's skewgate listens.
+    #[arg(long, default_value = "127.0.0.1:16443")]
+    pub listen: SocketAddr,
+    /// Where its admin endpoints are.
+    #[arg(long, default_value = "127.0.0.1:19443")]
+    pub admin_listen: SocketAddr,
+    /// A route file to use instead of the embedded routes/demo.yaml; a simulator is started on each
+    /// of its http:// endpoints.
+    #[arg(long)]
+    pub routes: Option<PathBuf>,
+}
+
+/// Output formats of `explain`.
+#[derive(Clone, Copy, ValueEnum)]
+pub enum Output {
+    /// For a person.
+    Text,
+    /// For a script.
+    Json,
+}

@@ -1,0 +1,83 @@
+//! `skewgate serve`: run the proxy until SIGTERM or Ctrl-C, then shut down gracefully.
+
+use std::io::IsTerminal;
+use std::process::ExitCode;
+
+use anyhow::{Result, bail};
+
+use skewgate::proxy::{ProxySettings, ServeOptions, Server};
+use skewgate::upstream::PoolSettings;
+
+use super::ServeArgs;
+
+/// Starts logging to stderr, filtered by `RUST_LOG` (default `info`).
+pub fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_writer(std::io::stderr)
+        .try_init();
+}
+
+/// A multi-threaded runtime for the proxy.
+pub fn runtime() -> Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?)
+}
+
+/// Runs `serve`.
+pub fn run(args: ServeArgs) -> Result<ExitCode> {
+    let tls = [
+        &args.tls_cert_file,
+        &args.tls_private_key_file,
+        &args.client_ca_file,
+        &args.upstream_ca_file,
+        &args.proxy_client_cert_file,
+        &args.proxy_client_key_file,
+    ];
+    if tls.iter().any(|f| f.is_some()) {
+        bail!(
+            "the TLS flags are not supported by this skewgate yet: serve in cleartext behind a TLS-terminating sidecar, or use a later version"
+        );
+    }
+    init_logging();
+    let opts = ServeOptions {
+        routes: args.routes,
+        listen: args.listen,
+        admin_listen: args.admin_listen,
+        reload_poll: args.reload_poll,
+        settings: ProxySettings {
+            shutdown_grace: args.shutdown_grace,
+            pool: PoolSettings {
+                ping_interval: args.upstream_ping_interval,
+                ..PoolSettings::default()
+            },
+            ..ProxySettings::default()
+        },
+    };
+    runtime()?.block_on(async move {
+        let server = Server::start(opts).await?;
+        wait_for_signal().await;
+        server.shutdown().await;
+        tracing::info!("stopped");
+        Ok(ExitCode::SUCCESS)
+    })
+}
+
+/// Waits for SIGTERM or SIGINT.
+pub async fn wait_for_signal() {
+    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(s) => s,
+        Err(_) => {
+            let _ = tokio::signal::ctrl_c().await;
+            return;
+        }
+    };
+    tokio::select! {
+        _ = term.recv() => tracing::info!("SIGTERM received"),
+        _ = tokio::signal::ctrl_c() => tracing::info!("interrupt received"),
+    }
+}

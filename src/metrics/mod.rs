@@ -1,0 +1,160 @@
+//! Every Prometheus metric skewgate exports, declared in one place with its help text.
+//!
+//! Label values are bounded: backends, rules and endpoints come from the route file, verbs and
+//! classes are enums, codes are HTTP status codes. The request path never takes the registry's lock
+//! after the first request of a label set: `Slots` caches each child handle in a `OnceLock`.
+
+use std::sync::OnceLock;
+
+use prometheus::{
+    Encoder, Gauge, HistogramOpts, HistogramVec, IntCounterVec, IntGaugeVec, Opts, Registry,
+    TextEncoder,
+};
+
+/// The registry and every metric family.
+pub struct Metrics {
+    registry: Registry,
+    /// `skewgate_requests_total{backend,class,verb,code}`.
+    pub requests: IntCounterVec,
+    /// `skewgate_request_duration_seconds{backend,class,verb}`, not for long-running requests.
+    pub request_duration: HistogramVec,
+    /// `skewgate_inflight_requests{backend,class}`.
+    pub inflight: IntGaugeVec,
+    /// `skewgate_watches{backend}`.
+    pub watches: IntGaugeVec,
+    /// `skewgate_decisions_total{class,rule}`.
+    pub decisions: IntCounterVec,
+    /// `skewgate_client_connections{protocol}`.
+    pub client_connections: IntGaugeVec,
+    /// `skewgate_upstream_connections{backend,endpoint}`.
+    pub upstream_connections: IntGaugeVec,
+    /// `skewgate_upstream_streams{backend,endpoint}`.
+    pub upstream_streams: IntGaugeVec,
+    /// `skewgate_upstream_errors_total{backend,reason}`.
+    pub upstream_errors: IntCounterVec,
+    /// `skewgate_endpoint_ready{backend,endpoint}`.
+    pub endpoint_ready: IntGaugeVec,
+    /// `skewgate_config_reloads_total{result}`.
+    pub config_reloads: IntCounterVec,
+    /// `skewgate_config_last_reload_success_timestamp_seconds`.
+    pub config_last_success: Gauge,
+}
+
+fn register<C: prometheus::core::Collector + Clone + 'static>(registry: &Registry, c: C) -> C {
+    // Names are constants declared once below, so registration cannot collide.
+    let _ = registry.register(Box::new(c.clone()));
+    c
+}
+
+impl Metrics {
+    /// A fresh registry with every family registered.
+    pub fn new() -> Metrics {
+        let r = Registry::new();
+        let counter = |name: &str, help: &str, labels: &[&str]| {
+            register(
+                &r,
+                IntCounterVec::new(Opts::new(name, help), labels)
+                    .unwrap_or_else(|_| unreachable!()),
+            )
+        };
+        let gauge = |name: &str, help: &str, labels: &[&str]| {
+            register(
+                &r,
+                IntGaugeVec::new(Opts::new(name, help), labels).unwrap_or_else(|_| unreachable!()),
+            )
+        };
+        let buckets = vec![
+            0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+            30.0, 60.0,
+        ];
+        Metrics {
+            requests: counter(
+                "skewgate_requests_total",
+                "Requests answered, by the backend that served them (or none), class (write/read), Kubernetes verb and HTTP status code.",
+                &["backend", "class", "verb", "code"],
+            ),
+            request_duration: register(
+                &r,
+                HistogramVec::new(
+                    HistogramOpts::new(
+                        "skewgate_request_duration_seconds",
+                        "Time from receiving a request to the end of its response, for requests that are not long-running (watches, exec, logs and proxy are left out).",
+                    )
+                    .buckets(buckets),
+                    &["backend", "class", "verb"],
+                )
+                .unwrap_or_else(|_| unreachable!()),
+            ),
+            inflight: gauge("skewgate_inflight_requests", "Requests being served now, long-running ones included.", &["backend", "class"]),
+            watches: gauge("skewgate_watches", "Watches open now.", &["backend"]),
+            decisions: counter(
+                "skewgate_decisions_total",
+                "Steering decisions, by class and the rule that decided (a pin or rollout name, writes.default or reads.default).",
+                &["class", "rule"],
+            ),
+            client_connections: gauge("skewgate_client_connections", "Client connections open now, by protocol (http1, http2).", &["protocol"]),
+            upstream_connections: gauge("skewgate_upstream_connections", "HTTP/2 connections open to each apiserver endpoint.", &["backend", "endpoint"]),
+            upstream_streams: gauge("skewgate_upstream_streams", "HTTP/2 streams open to each apiserver endpoint.", &["backend", "endpoint"]),
+            upstream_errors: counter(
+                "skewgate_upstream_errors_total",
+                "Failures talking to apiservers, by backend and reason (connect, timeout, reset, ping, unavailable).",
+                &["backend", "reason"],
+            ),
+            endpoint_ready: gauge("skewgate_endpoint_ready", "1 when the endpoint answers its health check and has a connection, else 0.", &["backend", "endpoint"]),
+            config_reloads: counter("skewgate_config_reloads_total", "Route file loads, by result (success, failure, unchanged).", &["result"]),
+            config_last_success: register(
+                &r,
+                Gauge::new(
+                    "skewgate_config_last_reload_success_timestamp_seconds",
+                    "Unix time of the last successful route file load.",
+                )
+                .unwrap_or_else(|_| unreachable!()),
+            ),
+            registry: r,
+        }
+    }
+
+    /// The Prometheus text exposition of every metric.
+    pub fn render(&self) -> String {
+        let mut out = Vec::new();
+        let _ = TextEncoder::new().encode(&self.registry.gather(), &mut out);
+        String::from_utf8(out).unwrap_or_default()
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics::new()
+    }
+}
+
+/// A fixed-size table of lazily created metric children, so the request path reads an atomic
+/// pointer instead of hashing labels under the registry's lock.
+pub struct Slots<T> {
+    cells: Box<[OnceLock<T>]>,
+}
+
+impl<T: Clone> Slots<T> {
+    /// A table of `n` empty slots.
+    pub fn new(n: usize) -> Slots<T> {
+        Slots {
+            cells: (0..n).map(|_| OnceLock::new()).collect(),
+        }
+    }
+
+    /// The child in slot `i`, created by `make` on first use; `None` when `i` is out of range.
+    pub fn get(&self, i: usize, make: impl FnOnce() -> T) -> Option<&T> {
+        self.cells.get(i).map(|c| c.get_or_init(make))
+    }
+}
+
+/// The status codes that get a slot; others are counted through the slower labelled path.
+pub const COMMON_CODES: [u16; 24] = [
+    200, 201, 202, 204, 206, 301, 302, 304, 400, 401, 403, 404, 405, 406, 409, 410, 413, 415, 422,
+    429, 500, 502, 503, 504,
+];
+
+/// The slot of a status code in `COMMON_CODES`.
+pub fn code_slot(code: u16) -> Option<usize> {
+    COMMON_CODES.iter().position(|c| *c == code)
+}

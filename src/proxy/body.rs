@@ -1,0 +1,116 @@
+//! The body of every response the proxy sends: an upstream body streamed through, or a small body
+//! of the proxy's own. It carries the request's tracker, so accounting ends when the body does.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use http_body::{Body, Frame, SizeHint};
+use tokio_util::sync::WaitForCancellationFutureOwned;
+
+use super::routing::RequestTracker;
+use crate::upstream::UpstreamBody;
+
+/// A response body.
+pub struct ProxyBody {
+    inner: Inner,
+    tracker: Option<RequestTracker>,
+}
+
+enum Inner {
+    Upstream {
+        body: UpstreamBody,
+        /// Long-running responses end cleanly on an upstream failure (nothing is appended to a
+        /// watch); others fail, so a client never takes a cut-off list for a whole one.
+        end_cleanly: bool,
+        /// Ends a long-running response cleanly when it fires (shutdown).
+        stop: Option<Pin<Box<WaitForCancellationFutureOwned>>>,
+    },
+    Full(Option<Bytes>),
+}
+
+impl ProxyBody {
+    /// A body of the proxy's own.
+    pub fn full(bytes: Bytes) -> ProxyBody {
+        ProxyBody {
+            inner: Inner::Full(Some(bytes)),
+            tracker: None,
+        }
+    }
+
+    /// An upstream body streamed through.
+    pub fn upstream(
+        body: UpstreamBody,
+        end_cleanly: bool,
+        stop: Option<WaitForCancellationFutureOwned>,
+    ) -> ProxyBody {
+        ProxyBody {
+            inner: Inner::Upstream {
+                body,
+                end_cleanly,
+                stop: stop.map(Box::pin),
+            },
+            tracker: None,
+        }
+    }
+
+    /// Attaches the request's tracker, dropped when the body ends.
+    pub fn with_tracker(mut self, tracker: RequestTracker) -> ProxyBody {
+        self.tracker = Some(tracker);
+        self
+    }
+}
+
+impl Body for ProxyBody {
+    type Data = Bytes;
+    type Error = h2::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, h2::Error>>> {
+        let this = &mut *self;
+        let polled = match &mut this.inner {
+            Inner::Full(bytes) => Poll::Ready(bytes.take().map(|b| Ok(Frame::data(b)))),
+            Inner::Upstream {
+                body,
+                end_cleanly,
+                stop,
+            } => {
+                if let Some(stop) = stop
+                    && stop.as_mut().poll(cx).is_ready()
+                {
+                    Poll::Ready(None)
+                } else {
+                    match Pin::new(body).poll_frame(cx) {
+                        Poll::Ready(Some(Err(e))) if *end_cleanly => {
+                            tracing::debug!(error = %e, "upstream ended a long-running response; ending it cleanly");
+                            Poll::Ready(None)
+                        }
+                        other => other,
+                    }
+                }
+            }
+        };
+        if let Poll::Ready(None) = polled {
+            this.tracker = None;
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match &self.inner {
+            Inner::Full(b) => b.is_none(),
+            Inner::Upstream { body, .. } => body.is_end_stream(),
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match &self.inner {
+            Inner::Full(Some(b)) => SizeHint::with_exact(b.len() as u64),
+            Inner::Full(None) => SizeHint::with_exact(0),
+            Inner::Upstream { body, .. } => body.size_hint(),
+        }
+    }
+}

@@ -1,0 +1,125 @@
+//! What the admin endpoints show of the proxy: readiness and the live route table.
+
+use std::time::SystemTime;
+
+use serde_json::{Value, json};
+
+use super::Proxy;
+use crate::admin::AdminSource;
+use crate::config::{Schedule, Selectors};
+use crate::upstream::EndpointState;
+
+impl AdminSource for Proxy {
+    fn metrics_text(&self) -> String {
+        self.metrics.render()
+    }
+
+    fn readiness(&self) -> Result<(), String> {
+        let routing = self.routing();
+        let down: Vec<&str> = routing
+            .backends
+            .iter()
+            .filter(|b| !b.is_reachable())
+            .map(|b| b.name.as_str())
+            .collect();
+        if down.is_empty() {
+            Ok(())
+        } else {
+            Err(format!(
+                "no reachable endpoint in backend(s) {}",
+                down.join(", ")
+            ))
+        }
+    }
+
+    fn debug_routes(&self) -> Value {
+        let routing = self.routing();
+        let t = routing.table();
+        let now = SystemTime::now();
+        let backends: Vec<Value> = routing
+            .backends
+            .iter()
+            .map(|b| {
+                let endpoints: Vec<Value> = b
+                    .endpoints
+                    .iter()
+                    .map(|e| {
+                        let state = match e.state() {
+                            EndpointState::Ready => "ready",
+                            EndpointState::Down => "down",
+                            EndpointState::Unknown => "unknown",
+                        };
+                        json!({"url": e.endpoint.url, "state": state, "connections": e.connections(), "streams": e.active_streams()})
+                    })
+                    .collect();
+                json!({"name": b.name, "version": b.version.map(|(a, b)| format!("v{a}.{b}")), "endpoints": endpoints})
+            })
+            .collect();
+        let pins: Vec<Value> = t
+            .writes
+            .pins
+            .iter()
+            .map(|p| {
+                json!({
+                    "name": p.name,
+                    "backend": t.backend_name(p.backend),
+                    "reads": match p.reads { crate::config::PinReads::Follow => "follow", crate::config::PinReads::Rollout => "rollout" },
+                    "selectors": selectors(&p.selectors),
+                })
+            })
+            .collect();
+        let rollouts: Vec<Value> = t
+            .reads
+            .rollouts
+            .iter()
+            .map(|r| {
+                let point = r.schedule.at(now);
+                let steps = match &r.schedule {
+                    Schedule::Fixed(_) => Value::Null,
+                    Schedule::Steps { steps, .. } => json!(steps.len()),
+                };
+                json!({
+                    "name": r.name,
+                    "to": t.backend_name(r.to),
+                    "stickyBy": r.sticky_by.as_str(),
+                    "percentInForce": point.percent.as_f64(),
+                    "step": point.step,
+                    "steps": steps,
+                    "aborted": false,
+                    "selectors": selectors(&r.selectors),
+                })
+            })
+            .collect();
+        json!({
+            "source": t.source.display().to_string(),
+            "name": t.name,
+            "backends": backends,
+            "writes": {
+                "verbs": t.writes.verbs.iter().map(|v| v.as_str()).collect::<Vec<_>>(),
+                "default": t.backend_name(t.writes.default),
+                "fence": humantime::format_duration(t.writes.fence).to_string(),
+                "pins": pins,
+            },
+            "reads": {"default": t.backend_name(t.reads.default), "rollouts": rollouts},
+        })
+    }
+}
+
+fn selectors(s: &Selectors) -> Value {
+    let names = |sel: &Option<crate::config::Selector<crate::config::NamePattern>>| {
+        sel.as_ref().map(|s| {
+            s.include
+                .iter()
+                .map(|p| p.source().to_owned())
+                .chain(s.exclude.iter().map(|p| format!("!{}", p.source())))
+                .collect::<Vec<_>>()
+        })
+    };
+    json!({
+        "namespaces": names(&s.namespaces),
+        "users": names(&s.users),
+        "groups": names(&s.groups),
+        "clients": s.clients.as_ref().map(|c| c.include.iter().map(|p| p.to_string()).chain(c.exclude.iter().map(|p| format!("!{p}"))).collect::<Vec<_>>()),
+        "resources": s.resources.as_ref().map(|r| r.include.len() + r.exclude.len()),
+    })
+}

@@ -1,0 +1,152 @@
+//! The proxy: listeners and the service that runs one request through classify, steer and upstream.
+
+mod body;
+mod debug;
+mod listener;
+mod routing;
+mod server;
+mod service;
+mod status;
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use arc_swap::ArcSwap;
+use tokio_util::sync::CancellationToken;
+
+pub use body::ProxyBody;
+pub use listener::serve;
+pub use routing::Routing;
+pub use server::{ServeOptions, Server, StartError};
+pub use status::{ProxyError, status_response};
+
+use crate::config::{ConfigErrors, RouteTable};
+use crate::metrics::Metrics;
+use crate::upstream::{PoolSettings, Upstreams};
+
+/// Tunables of the proxy.
+#[derive(Clone, Debug)]
+pub struct ProxySettings {
+    /// How long a request that is not long-running may wait for its response head.
+    pub response_timeout: Duration,
+    /// How long in-flight requests may run on after shutdown begins.
+    pub shutdown_grace: Duration,
+    /// Upstream pool tunables.
+    pub pool: PoolSettings,
+    /// How often endpoints are health-checked.
+    pub health_interval: Duration,
+}
+
+impl Default for ProxySettings {
+    fn default() -> Self {
+        ProxySettings {
+            response_timeout: Duration::from_secs(70),
+            shutdown_grace: Duration::from_secs(25),
+            pool: PoolSettings::default(),
+            health_interval: Duration::from_secs(5),
+        }
+    }
+}
+
+/// What a reload did.
+#[derive(Debug, PartialEq, Eq)]
+pub enum ReloadOutcome {
+    /// The new table is in force.
+    Applied,
+    /// The file gives the table already in force; nothing changed.
+    Unchanged,
+    /// The file is invalid; the running table stays.
+    Rejected,
+}
+
+/// The proxy's shared state.
+pub struct Proxy {
+    routing: ArcSwap<Routing>,
+    upstreams: Upstreams,
+    /// The metrics.
+    pub metrics: Arc<Metrics>,
+    /// Its tunables.
+    pub settings: ProxySettings,
+    /// Fired at shutdown: long-running responses end cleanly.
+    pub stop_long_running: CancellationToken,
+}
+
+impl Proxy {
+    /// A proxy serving `table`.
+    pub fn new(table: RouteTable, settings: ProxySettings, metrics: Arc<Metrics>) -> Arc<Proxy> {
+        let upstreams = Upstreams::new(settings.pool.clone(), metrics.clone());
+        let routing = Routing::new(table, &upstreams, metrics.clone());
+        metrics.config_reloads.with_label_values(&["success"]).inc();
+        metrics.config_last_success.set(unix_now());
+        Arc::new(Proxy {
+            routing: ArcSwap::from_pointee(routing),
+            upstreams,
+            metrics,
+            settings,
+            stop_long_running: CancellationToken::new(),
+        })
+    }
+
+    /// The routing in force now.
+    pub fn routing(&self) -> Arc<Routing> {
+        self.routing.load_full()
+    }
+
+    /// Applies the result of loading the route file: a valid table different from the running one
+    /// replaces it atomically; an invalid one is logged, counted, and changes nothing.
+    pub fn reload(&self, loaded: Result<RouteTable, ConfigErrors>) -> ReloadOutcome {
+        match loaded {
+            Err(errors) => {
+                self.metrics
+                    .config_reloads
+                    .with_label_values(&["failure"])
+                    .inc();
+                for e in &errors.0 {
+                    tracing::error!(error = %e, "route file rejected; the running route table stays");
+                }
+                ReloadOutcome::Rejected
+            }
+            Ok(table) if table == *self.routing.load().table() => {
+                self.metrics
+                    .config_reloads
+                    .with_label_values(&["unchanged"])
+                    .inc();
+                ReloadOutcome::Unchanged
+            }
+            Ok(table) => {
+                let name = table.name.clone().unwrap_or_default();
+                let routing = Routing::new(table, &self.upstreams, self.metrics.clone());
+                self.routing.store(Arc::new(routing));
+                self.metrics
+                    .config_reloads
+                    .with_label_values(&["success"])
+                    .inc();
+                self.metrics.config_last_success.set(unix_now());
+                tracing::info!(table = %name, "route table reloaded");
+                ReloadOutcome::Applied
+            }
+        }
+    }
+
+    /// Starts the background health checks of every endpoint, until `stop`.
+    pub fn spawn_health_checks(self: &Arc<Self>, stop: CancellationToken) {
+        let me = Arc::downgrade(self);
+        crate::upstream::spawn_health_checks(
+            move || {
+                me.upgrade()
+                    .map(|p| p.routing().backends.clone())
+                    .unwrap_or_default()
+            },
+            self.settings.health_interval,
+            self.metrics.clone(),
+            stop,
+        );
+    }
+}
+
+fn unix_now() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or(0.0)
+}

@@ -1,0 +1,196 @@
+//! The live routing state that one route table load produces: the steering, the backend pools, and
+//! the metric handles the request path uses. Swapped whole on reload.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use prometheus::{Histogram, IntCounter, IntGauge};
+
+use crate::classify::Verb;
+use crate::config::RouteTable;
+use crate::metrics::{COMMON_CODES, Metrics, Slots, code_slot};
+use crate::steer::{Class, Decision, Rule, Steering};
+use crate::upstream::{BackendPool, Upstreams};
+
+/// Number of `Verb` variants: the width of the per-verb metric tables.
+const VERBS: usize = Verb::Other as usize + 1;
+const CLASSES: usize = 2;
+
+/// One route table, ready to serve.
+pub struct Routing {
+    /// The decisions.
+    pub steering: Steering,
+    /// The backends' pools, by `BackendId`.
+    pub backends: Vec<Arc<BackendPool>>,
+    metrics: Arc<Metrics>,
+    requests: Slots<IntCounter>,
+    durations: Slots<Histogram>,
+    inflight: Slots<IntGauge>,
+    watches: Slots<IntGauge>,
+    decisions: Slots<IntCounter>,
+}
+
+fn class_index(c: Class) -> usize {
+    match c {
+        Class::Write => 0,
+        Class::Read => 1,
+    }
+}
+
+fn verb_label(v: Verb) -> &'static str {
+    match v.as_str() {
+        "" => "unknown",
+        s => s,
+    }
+}
+
+impl Routing {
+    /// Builds the routing of a table, reusing the pools of endpoints that `upstreams` already has.
+    pub fn new(table: RouteTable, upstreams: &Upstreams, metrics: Arc<Metrics>) -> Routing {
+        let backends = upstreams.backends_for(&table);
+        let n = backends.len();
+        let rules = table.writes.pins.len() + table.reads.rollouts.len() + 2;
+        Routing {
+            steering: Steering::new(Arc::new(table)),
+            backends,
+            metrics,
+            requests: Slots::new(n * CLASSES * VERBS * COMMON_CODES.len()),
+            durations: Slots::new(n * CLASSES * VERBS),
+            inflight: Slots::new(n * CLASSES),
+            watches: Slots::new(n),
+            decisions: Slots::new(rules * CLASSES),
+        }
+    }
+
+    /// The route table.
+    pub fn table(&self) -> &RouteTable {
+        self.steering.table()
+    }
+
+    fn backend_name(&self, d: &Decision) -> &str {
+        self.table().backend_name(d.backend)
+    }
+
+    /// Counts a decision under its rule.
+    pub fn count_decision(&self, d: &Decision) {
+        let t = self.table();
+        let rule = match d.rule {
+            Rule::Pin(i) => i,
+            Rule::Rollout(i) => t.writes.pins.len() + i,
+            Rule::WriteDefault => t.writes.pins.len() + t.reads.rollouts.len(),
+            Rule::ReadDefault => t.writes.pins.len() + t.reads.rollouts.len() + 1,
+        };
+        let slot = rule * CLASSES + class_index(d.class);
+        if let Some(c) = self.decisions.get(slot, || {
+            self.metrics
+                .decisions
+                .with_label_values(&[d.class.as_str(), d.rule_name(t)])
+        }) {
+            c.inc();
+        }
+    }
+
+    /// Counts an answered request under its status code.
+    pub fn count_response(&self, d: &Decision, verb: Verb, code: u16) {
+        let base = (d.backend * CLASSES + class_index(d.class)) * VERBS + verb as usize;
+        let labels = |code: &str| {
+            self.metrics.requests.with_label_values(&[
+                self.backend_name(d),
+                d.class.as_str(),
+                verb_label(verb),
+                code,
+            ])
+        };
+        match code_slot(code) {
+            Some(c) => {
+                if let Some(counter) = self
+                    .requests
+                    .get(base * COMMON_CODES.len() + c, || labels(&code.to_string()))
+                {
+                    counter.inc();
+                }
+            }
+            None => labels(&code.to_string()).inc(),
+        }
+    }
+
+    /// Starts tracking a request: in flight now, and (unless long-running) timed until it ends.
+    pub fn track(
+        &self,
+        d: &Decision,
+        verb: Verb,
+        long_running: bool,
+        start: Instant,
+    ) -> RequestTracker {
+        let backend = self.backend_name(d);
+        let class = class_index(d.class);
+        let inflight = self
+            .inflight
+            .get(d.backend * CLASSES + class, || {
+                self.metrics
+                    .inflight
+                    .with_label_values(&[backend, d.class.as_str()])
+            })
+            .cloned();
+        let is_watch = verb == Verb::Watch;
+        let watches = if is_watch {
+            self.watches
+                .get(d.backend, || {
+                    self.metrics.watches.with_label_values(&[backend])
+                })
+                .cloned()
+        } else {
+            None
+        };
+        let duration = if long_running {
+            None
+        } else {
+            self.durations
+                .get(
+                    (d.backend * CLASSES + class) * VERBS + verb as usize,
+                    || {
+                        self.metrics.request_duration.with_label_values(&[
+                            backend,
+                            d.class.as_str(),
+                            verb_label(verb),
+                        ])
+                    },
+                )
+                .cloned()
+        };
+        if let Some(g) = &inflight {
+            g.inc();
+        }
+        if let Some(g) = &watches {
+            g.inc();
+        }
+        RequestTracker {
+            inflight,
+            watches,
+            duration,
+            start,
+        }
+    }
+}
+
+/// Ends a request's accounting when dropped (with its response body, or at an early error).
+pub struct RequestTracker {
+    inflight: Option<IntGauge>,
+    watches: Option<IntGauge>,
+    duration: Option<Histogram>,
+    start: Instant,
+}
+
+impl Drop for RequestTracker {
+    fn drop(&mut self) {
+        if let Some(g) = &self.inflight {
+            g.dec();
+        }
+        if let Some(g) = &self.watches {
+            g.dec();
+        }
+        if let Some(h) = &self.duration {
+            h.observe(self.start.elapsed().as_secs_f64());
+        }
+    }
+}

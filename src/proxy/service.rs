@@ -1,0 +1,170 @@
+//! One request through the rooms: classify, steer, pick an endpoint, forward, stream the answer.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Instant, SystemTime};
+
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::uri::{PathAndQuery, Scheme};
+use http::{Request, Response, Uri};
+use hyper::body::Incoming;
+
+use super::Proxy;
+use super::body::ProxyBody;
+use super::status::ProxyError;
+use crate::classify::{Client, classify};
+use crate::steer::{Quiet, SteerRequest};
+use crate::upstream::{UpstreamError, send};
+
+static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+
+/// Headers that describe one connection, not the request: never forwarded (RFC 9110 7.6.1).
+const HOP_BY_HOP: [HeaderName; 6] = [
+    header::CONNECTION,
+    HeaderName::from_static("keep-alive"),
+    HeaderName::from_static("proxy-connection"),
+    header::TRANSFER_ENCODING,
+    header::UPGRADE,
+    header::PROXY_AUTHORIZATION,
+];
+
+/// Serves one request.
+pub async fn handle(
+    proxy: Arc<Proxy>,
+    remote: SocketAddr,
+    req: Request<Incoming>,
+) -> Response<ProxyBody> {
+    let start = Instant::now();
+    let routing = proxy.routing();
+    let (mut parts, body) = req.into_parts();
+    if parts.headers.contains_key(header::UPGRADE) {
+        return ProxyError::UpgradeUnsupported.into_response();
+    }
+    let (decision, verb, long_running) = {
+        let info = classify(parts.method.as_str(), parts.uri.path(), parts.uri.query());
+        let ua = parts
+            .headers
+            .get(header::USER_AGENT)
+            .and_then(|v| v.to_str().ok());
+        let req = SteerRequest {
+            info: &info,
+            user: "",
+            groups: &[],
+            client: Client::from_user_agent(ua),
+        };
+        let decision = routing.steering.decide(&req, SystemTime::now(), &Quiet);
+        (decision, info.verb, info.is_long_running())
+    };
+    routing.count_decision(&decision);
+    let tracker = routing.track(&decision, verb, long_running, start);
+    let backend = &routing.backends[decision.backend];
+    let answer = |resp: Response<ProxyBody>| {
+        routing.count_response(&decision, verb, resp.status().as_u16());
+        resp
+    };
+    let Some(endpoint) = backend.pick() else {
+        proxy
+            .metrics
+            .upstream_errors
+            .with_label_values(&[backend.name.as_str(), "unavailable"])
+            .inc();
+        return answer(
+            ProxyError::NoEndpoint {
+                backend: backend.name.clone(),
+            }
+            .into_response(),
+        );
+    };
+
+    prepare_headers(&mut parts.headers, remote);
+    let path = parts
+        .uri
+        .path_and_query()
+        .cloned()
+        .unwrap_or_else(|| PathAndQuery::from_static("/"));
+    let mut uri = http::uri::Parts::default();
+    uri.scheme = Some(Scheme::HTTP);
+    uri.authority = Some(endpoint.authority.clone());
+    uri.path_and_query = Some(path);
+    parts.uri = match Uri::from_parts(uri) {
+        Ok(u) => u,
+        Err(e) => {
+            let error = UpstreamError::Protocol(format!("cannot build the upstream URI: {e}"));
+            return answer(
+                ProxyError::Upstream {
+                    backend: backend.name.clone(),
+                    error,
+                }
+                .into_response(),
+            );
+        }
+    };
+    let head = Request::from_parts(parts, ());
+
+    let sent = if long_running {
+        send(endpoint, head, body).await
+    } else {
+        match tokio::time::timeout(proxy.settings.response_timeout, send(endpoint, head, body))
+            .await
+        {
+            Ok(r) => r,
+            Err(_) => Err(UpstreamError::Timeout),
+        }
+    };
+    match sent {
+        Ok(resp) => {
+            let (mut head, body) = resp.into_parts();
+            strip_hop_by_hop(&mut head.headers);
+            let stop = long_running.then(|| proxy.stop_long_running.clone().cancelled_owned());
+            let body = ProxyBody::upstream(body, long_running, stop).with_tracker(tracker);
+            answer(Response::from_parts(head, body))
+        }
+        Err(error) => {
+            proxy
+                .metrics
+                .upstream_errors
+                .with_label_values(&[backend.name.as_str(), error.reason()])
+                .inc();
+            tracing::debug!(backend = %backend.name, %error, "upstream request failed");
+            answer(
+                ProxyError::Upstream {
+                    backend: backend.name.clone(),
+                    error,
+                }
+                .into_response(),
+            )
+        }
+    }
+}
+
+fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    // Headers named in Connection are hop-by-hop too.
+    let named: Vec<HeaderName> = headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .filter_map(|n| HeaderName::from_bytes(n.trim().as_bytes()).ok())
+        .collect();
+    for name in named.iter().chain(HOP_BY_HOP.iter()) {
+        headers.remove(name);
+    }
+    // `te: trailers` is the one TE value HTTP/2 allows; anything else goes.
+    if headers.get(header::TE).is_some_and(|v| v != "trailers") {
+        headers.remove(header::TE);
+    }
+}
+
+fn prepare_headers(headers: &mut HeaderMap, remote: SocketAddr) {
+    strip_hop_by_hop(headers);
+    // The upstream request carries its authority in the URI.
+    headers.remove(header::HOST);
+    let ip = remote.ip().to_string();
+    let value = match headers.get(&X_FORWARDED_FOR).and_then(|v| v.to_str().ok()) {
+        Some(existing) => format!("{existing}, {ip}"),
+        None => ip,
+    };
+    if let Ok(v) = HeaderValue::from_str(&value) {
+        headers.insert(X_FORWARDED_FOR.clone(), v);
+    }
+}

@@ -1,0 +1,111 @@
+//! The one place where a request the proxy cannot complete becomes a response: a Kubernetes `Status`.
+
+use bytes::Bytes;
+use http::{HeaderValue, Response, StatusCode, header};
+use serde_json::json;
+
+use super::body::ProxyBody;
+use crate::upstream::UpstreamError;
+
+/// Why the proxy answered a request itself.
+#[derive(Debug)]
+pub enum ProxyError {
+    /// The chosen backend has no endpoint that is up.
+    NoEndpoint {
+        /// The backend's name.
+        backend: String,
+    },
+    /// Talking to the apiserver failed before its response started.
+    Upstream {
+        /// The backend's name.
+        backend: String,
+        /// What failed.
+        error: UpstreamError,
+    },
+    /// The request asks for a protocol upgrade (exec, attach, port-forward), which this skewgate does
+    /// not tunnel yet.
+    UpgradeUnsupported,
+    /// The proxy is shutting down.
+    ShuttingDown,
+}
+
+impl ProxyError {
+    fn parts(&self) -> (StatusCode, &'static str, String, bool) {
+        match self {
+            ProxyError::NoEndpoint { backend } => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "ServiceUnavailable",
+                format!("skewgate: backend {backend:?} has no reachable apiserver endpoint"),
+                true,
+            ),
+            ProxyError::Upstream { backend, error } => match error {
+                UpstreamError::Unavailable(_) | UpstreamError::Connect(_) => (
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "ServiceUnavailable",
+                    format!("skewgate: backend {backend:?} is unreachable: {error}"),
+                    true,
+                ),
+                UpstreamError::Timeout => (
+                    StatusCode::GATEWAY_TIMEOUT,
+                    "Timeout",
+                    format!("skewgate: backend {backend:?} did not answer in time"),
+                    true,
+                ),
+                UpstreamError::Protocol(_) => (
+                    StatusCode::BAD_GATEWAY,
+                    "InternalError",
+                    format!("skewgate: backend {backend:?} failed before answering: {error}"),
+                    true,
+                ),
+            },
+            ProxyError::UpgradeUnsupported => (
+                StatusCode::NOT_IMPLEMENTED,
+                "MethodNotAllowed",
+                "skewgate: protocol upgrades (exec, attach, port-forward) are not tunnelled by this version".to_owned(),
+                false,
+            ),
+            ProxyError::ShuttingDown => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "ServiceUnavailable",
+                "skewgate is shutting down".to_owned(),
+                true,
+            ),
+        }
+    }
+
+    /// The response a client sees.
+    pub fn into_response(self) -> Response<ProxyBody> {
+        let (code, reason, message, retry) = self.parts();
+        status_response(code, reason, &message, retry)
+    }
+}
+
+/// A Kubernetes `Status` failure response, with `Retry-After: 1` when trying again may work.
+pub fn status_response(
+    code: StatusCode,
+    reason: &str,
+    message: &str,
+    retry: bool,
+) -> Response<ProxyBody> {
+    let body = json!({
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": message,
+        "reason": reason,
+        "code": code.as_u16(),
+    });
+    let bytes = serde_json::to_vec(&body).unwrap_or_default();
+    let mut resp = Response::new(ProxyBody::full(Bytes::from(bytes)));
+    *resp.status_mut() = code;
+    let h = resp.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    if retry {
+        h.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+    }
+    resp
+}

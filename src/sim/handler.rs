@@ -1,0 +1,345 @@
+//! One simulated apiserver's request handling: version, health, discovery, and the resource verbs.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http::{Method, Request, Response, StatusCode, header};
+use http_body_util::{BodyExt, Full, combinators::BoxBody};
+use hyper::body::Incoming;
+use serde_json::{Value, json};
+
+use super::api::{self, ApiResource};
+use super::schema;
+use super::store::{ObjectKey, StoreError, WriteRecord};
+use super::{SimState, watch};
+
+/// The body of every simulator response.
+pub type SimBody = BoxBody<Bytes, Infallible>;
+
+/// Largest request body the simulator reads.
+const MAX_BODY: usize = 3 * 1024 * 1024;
+
+/// Answers one request.
+pub async fn handle(sim: Arc<SimState>, req: Request<Incoming>) -> Response<SimBody> {
+    let path = req.uri().path().to_owned();
+    let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
+    match segments.as_slice() {
+        ["version"] => json_response(StatusCode::OK, &sim.version_json()),
+        ["readyz"] | ["livez"] | ["healthz"] => text(StatusCode::OK, "ok"),
+        ["api"] => json_response(StatusCode::OK, &api::core_versions()),
+        ["apis"] => json_response(StatusCode::OK, &api::groups(&[])),
+        ["api", version] => discovery(api::resource_list("", version)),
+        ["apis", group, version] => discovery(api::resource_list(group, version)),
+        ["api", version, rest @ ..] => resource(&sim, "", version, rest, req).await,
+        ["apis", group, version, rest @ ..] => resource(&sim, group, version, rest, req).await,
+        _ => status_error(
+            404,
+            "NotFound",
+            "the server could not find the requested resource",
+        ),
+    }
+}
+
+fn discovery(doc: Option<Value>) -> Response<SimBody> {
+    match doc {
+        Some(doc) => json_response(StatusCode::OK, &doc),
+        None => status_error(
+            404,
+            "NotFound",
+            "the server could not find the requested resource",
+        ),
+    }
+}
+
+/// Where a resource path points.
+struct Target<'a> {
+    res: &'static ApiResource,
+    namespace: &'a str,
+    name: Option<&'a str>,
+}
+
+fn target<'a>(group: &str, version: &str, rest: &[&'a str]) -> Option<Target<'a>> {
+    let (namespace, rest) = match rest {
+        ["namespaces", ns, resource, tail @ ..] => (*ns, [&[*resource][..], tail].concat()),
+        _ => ("", rest.to_vec()),
+    };
+    let (resource, name, sub) = (rest.first()?, rest.get(1).copied(), rest.get(2).copied());
+    let res = api::find(group, version, resource)?;
+    // Status updates replace the object in the simulator; other subresources are not served.
+    if sub.is_some_and(|s| s != "status") || rest.len() > 3 {
+        return None;
+    }
+    let misplaced = if res.namespaced {
+        namespace.is_empty() && name.is_some()
+    } else {
+        !namespace.is_empty()
+    };
+    if misplaced {
+        return None;
+    }
+    Some(Target {
+        res,
+        namespace,
+        name,
+    })
+}
+
+async fn resource(
+    sim: &Arc<SimState>,
+    group: &str,
+    version: &str,
+    rest: &[&str],
+    req: Request<Incoming>,
+) -> Response<SimBody> {
+    let Some(t) = target(group, version, rest) else {
+        return status_error(
+            404,
+            "NotFound",
+            "the server could not find the requested resource",
+        );
+    };
+    let query = req.uri().query().unwrap_or("").to_owned();
+    let method = req.method().clone();
+    let is_write = !matches!(method, Method::GET | Method::HEAD);
+    if !is_write && sim.controls.should_fail_read() {
+        return status_error(
+            500,
+            "InternalError",
+            "simulated failure (the simulator was told to fail reads)",
+        );
+    }
+    match (method, t.name) {
+        (Method::GET | Method::HEAD, Some(name)) => get(sim, &t, name),
+        (Method::GET | Method::HEAD, None) if watch::wants_watch(&query) => {
+            watch::serve(sim.clone(), t.res, t.namespace, &query)
+        }
+        (Method::GET | Method::HEAD, None) => list(sim, &t),
+        (Method::POST, None) | (Method::PUT | Method::PATCH | Method::DELETE, Some(_)) => {
+            write(sim, t, req).await
+        }
+        _ => status_error(
+            405,
+            "MethodNotAllowed",
+            "the server does not allow this method on the requested resource",
+        ),
+    }
+}
+
+fn get(sim: &SimState, t: &Target<'_>, name: &str) -> Response<SimBody> {
+    match sim.store.get(&ObjectKey::new(t.res, t.namespace, name)) {
+        Some(obj) => json_response(StatusCode::OK, &sim.read_view(t.res, &obj)),
+        None => store_error(&StoreError {
+            code: 404,
+            reason: "NotFound",
+            message: format!("{} \"{name}\" not found", t.res.resource),
+        }),
+    }
+}
+
+fn list(sim: &SimState, t: &Target<'_>) -> Response<SimBody> {
+    let (items, rv) = sim
+        .store
+        .list(&ObjectKey::new(t.res, "", "").resource, t.namespace);
+    let items: Vec<Value> = items.iter().map(|o| sim.read_view(t.res, o)).collect();
+    let list = json!({
+        "kind": format!("{}List", t.res.kind),
+        "apiVersion": t.res.api_version(),
+        "metadata": {"resourceVersion": rv.to_string()},
+        "items": items,
+    });
+    json_response(StatusCode::OK, &list)
+}
+
+async fn write(sim: &Arc<SimState>, t: Target<'_>, req: Request<Incoming>) -> Response<SimBody> {
+    let arrived = Instant::now();
+    let method = req.method().clone();
+    let content_type = req
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("application/json")
+        .to_owned();
+    let body = match read_body(req.into_body()).await {
+        Ok(b) => b,
+        Err(resp) => return resp,
+    };
+    let delay = sim.controls.write_delay.load(Ordering::Relaxed);
+    if delay > 0 {
+        tokio::time::sleep(Duration::from_millis(delay)).await;
+    }
+    let (verb, result) = apply_write(sim, &t, &method, &content_type, &body);
+    let name = match (&result, t.name) {
+        (_, Some(n)) => n.to_owned(),
+        (Ok(obj), None) => obj
+            .pointer("/metadata/name")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_owned(),
+        (Err(_), None) => String::new(),
+    };
+    let response = match &result {
+        Ok(obj) => {
+            let code = if verb == "create" {
+                StatusCode::CREATED
+            } else {
+                StatusCode::OK
+            };
+            json_response(code, &sim.read_view(t.res, obj))
+        }
+        Err(e) => store_error(e),
+    };
+    sim.store.record_write(WriteRecord {
+        version: sim.git_version.clone(),
+        key: ObjectKey::new(t.res, t.namespace, &name),
+        verb,
+        arrived,
+        completed: Instant::now(),
+        status: response.status().as_u16(),
+    });
+    response
+}
+
+fn apply_write(
+    sim: &SimState,
+    t: &Target<'_>,
+    method: &Method,
+    content_type: &str,
+    body: &[u8],
+) -> (&'static str, Result<Arc<Value>, StoreError>) {
+    let parse = || -> Result<Value, StoreError> {
+        serde_json::from_slice(body).map_err(|e| bad_request(format!("the body is not JSON: {e}")))
+    };
+    let own_schema = |mut obj: Value| {
+        schema::apply(sim.version, t.res.resource, &mut obj);
+        obj
+    };
+    let key = |name: &str| ObjectKey::new(t.res, t.namespace, name);
+    match (method, t.name) {
+        (&Method::POST, _) => (
+            "create",
+            parse().and_then(|obj| sim.store.create(t.res, t.namespace, own_schema(obj))),
+        ),
+        (&Method::PUT, Some(name)) => {
+            let result = parse().and_then(|obj| {
+                check_name(&obj, name)?;
+                sim.store.update(t.res, &key(name), |_| Ok(own_schema(obj)))
+            });
+            ("update", result)
+        }
+        (&Method::PATCH, Some(name)) => {
+            let result = parse().and_then(|patch| {
+                sim.store.update(t.res, &key(name), |current| {
+                    // The serving version decodes the stored object into its own schema first, so a
+                    // patch through an older version loses the fields it does not know.
+                    let mut obj = own_schema(current.clone());
+                    apply_patch(&mut obj, content_type, &patch)?;
+                    if let Some(meta) = obj.get_mut("metadata").and_then(Value::as_object_mut) {
+                        // A patch carries no precondition unless it sets resourceVersion itself.
+                        if patch.pointer("/metadata/resourceVersion").is_none() {
+                            meta.remove("resourceVersion");
+                        }
+                    }
+                    Ok(own_schema(obj))
+                })
+            });
+            ("patch", result)
+        }
+        (&Method::DELETE, Some(name)) => ("delete", sim.store.delete(t.res, &key(name))),
+        _ => ("unknown", Err(bad_request("unsupported write".to_owned()))),
+    }
+}
+
+fn check_name(obj: &Value, name: &str) -> Result<(), StoreError> {
+    match obj.pointer("/metadata/name").and_then(Value::as_str) {
+        Some(n) if n == name => Ok(()),
+        _ => Err(bad_request(format!(
+            "the name of the object does not match the name on the URL ({name})"
+        ))),
+    }
+}
+
+fn apply_patch(obj: &mut Value, content_type: &str, patch: &Value) -> Result<(), StoreError> {
+    let kind = content_type.split(';').next().unwrap_or("").trim();
+    match kind {
+        "application/json-patch+json" => {
+            let ops: json_patch::Patch = serde_json::from_value(patch.clone())
+                .map_err(|e| bad_request(format!("invalid JSON patch: {e}")))?;
+            json_patch::patch(obj, &ops).map_err(|e| StoreError {
+                code: 422,
+                reason: "Invalid",
+                message: format!("the JSON patch does not apply: {e}"),
+            })
+        }
+        // The simulator treats a strategic merge patch as a JSON merge patch: right for maps and for
+        // the list-free objects it stores.
+        "application/merge-patch+json" | "application/strategic-merge-patch+json" => {
+            json_patch::merge(obj, patch);
+            Ok(())
+        }
+        other => Err(StoreError {
+            code: 415,
+            reason: "UnsupportedMediaType",
+            message: format!(
+                "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/strategic-merge-patch+json (got {other})"
+            ),
+        }),
+    }
+}
+
+async fn read_body(body: Incoming) -> Result<Bytes, Response<SimBody>> {
+    let limited = http_body_util::Limited::new(body, MAX_BODY);
+    match limited.collect().await {
+        Ok(c) => Ok(c.to_bytes()),
+        Err(e) => Err(status_error(
+            413,
+            "RequestEntityTooLarge",
+            &format!("cannot read the body: {e}"),
+        )),
+    }
+}
+
+fn bad_request(message: String) -> StoreError {
+    StoreError {
+        code: 400,
+        reason: "BadRequest",
+        message,
+    }
+}
+
+/// A JSON response.
+pub fn json_response(code: StatusCode, body: &Value) -> Response<SimBody> {
+    let bytes = serde_json::to_vec(body).unwrap_or_default();
+    let mut resp = Response::new(Full::new(Bytes::from(bytes)).boxed());
+    *resp.status_mut() = code;
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        header::HeaderValue::from_static("application/json"),
+    );
+    resp
+}
+
+fn text(code: StatusCode, body: &'static str) -> Response<SimBody> {
+    let mut resp = Response::new(Full::new(Bytes::from_static(body.as_bytes())).boxed());
+    *resp.status_mut() = code;
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        header::HeaderValue::from_static("text/plain"),
+    );
+    resp
+}
+
+fn store_error(e: &StoreError) -> Response<SimBody> {
+    status_error(e.code, e.reason, &e.message)
+}
+
+/// A Kubernetes `Status` failure.
+pub fn status_error(code: u16, reason: &str, message: &str) -> Response<SimBody> {
+    let status = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    json_response(
+        status,
+        &json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "message": message, "reason": reason, "code": code}),
+    )
+}

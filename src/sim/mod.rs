@@ -1,0 +1,230 @@
+//! A simulated kube-apiserver of a chosen version, for the demo, the tests and the benchmarks.
+//!
+//! It is a test fixture with honest behaviour, not a stand-in for a real apiserver: HTTP/1.1 and h2c
+//! on one port, `/version`, `/readyz`, discovery, and namespaces, configmaps, pods, deployments.apps
+//! and leases.coordination.k8s.io with create, get, list, watch, update, patch and delete. Several
+//! simulators share one `Store` as real apiservers share etcd, and each applies its own schema (see
+//! `schema`), so writes through two versions do the damage that pinning prevents. The store records
+//! which version served each write.
+
+pub mod api;
+mod handler;
+pub mod schema;
+pub mod store;
+mod watch;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
+
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto;
+use serde_json::{Value, json};
+use tokio::net::TcpListener;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+pub use schema::Minor;
+pub use store::{ObjectKey, Store, WriteRecord};
+
+/// How to run one simulated apiserver.
+#[derive(Clone, Debug)]
+pub struct SimConfig {
+    /// The gitVersion it reports, e.g. `v1.29.4`; its major.minor selects its schema.
+    pub git_version: String,
+    /// SETTINGS_MAX_CONCURRENT_STREAMS on its HTTP/2 connections (kube-apiserver's default is 100).
+    pub max_concurrent_streams: u32,
+}
+
+impl SimConfig {
+    /// A simulator reporting `git_version`, with the apiserver's default of 100 streams per connection.
+    pub fn new(git_version: &str) -> SimConfig {
+        SimConfig {
+            git_version: git_version.to_owned(),
+            max_concurrent_streams: 100,
+        }
+    }
+}
+
+/// Knobs a test turns while the simulator runs.
+#[derive(Debug, Default)]
+pub struct SimControls {
+    /// Milliseconds every write waits before it is applied (0: none).
+    pub write_delay: AtomicU64,
+    /// Reads that fail with 500, per thousand (0: none), spread evenly.
+    pub fail_reads_per_mille: AtomicU32,
+    reads: AtomicU64,
+}
+
+impl SimControls {
+    fn should_fail_read(&self) -> bool {
+        let per_mille = u64::from(self.fail_reads_per_mille.load(Ordering::Relaxed));
+        if per_mille == 0 {
+            return false;
+        }
+        let n = self.reads.fetch_add(1, Ordering::Relaxed);
+        // Read n fails when the running count of failures owed steps up: evenly spread, deterministic.
+        (n + 1) * per_mille / 1000 > n * per_mille / 1000
+    }
+}
+
+/// The response header naming the simulator version that answered.
+pub const VERSION_HEADER: &str = "x-simulator-version";
+
+/// What every request of one simulator sees.
+pub struct SimState {
+    version_header: http::HeaderValue,
+    version: Minor,
+    git_version: String,
+    store: Store,
+    controls: Arc<SimControls>,
+}
+
+impl SimState {
+    fn version_json(&self) -> Value {
+        json!({
+            "major": self.version.0.to_string(),
+            "minor": self.version.1.to_string(),
+            "gitVersion": self.git_version,
+            "gitCommit": "0000000000000000000000000000000000000000",
+            "gitTreeState": "clean",
+            "buildDate": "2026-01-01T00:00:00Z",
+            "goVersion": "go1.22.0",
+            "compiler": "gc",
+            "platform": "linux/amd64",
+        })
+    }
+
+    /// An object as this version returns it: decoded into its schema.
+    fn read_view(&self, res: &api::ApiResource, stored: &Value) -> Value {
+        let mut obj = stored.clone();
+        schema::apply(self.version, res.resource, &mut obj);
+        obj
+    }
+}
+
+/// A running simulator.
+pub struct SimHandle {
+    /// Where it listens.
+    pub addr: SocketAddr,
+    /// Its knobs.
+    pub controls: Arc<SimControls>,
+    /// The store it serves.
+    pub store: Store,
+    accepted: Arc<AtomicUsize>,
+    shutdown: CancellationToken,
+}
+
+impl SimHandle {
+    /// `http://127.0.0.1:port`.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// TCP connections accepted so far.
+    pub fn accepted_connections(&self) -> usize {
+        self.accepted.load(Ordering::Relaxed)
+    }
+
+    /// Stops the simulator: the listener closes and every open connection is cut, as when an
+    /// apiserver process dies.
+    pub fn stop(&self) {
+        self.shutdown.cancel();
+    }
+}
+
+impl Drop for SimHandle {
+    fn drop(&mut self) {
+        self.shutdown.cancel();
+    }
+}
+
+fn parse_minor(git_version: &str) -> Minor {
+    let v = git_version.trim_start_matches('v');
+    let mut parts = v.split(['.', '-', '+']);
+    let major = parts.next().and_then(|p| p.parse().ok()).unwrap_or(1);
+    let minor = parts.next().and_then(|p| p.parse().ok()).unwrap_or(0);
+    (major, minor)
+}
+
+/// Starts a simulator on `addr` (port 0 for any) over `store`.
+pub async fn start(
+    config: SimConfig,
+    store: Store,
+    addr: SocketAddr,
+) -> std::io::Result<SimHandle> {
+    let listener = TcpListener::bind(addr).await?;
+    let addr = listener.local_addr()?;
+    let controls = Arc::new(SimControls::default());
+    let shutdown = CancellationToken::new();
+    let version_header = http::HeaderValue::from_str(&config.git_version)
+        .unwrap_or_else(|_| http::HeaderValue::from_static("unknown"));
+    let state = Arc::new(SimState {
+        version_header,
+        version: parse_minor(&config.git_version),
+        git_version: config.git_version.clone(),
+        store: store.clone(),
+        controls: controls.clone(),
+    });
+    let accepted = Arc::new(AtomicUsize::new(0));
+    tokio::spawn(serve(
+        listener,
+        state,
+        config,
+        accepted.clone(),
+        shutdown.clone(),
+    ));
+    Ok(SimHandle {
+        addr,
+        controls,
+        store,
+        accepted,
+        shutdown,
+    })
+}
+
+async fn serve(
+    listener: TcpListener,
+    state: Arc<SimState>,
+    config: SimConfig,
+    accepted: Arc<AtomicUsize>,
+    shutdown: CancellationToken,
+) {
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder
+        .http2()
+        .max_concurrent_streams(config.max_concurrent_streams);
+    let mut connections = JoinSet::new();
+    loop {
+        let (stream, _) = tokio::select! {
+            r = listener.accept() => match r {
+                Ok(conn) => conn,
+                Err(_) => continue,
+            },
+            _ = shutdown.cancelled() => break,
+        };
+        accepted.fetch_add(1, Ordering::Relaxed);
+        let _ = stream.set_nodelay(true);
+        let state = state.clone();
+        let builder = builder.clone();
+        connections.spawn(async move {
+            let service = service_fn(move |req| {
+                let state = state.clone();
+                async move {
+                    let version = state.version_header.clone();
+                    let mut resp = handler::handle(state, req).await;
+                    // Tells tests and the demo which version answered; real apiservers send no such header.
+                    resp.headers_mut().insert(VERSION_HEADER, version);
+                    Ok::<_, std::convert::Infallible>(resp)
+                }
+            });
+            let _ = builder
+                .serve_connection(TokioIo::new(stream), service)
+                .await;
+        });
+        // Reap finished connections so the set does not grow without bound.
+        while connections.try_join_next().is_some() {}
+    }
+    connections.abort_all();
+}

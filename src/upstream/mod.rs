@@ -1,0 +1,135 @@
+//! Backends and their endpoints: pooled HTTP/2 connections, endpoint choice, and health checks.
+
+mod health;
+mod pool;
+mod send;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, Weak};
+
+pub use health::spawn_health_checks;
+pub use pool::{EndpointPool, EndpointState, PoolSettings, StreamSlot};
+pub use send::{UpstreamBody, send};
+
+use crate::config::RouteTable;
+use crate::metrics::Metrics;
+
+/// Why a request could not be sent, or its response head not received.
+#[derive(Clone, Debug, thiserror::Error)]
+pub enum UpstreamError {
+    /// The backend has no endpoint that is up.
+    #[error("no reachable endpoint: {0}")]
+    Unavailable(String),
+    /// A connection could not be opened.
+    #[error("cannot connect: {0}")]
+    Connect(String),
+    /// The apiserver reset the stream or the connection failed before the response started.
+    #[error("the apiserver connection failed: {0}")]
+    Protocol(String),
+    /// No response head arrived in time.
+    #[error("the apiserver did not answer in time")]
+    Timeout,
+}
+
+impl UpstreamError {
+    /// The error of a failed HTTP/2 exchange.
+    pub fn from_h2(e: &h2::Error) -> UpstreamError {
+        UpstreamError::Protocol(e.to_string())
+    }
+
+    /// A bounded label for metrics.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            UpstreamError::Unavailable(_) => "unavailable",
+            UpstreamError::Connect(_) => "connect",
+            UpstreamError::Protocol(_) => "reset",
+            UpstreamError::Timeout => "timeout",
+        }
+    }
+}
+
+/// The endpoints of one backend.
+pub struct BackendPool {
+    /// The backend's name.
+    pub name: String,
+    /// Its expected `major.minor`, if the route file gives one.
+    pub version: Option<(u32, u32)>,
+    /// Its endpoints' pools.
+    pub endpoints: Vec<Arc<EndpointPool>>,
+}
+
+impl BackendPool {
+    /// The endpoint to use now: the one with the fewest open streams among those not known to be
+    /// down; `None` when every endpoint is down.
+    pub fn pick(&self) -> Option<&Arc<EndpointPool>> {
+        self.endpoints
+            .iter()
+            .filter(|e| e.state() != EndpointState::Down)
+            .min_by_key(|e| e.active_streams())
+    }
+
+    /// Whether some endpoint is ready.
+    pub fn is_reachable(&self) -> bool {
+        self.endpoints
+            .iter()
+            .any(|e| e.state() == EndpointState::Ready)
+    }
+}
+
+/// Every endpoint pool, shared across route table reloads so that an endpoint that stays keeps its
+/// connections, a new one is connected, and a removed one is drained when its last stream ends.
+pub struct Upstreams {
+    settings: PoolSettings,
+    metrics: Arc<Metrics>,
+    pools: Mutex<HashMap<(String, String), Weak<EndpointPool>>>,
+}
+
+impl Upstreams {
+    /// An empty registry.
+    pub fn new(settings: PoolSettings, metrics: Arc<Metrics>) -> Upstreams {
+        Upstreams {
+            settings,
+            metrics,
+            pools: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The backend pools of a table, reusing the pools of endpoints already known.
+    pub fn backends_for(&self, table: &RouteTable) -> Vec<Arc<BackendPool>> {
+        let mut pools = self.pools.lock().unwrap_or_else(|e| e.into_inner());
+        pools.retain(|_, p| p.strong_count() > 0);
+        table
+            .backends
+            .iter()
+            .map(|b| {
+                let endpoints = b
+                    .endpoints
+                    .iter()
+                    .map(|ep| {
+                        let key = (b.name.clone(), ep.url.clone());
+                        if let Some(existing) = pools.get(&key).and_then(Weak::upgrade) {
+                            return existing;
+                        }
+                        let labels = [b.name.as_str(), ep.url.as_str()];
+                        let pool = Arc::new(EndpointPool::new(
+                            ep.clone(),
+                            self.settings.clone(),
+                            [
+                                self.metrics.upstream_connections.with_label_values(&labels),
+                                self.metrics.upstream_streams.with_label_values(&labels),
+                                self.metrics.endpoint_ready.with_label_values(&labels),
+                            ],
+                        ));
+                        pools.insert(key, Arc::downgrade(&pool));
+                        pool
+                    })
+                    .collect();
+                Arc::new(BackendPool {
+                    name: b.name.clone(),
+                    version: b.version,
+                    endpoints,
+                })
+            })
+            .collect()
+    }
+}

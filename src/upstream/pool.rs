@@ -1,0 +1,300 @@
+//! The HTTP/2 connections to one apiserver endpoint: as few as the streams need, each checked by PING.
+//!
+//! A request takes a stream slot on the first open connection with room under the peer's
+//! SETTINGS_MAX_CONCURRENT_STREAMS (a compare-and-swap on that connection's counter, no lock). Only
+//! when every connection is full does it take the endpoint's connect lock and open another, so a
+//! watch never waits behind a full connection. A connection whose PING goes unanswered, that the
+//! peer closes, or that received GOAWAY leaves the pool; its open streams finish or fail on their own.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use bytes::Bytes;
+use h2::client::SendRequest;
+use prometheus::IntGauge;
+use tokio::net::TcpStream;
+
+use super::UpstreamError;
+use crate::config::Endpoint;
+
+/// Tunables of every pool.
+#[derive(Clone, Debug)]
+pub struct PoolSettings {
+    /// How long a TCP connect and HTTP/2 handshake may take.
+    pub connect_timeout: Duration,
+    /// How often an open connection is PINGed.
+    pub ping_interval: Duration,
+    /// How long a PING may go unanswered before the connection is dropped.
+    pub ping_timeout: Duration,
+    /// Streams per connection assumed until the peer's SETTINGS arrive (kube-apiserver's default).
+    pub initial_max_streams: usize,
+}
+
+impl Default for PoolSettings {
+    fn default() -> Self {
+        PoolSettings {
+            connect_timeout: Duration::from_secs(5),
+            ping_interval: Duration::from_secs(5),
+            ping_timeout: Duration::from_secs(5),
+            initial_max_streams: 100,
+        }
+    }
+}
+
+/// Health of an endpoint, as last seen.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum EndpointState {
+    /// Not tried yet.
+    Unknown = 0,
+    /// Connected, or its health check passed.
+    Ready = 1,
+    /// Its last connect or health check failed.
+    Down = 2,
+}
+
+/// One upstream HTTP/2 connection.
+pub(crate) struct Conn {
+    send: SendRequest<Bytes>,
+    active: AtomicUsize,
+    closed: AtomicBool,
+}
+
+impl Conn {
+    fn max_streams(&self) -> usize {
+        self.send.current_max_send_streams()
+    }
+
+    /// Takes a stream slot if the connection is open and has room.
+    fn try_reserve(&self) -> bool {
+        if self.closed.load(Ordering::Acquire) {
+            return false;
+        }
+        let max = self.max_streams();
+        self.active
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < max).then_some(n + 1)
+            })
+            .is_ok()
+    }
+}
+
+/// The pool of one endpoint.
+pub struct EndpointPool {
+    /// The endpoint.
+    pub endpoint: Endpoint,
+    /// The endpoint's `host:port`, ready for request URIs.
+    pub authority: http::uri::Authority,
+    settings: PoolSettings,
+    conns: ArcSwap<Vec<Arc<Conn>>>,
+    connecting: tokio::sync::Mutex<()>,
+    state: AtomicU8,
+    streams: AtomicUsize,
+    connections_gauge: IntGauge,
+    streams_gauge: IntGauge,
+    ready_gauge: IntGauge,
+}
+
+/// A stream slot on one connection; freeing it is dropping it.
+pub struct StreamSlot {
+    pool: Arc<EndpointPool>,
+    conn: Arc<Conn>,
+}
+
+impl StreamSlot {
+    /// A handle to send one request on the slot's connection.
+    pub(crate) fn sender(&self) -> SendRequest<Bytes> {
+        self.conn.send.clone()
+    }
+
+    /// Marks the slot's connection as unusable for new streams (after GOAWAY or a send failure).
+    pub(crate) fn retire_connection(&self) {
+        self.pool.retire(&self.conn);
+    }
+
+    /// The endpoint's pool.
+    pub fn pool(&self) -> &Arc<EndpointPool> {
+        &self.pool
+    }
+}
+
+impl Drop for StreamSlot {
+    fn drop(&mut self) {
+        self.conn.active.fetch_sub(1, Ordering::AcqRel);
+        self.pool.streams.fetch_sub(1, Ordering::Relaxed);
+        self.pool.streams_gauge.dec();
+    }
+}
+
+impl EndpointPool {
+    /// An empty pool; connections are opened on demand.
+    pub fn new(endpoint: Endpoint, settings: PoolSettings, gauges: [IntGauge; 3]) -> EndpointPool {
+        let [connections_gauge, streams_gauge, ready_gauge] = gauges;
+        // Validation parsed the URL, so its authority parses; a placeholder keeps this infallible.
+        let authority = endpoint
+            .authority()
+            .parse()
+            .unwrap_or_else(|_| http::uri::Authority::from_static("invalid.invalid"));
+        EndpointPool {
+            authority,
+            endpoint,
+            settings,
+            conns: ArcSwap::from_pointee(Vec::new()),
+            connecting: tokio::sync::Mutex::new(()),
+            state: AtomicU8::new(EndpointState::Unknown as u8),
+            streams: AtomicUsize::new(0),
+            connections_gauge,
+            streams_gauge,
+            ready_gauge,
+        }
+    }
+
+    /// Streams open now.
+    pub fn active_streams(&self) -> usize {
+        self.streams.load(Ordering::Relaxed)
+    }
+
+    /// Connections open now.
+    pub fn connections(&self) -> usize {
+        self.conns.load().len()
+    }
+
+    /// The endpoint's health as last seen.
+    pub fn state(&self) -> EndpointState {
+        match self.state.load(Ordering::Relaxed) {
+            1 => EndpointState::Ready,
+            2 => EndpointState::Down,
+            _ => EndpointState::Unknown,
+        }
+    }
+
+    /// Records the endpoint's health.
+    pub fn set_state(&self, s: EndpointState) {
+        self.state.store(s as u8, Ordering::Relaxed);
+        self.ready_gauge.set(i64::from(s == EndpointState::Ready));
+    }
+
+    fn slot(self: &Arc<Self>, conn: Arc<Conn>) -> StreamSlot {
+        self.streams.fetch_add(1, Ordering::Relaxed);
+        self.streams_gauge.inc();
+        StreamSlot {
+            pool: self.clone(),
+            conn,
+        }
+    }
+
+    fn reserve_existing(self: &Arc<Self>) -> Option<StreamSlot> {
+        let conns = self.conns.load();
+        conns
+            .iter()
+            .find(|c| c.try_reserve())
+            .map(|c| self.slot(c.clone()))
+    }
+
+    /// A stream slot: on an open connection with room, or on a new connection.
+    pub async fn acquire(self: &Arc<Self>) -> Result<StreamSlot, UpstreamError> {
+        if let Some(slot) = self.reserve_existing() {
+            return Ok(slot);
+        }
+        let _connecting = self.connecting.lock().await;
+        // Another request may have opened a connection while this one waited for the lock.
+        if let Some(slot) = self.reserve_existing() {
+            return Ok(slot);
+        }
+        let conn = match self.connect().await {
+            Ok(c) => c,
+            Err(e) => {
+                self.set_state(EndpointState::Down);
+                return Err(e);
+            }
+        };
+        self.set_state(EndpointState::Ready);
+        conn.active.fetch_add(1, Ordering::AcqRel);
+        self.conns.rcu(|list| {
+            let mut list = Vec::clone(list);
+            list.push(conn.clone());
+            list
+        });
+        Ok(self.slot(conn))
+    }
+
+    async fn connect(self: &Arc<Self>) -> Result<Arc<Conn>, UpstreamError> {
+        let ep = &self.endpoint;
+        if ep.tls {
+            return Err(UpstreamError::Connect(format!(
+                "{}: https endpoints need the TLS support of a later skewgate",
+                ep.url
+            )));
+        }
+        let addr = (ep.host.as_str(), ep.port);
+        let handshake = async {
+            let tcp = TcpStream::connect(addr)
+                .await
+                .map_err(|e| UpstreamError::Connect(format!("{}: {e}", ep.url)))?;
+            let _ = tcp.set_nodelay(true);
+            h2::client::Builder::new()
+                .initial_max_send_streams(self.settings.initial_max_streams)
+                .initial_window_size(1 << 20)
+                .initial_connection_window_size(8 << 20)
+                .handshake::<_, Bytes>(tcp)
+                .await
+                .map_err(|e| UpstreamError::Connect(format!("{}: HTTP/2 handshake: {e}", ep.url)))
+        };
+        let (send, mut connection) = tokio::time::timeout(self.settings.connect_timeout, handshake)
+            .await
+            .map_err(|_| UpstreamError::Connect(format!("{}: connect timed out", ep.url)))??;
+        let conn = Arc::new(Conn {
+            send,
+            active: AtomicUsize::new(0),
+            closed: AtomicBool::new(false),
+        });
+        self.connections_gauge.inc();
+        let ping_pong = connection.ping_pong();
+        let pool = Arc::downgrade(self);
+        // Weak, so that a pool dropped on reload drops its connections' senders and they close.
+        let me = Arc::downgrade(&conn);
+        let (interval, timeout) = (self.settings.ping_interval, self.settings.ping_timeout);
+        tokio::spawn(async move {
+            let health = async move {
+                let Some(mut pp) = ping_pong else {
+                    return std::future::pending().await;
+                };
+                loop {
+                    tokio::time::sleep(interval).await;
+                    match tokio::time::timeout(timeout, pp.ping(h2::Ping::opaque())).await {
+                        Ok(Ok(_)) => {}
+                        _ => return,
+                    }
+                }
+            };
+            let dead_by_ping = tokio::select! {
+                _ = &mut connection => false,
+                _ = health => true,
+            };
+            if let (Some(pool), Some(conn)) = (pool.upgrade(), me.upgrade()) {
+                if dead_by_ping {
+                    tracing::warn!(endpoint = %pool.endpoint.url, "upstream connection did not answer PING; dropping it");
+                    pool.set_state(EndpointState::Down);
+                }
+                pool.retire(&conn);
+            }
+        });
+        Ok(conn)
+    }
+
+    /// Takes a connection out of the pool; its open streams are left to finish.
+    fn retire(&self, conn: &Arc<Conn>) {
+        if conn.closed.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        self.conns.rcu(|list| {
+            list.iter()
+                .filter(|c| !Arc::ptr_eq(c, conn))
+                .cloned()
+                .collect::<Vec<_>>()
+        });
+        self.connections_gauge.dec();
+    }
+}

@@ -1,0 +1,148 @@
+//! Sends one request on a pooled HTTP/2 stream and streams both bodies, never buffering them.
+
+use std::future::poll_fn;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use h2::{RecvStream, SendStream};
+use http::{Request, Response};
+use http_body::{Body, Frame};
+use http_body_util::BodyExt;
+
+use super::UpstreamError;
+use super::pool::{EndpointPool, StreamSlot};
+
+/// Sends `head` (and `body`, unless it is already at its end) to the endpoint; returns the response
+/// head and a body that streams the rest. A connection found closing before the request was handed
+/// to it (GOAWAY received, PING failed) is retired and the request goes on another connection.
+pub async fn send<B>(
+    pool: &Arc<EndpointPool>,
+    mut head: Request<()>,
+    body: B,
+) -> Result<Response<UpstreamBody>, UpstreamError>
+where
+    B: Body<Data = Bytes> + Send + Unpin + 'static,
+    B::Error: std::fmt::Display + Send,
+{
+    let end_of_stream = body.is_end_stream();
+    *head.version_mut() = http::Version::HTTP_2;
+    let mut attempt = 0;
+    let (slot, mut sender) = loop {
+        let slot = pool.acquire().await?;
+        match slot.sender().ready().await {
+            Ok(sender) => break (slot, sender),
+            Err(e) => {
+                slot.retire_connection();
+                attempt += 1;
+                if attempt == 2 {
+                    return Err(UpstreamError::from_h2(&e));
+                }
+                tracing::debug!(endpoint = %pool.endpoint.url, error = %e, "upstream connection is closing; using another");
+            }
+        }
+    };
+    let (response, stream) = sender.send_request(head, end_of_stream).map_err(|e| {
+        slot.retire_connection();
+        UpstreamError::from_h2(&e)
+    })?;
+    if !end_of_stream {
+        tokio::spawn(pump_request_body(body, stream));
+    }
+    let response = response.await.map_err(|e| {
+        if e.is_go_away() || e.is_io() {
+            slot.retire_connection();
+        }
+        UpstreamError::from_h2(&e)
+    })?;
+    let (parts, recv) = response.into_parts();
+    let body = UpstreamBody {
+        recv,
+        data_done: false,
+        _slot: slot,
+    };
+    Ok(Response::from_parts(parts, body))
+}
+
+/// Copies the client's request body to the upstream stream, honouring HTTP/2 flow control.
+async fn pump_request_body<B>(mut body: B, mut stream: SendStream<Bytes>)
+where
+    B: Body<Data = Bytes> + Unpin,
+    B::Error: std::fmt::Display + Send,
+{
+    while let Some(frame) = body.frame().await {
+        let frame = match frame {
+            Ok(f) => f,
+            Err(e) => {
+                tracing::debug!(error = %e, "client request body failed; resetting the upstream stream");
+                stream.send_reset(h2::Reason::CANCEL);
+                return;
+            }
+        };
+        match frame.into_data() {
+            Ok(mut data) => {
+                while !data.is_empty() {
+                    stream.reserve_capacity(data.len());
+                    let granted = match poll_fn(|cx| stream.poll_capacity(cx)).await {
+                        Some(Ok(n)) => n,
+                        _ => return,
+                    };
+                    let chunk = data.split_to(granted.min(data.len()));
+                    if stream.send_data(chunk, false).is_err() {
+                        return;
+                    }
+                }
+            }
+            Err(frame) => {
+                if let Ok(trailers) = frame.into_trailers() {
+                    let _ = stream.send_trailers(trailers);
+                    return;
+                }
+            }
+        }
+    }
+    let _ = stream.send_data(Bytes::new(), true);
+}
+
+/// The body of an upstream response, streamed as it arrives. Holds its stream slot until it ends
+/// or is dropped (dropping it resets the upstream stream, as when a client goes away).
+pub struct UpstreamBody {
+    recv: RecvStream,
+    data_done: bool,
+    _slot: StreamSlot,
+}
+
+impl Body for UpstreamBody {
+    type Data = Bytes;
+    type Error = h2::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, h2::Error>>> {
+        let this = &mut *self;
+        if !this.data_done {
+            match this.recv.poll_data(cx) {
+                Poll::Ready(Some(Ok(data))) => {
+                    // Passed on to the client now; hyper polls again only when it can write.
+                    let _ = this.recv.flow_control().release_capacity(data.len());
+                    return Poll::Ready(Some(Ok(Frame::data(data))));
+                }
+                Poll::Ready(Some(Err(e))) => return Poll::Ready(Some(Err(e))),
+                Poll::Ready(None) => this.data_done = true,
+                Poll::Pending => return Poll::Pending,
+            }
+        }
+        match this.recv.poll_trailers(cx) {
+            Poll::Ready(Ok(Some(trailers))) => Poll::Ready(Some(Ok(Frame::trailers(trailers)))),
+            Poll::Ready(Ok(None)) => Poll::Ready(None),
+            Poll::Ready(Err(e)) => Poll::Ready(Some(Err(e))),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.recv.is_end_stream()
+    }
+}

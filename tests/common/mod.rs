@@ -1,0 +1,174 @@
+//! A test bed: simulated apiservers of two versions sharing one store, and skewgate in-process in
+//! front of them with a route file in a temporary directory, all on loopback ports chosen by the OS.
+
+#![allow(dead_code)]
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use skewgate::proxy::{ProxySettings, ServeOptions, Server};
+use skewgate::sim::{self, SimConfig, SimHandle, Store};
+
+pub const OLD: &str = "v1.29.4";
+pub const NEW: &str = "v1.30.1";
+
+static DIRS: AtomicUsize = AtomicUsize::new(0);
+
+/// A fresh temporary directory.
+pub fn temp_dir(tag: &str) -> PathBuf {
+    let n = DIRS.fetch_add(1, Ordering::Relaxed);
+    let dir = std::env::temp_dir().join(format!("skewgate-test-{tag}-{}-{n}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    dir
+}
+
+pub fn loopback() -> SocketAddr {
+    "127.0.0.1:0".parse().expect("addr")
+}
+
+/// Two simulators (OLD and NEW) over one store.
+pub struct Sims {
+    pub store: Store,
+    pub old: SimHandle,
+    pub new: SimHandle,
+}
+
+pub async fn sims() -> Sims {
+    sims_with(100).await
+}
+
+pub async fn sims_with(max_streams: u32) -> Sims {
+    let store = Store::new();
+    let config = |v: &str| SimConfig {
+        max_concurrent_streams: max_streams,
+        ..SimConfig::new(v)
+    };
+    let old = sim::start(config(OLD), store.clone(), loopback())
+        .await
+        .expect("old sim");
+    let new = sim::start(config(NEW), store.clone(), loopback())
+        .await
+        .expect("new sim");
+    Sims { store, old, new }
+}
+
+/// A route file over the two simulators: backends `old` and `new`, then `writes` and `reads` as given.
+pub fn routes(sims: &Sims, writes_and_reads: &str) -> String {
+    format!(
+        "apiVersion: skewgate.io/v1alpha1
+kind: RouteTable
+backends:
+  - name: old
+    version: v1.29
+    endpoints: [{}]
+  - name: new
+    version: v1.30
+    endpoints: [{}]
+{writes_and_reads}",
+        sims.old.url(),
+        sims.new.url()
+    )
+}
+
+/// skewgate serving a route file from a temporary directory.
+pub struct Gate {
+    pub server: Server,
+    pub routes: PathBuf,
+}
+
+impl Gate {
+    pub fn url(&self) -> String {
+        format!("http://{}", self.server.addr)
+    }
+
+    pub fn admin(&self) -> String {
+        format!("http://{}", self.server.admin_addr)
+    }
+
+    /// Rewrites the route file (atomically, as a ConfigMap update does).
+    pub fn rewrite(&self, text: &str) {
+        let tmp = self.routes.with_extension("tmp");
+        std::fs::write(&tmp, text).expect("write");
+        std::fs::rename(&tmp, &self.routes).expect("rename");
+    }
+
+    pub async fn metrics(&self) -> String {
+        reqwest::get(format!("{}/metrics", self.admin()))
+            .await
+            .expect("metrics")
+            .text()
+            .await
+            .expect("text")
+    }
+}
+
+pub async fn gate(routes_text: &str) -> Gate {
+    let dir = temp_dir("gate");
+    let routes = dir.join("routes.yaml");
+    std::fs::write(&routes, routes_text).expect("write routes");
+    let server = Server::start(ServeOptions {
+        routes: routes.clone(),
+        listen: loopback(),
+        admin_listen: loopback(),
+        reload_poll: Duration::from_millis(200),
+        settings: ProxySettings {
+            shutdown_grace: Duration::from_secs(2),
+            ..ProxySettings::default()
+        },
+    })
+    .await
+    .expect("skewgate starts");
+    Gate { server, routes }
+}
+
+/// An HTTP/1.1 client.
+pub fn h1() -> reqwest::Client {
+    reqwest::Client::builder()
+        .http1_only()
+        .build()
+        .expect("client")
+}
+
+/// An h2c (prior knowledge) client.
+pub fn h2() -> reqwest::Client {
+    reqwest::Client::builder()
+        .http2_prior_knowledge()
+        .build()
+        .expect("client")
+}
+
+/// The simulator version that answered.
+pub fn served_by(resp: &reqwest::Response) -> String {
+    resp.headers()
+        .get(sim::VERSION_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_owned()
+}
+
+/// Polls `check` every 50 ms for up to `secs` seconds.
+pub async fn eventually<F, Fut>(secs: u64, mut check: F) -> bool
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(secs);
+    while tokio::time::Instant::now() < deadline {
+        if check().await {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    false
+}
+
+/// The value of a metric line that starts with `prefix` (the name and its labels), or 0.
+pub fn metric(text: &str, prefix: &str) -> f64 {
+    text.lines()
+        .filter(|l| l.starts_with(prefix))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}

@@ -1,0 +1,142 @@
+//! What a client sees when the proxy cannot complete a request, and what /metrics and /readyz say.
+
+mod common;
+
+use common::*;
+use serde_json::Value;
+
+#[tokio::test]
+async fn an_unreachable_backend_gets_a_503_status_with_retry_after() {
+    let sims = sims().await;
+    // A port nothing listens on: bind one, then let it go.
+    let dead = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let dead_url = format!("http://{}", dead.local_addr().expect("addr"));
+    drop(dead);
+    let text = routes(&sims, "writes:\n  default: old\nreads:\n  default: old\n")
+        .replace(&sims.old.url(), &dead_url);
+    let gate = gate(&text).await;
+    for client in [h1(), h2()] {
+        let r = client
+            .get(format!("{}/api/v1/namespaces", gate.url()))
+            .send()
+            .await
+            .expect("response");
+        assert_eq!(r.status(), 503);
+        assert_eq!(
+            r.headers().get("retry-after").and_then(|v| v.to_str().ok()),
+            Some("1")
+        );
+        assert_eq!(
+            r.headers()
+                .get("content-type")
+                .and_then(|v| v.to_str().ok()),
+            Some("application/json")
+        );
+        let status: Value = r.json().await.expect("Status JSON");
+        assert_eq!(status["kind"], "Status");
+        assert_eq!(status["reason"], "ServiceUnavailable");
+        assert_eq!(status["code"], 503);
+        assert!(
+            status["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("\"old\"")),
+            "{status}"
+        );
+    }
+    // Readiness says which backend has no endpoint; the other backend still serves.
+    let ready = reqwest::get(format!("{}/readyz", gate.admin()))
+        .await
+        .expect("readyz");
+    assert_eq!(ready.status(), 503);
+    assert!(ready.text().await.expect("text").contains("old"));
+    let m = gate.metrics().await;
+    assert!(
+        metric(
+            &m,
+            "skewgate_requests_total{backend=\"old\",class=\"read\",code=\"503\",verb=\"list\"}"
+        ) >= 2.0,
+        "{m}"
+    );
+}
+
+#[tokio::test]
+async fn metrics_move_with_the_requests_made() {
+    let sims = sims().await;
+    let gate = gate(&routes(
+        &sims,
+        "writes:\n  default: new\n  pins:\n    - {name: team-a, namespaces: [team-a], backend: new}\nreads:\n  default: old\n",
+    ))
+    .await;
+    let c = h1();
+    for _ in 0..3 {
+        let r = c
+            .get(format!(
+                "{}/api/v1/namespaces/team-b/configmaps",
+                gate.url()
+            ))
+            .send()
+            .await
+            .expect("get");
+        assert_eq!(r.status(), 200);
+    }
+    let r = c
+        .get(format!(
+            "{}/api/v1/namespaces/team-a/configmaps/missing",
+            gate.url()
+        ))
+        .send()
+        .await
+        .expect("get");
+    assert_eq!(r.status(), 404);
+    let m = gate.metrics().await;
+    for (line, want) in [
+        (
+            "skewgate_requests_total{backend=\"old\",class=\"read\",code=\"200\",verb=\"list\"}",
+            3.0,
+        ),
+        (
+            "skewgate_requests_total{backend=\"new\",class=\"read\",code=\"404\",verb=\"get\"}",
+            1.0,
+        ),
+        (
+            "skewgate_decisions_total{class=\"read\",rule=\"reads.default\"}",
+            3.0,
+        ),
+        (
+            "skewgate_decisions_total{class=\"read\",rule=\"team-a\"}",
+            1.0,
+        ),
+        (
+            "skewgate_request_duration_seconds_count{backend=\"old\",class=\"read\",verb=\"list\"}",
+            3.0,
+        ),
+        (
+            "skewgate_inflight_requests{backend=\"old\",class=\"read\"}",
+            0.0,
+        ),
+        ("skewgate_client_connections{protocol=\"http1\"}", 1.0),
+    ] {
+        assert_eq!(metric(&m, line), want, "{line}\n{m}");
+    }
+    assert!(m.contains("skewgate_upstream_connections{backend=\"old\""));
+    let ready = reqwest::get(format!("{}/readyz", gate.admin()))
+        .await
+        .expect("readyz");
+    assert!(
+        eventually(10, || async {
+            reqwest::get(format!("{}/readyz", gate.admin()))
+                .await
+                .is_ok_and(|r| r.status() == 200)
+        })
+        .await,
+        "{ready:?}"
+    );
+    let debug: Value = reqwest::get(format!("{}/debug/routes", gate.admin()))
+        .await
+        .expect("debug")
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(debug["writes"]["pins"][0]["name"], "team-a");
+    assert_eq!(debug["backends"][0]["endpoints"][0]["state"], "ready");
+}

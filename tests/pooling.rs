@@ -1,0 +1,117 @@
+//! Many client connections share a few upstream HTTP/2 connections, and watches never wait behind a
+//! connection that is full.
+
+mod common;
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use common::*;
+use futures_util::StreamExt;
+use http_body_util::{BodyExt, Empty};
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpStream;
+
+const DEFAULT_OLD: &str = "writes:\n  default: old\nreads:\n  default: old\n";
+
+/// One HTTP/1.1 connection that sends `n` requests one after another.
+async fn client_connection(addr: std::net::SocketAddr, n: usize) -> usize {
+    let tcp = TcpStream::connect(addr).await.expect("connect");
+    let (mut send, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tcp))
+        .await
+        .expect("handshake");
+    tokio::spawn(conn);
+    let mut ok = 0;
+    for i in 0..n {
+        let req = http::Request::get(format!("/api/v1/namespaces/ns-{}/configmaps", i % 7))
+            .header("host", "skewgate")
+            .body(Empty::<Bytes>::new())
+            .expect("request");
+        let resp = send.send_request(req).await.expect("response");
+        if resp.status() == 200 {
+            ok += 1;
+        }
+        let _ = resp.into_body().collect().await;
+    }
+    ok
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn five_hundred_client_connections_share_a_handful_of_upstream_connections() {
+    let sims = sims().await;
+    let gate = gate(&routes(&sims, DEFAULT_OLD)).await;
+    let addr = gate.server.addr;
+    let before = sims.old.accepted_connections();
+    let tasks: Vec<_> = (0..500)
+        .map(|_| tokio::spawn(client_connection(addr, 4)))
+        .collect();
+    let mut ok = 0;
+    for t in tasks {
+        ok += t.await.expect("task");
+    }
+    assert_eq!(ok, 2000, "every request succeeded");
+    let upstream = sims.old.accepted_connections() - before;
+    println!("500 client connections, 2000 requests: {upstream} upstream connection(s) opened");
+    assert!(
+        upstream <= 6,
+        "{upstream} upstream connections for 500 client connections"
+    );
+    let m = gate.metrics().await;
+    assert!(
+        metric(&m, "skewgate_upstream_connections{backend=\"old\"") <= 6.0,
+        "{m}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_hundred_watches_spread_over_connections_of_100_streams() {
+    let sims = sims_with(100).await;
+    let gate = gate(&routes(&sims, DEFAULT_OLD)).await;
+    let client = h2();
+    let mut watches = Vec::new();
+    for i in 0..300 {
+        let resp = client
+            .get(format!(
+                "{}/api/v1/namespaces/default/configmaps?watch=1&w={i}",
+                gate.url()
+            ))
+            .send()
+            .await
+            .expect("watch");
+        assert_eq!(resp.status(), 200, "watch {i}");
+        watches.push(resp.bytes_stream());
+    }
+    // Every watch is live: one write reaches all 300.
+    let create = serde_json::json!({"metadata": {"name": "hello"}});
+    let r = h1()
+        .post(format!(
+            "{}/api/v1/namespaces/default/configmaps",
+            sims.new.url()
+        ))
+        .json(&create)
+        .send()
+        .await
+        .expect("create");
+    assert_eq!(r.status(), 201);
+    for (i, w) in watches.iter_mut().enumerate() {
+        let chunk = tokio::time::timeout(Duration::from_secs(10), w.next())
+            .await
+            .unwrap_or_else(|_| panic!("watch {i} got no event"))
+            .expect("open")
+            .expect("chunk");
+        assert!(
+            String::from_utf8_lossy(&chunk).contains("hello"),
+            "watch {i}"
+        );
+    }
+    let m = gate.metrics().await;
+    let conns = metric(&m, "skewgate_upstream_connections{backend=\"old\"");
+    let streams = metric(&m, "skewgate_upstream_streams{backend=\"old\"");
+    println!("300 watches: {conns} upstream connections, {streams} streams");
+    assert!(streams >= 300.0, "{m}");
+    assert!(
+        (3.0..=4.0).contains(&conns),
+        "300 watches need 3 connections of 100 streams (4 with the health check's): {conns}"
+    );
+    assert!(sims.old.accepted_connections() >= 3);
+}
