@@ -15,6 +15,7 @@ fn main() -> ExitCode {
         Command::Explain(args) => cli::explain::explain(&args).map(|()| ExitCode::SUCCESS),
         Command::Serve(args) => cli::serve::run(args),
         Command::Demo(args) => cli::demo::run(args),
+        Command::Sim(args) => cli::sim::run(args),
     };
     match result {
         Ok(code) => code,

@@ -4,6 +4,7 @@ pub mod check;
 pub mod demo;
 pub mod explain;
 pub mod serve;
+pub mod sim;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -38,6 +39,22 @@ pub enum Command {
     Explain(ExplainArgs),
     /// Run simulated apiservers of two versions with skewgate in front, and print commands to try.
     Demo(DemoArgs),
+    /// Run one simulated apiserver (a test fixture for benchmarks and experiments, not an apiserver).
+    Sim(SimArgs),
+}
+
+/// `skewgate sim`.
+#[derive(clap::Args)]
+pub struct SimArgs {
+    /// Where it listens.
+    #[arg(long, default_value = "127.0.0.1:18080")]
+    pub listen: SocketAddr,
+    /// The gitVersion it reports; its major.minor selects its schema.
+    #[arg(long, default_value = "v1.30.0")]
+    pub git_version: String,
+    /// SETTINGS_MAX_CONCURRENT_STREAMS of its HTTP/2 connections.
+    #[arg(long, default_value_t = 100)]
+    pub max_concurrent_streams: u32,
 }
 
 /// `skewgate serve`.

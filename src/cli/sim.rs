@@ -1,0 +1,27 @@
+//! `skewgate sim`: one simulated apiserver in its own process, for benchmarks and experiments.
+
+use std::process::ExitCode;
+
+use anyhow::{Context, Result};
+
+use skewgate::sim::{self, SimConfig, Store};
+
+use super::SimArgs;
+use super::serve::{init_logging, runtime, wait_for_signal};
+
+/// Runs the simulator until SIGTERM or Ctrl-C.
+pub fn run(args: SimArgs) -> Result<ExitCode> {
+    init_logging();
+    runtime()?.block_on(async move {
+        let config = SimConfig {
+            max_concurrent_streams: args.max_concurrent_streams,
+            ..SimConfig::new(&args.git_version)
+        };
+        let handle = sim::start(config, Store::new(), args.listen)
+            .await
+            .with_context(|| format!("cannot listen on {}", args.listen))?;
+        tracing::info!(addr = %handle.addr, version = %args.git_version, "simulated apiserver (a test fixture) is serving");
+        wait_for_signal().await;
+        Ok(ExitCode::SUCCESS)
+    })
+}
