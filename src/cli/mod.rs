@@ -75,6 +75,9 @@ pub struct ServeArgs {
     /// How long in-flight requests may finish after SIGTERM (e.g. 25s).
     #[arg(long, default_value = "25s", value_parser = humantime::parse_duration)]
     pub shutdown_grace: std::time::Duration,
+    /// Worker threads, each with its own event loop and upstream connections (default: one per core).
+    #[arg(long)]
+    pub workers: Option<usize>,
     /// How often upstream connections are PINGed (e.g. 5s).
     #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
     pub upstream_ping_interval: std::time::Duration,

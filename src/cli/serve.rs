@@ -51,6 +51,7 @@ pub fn run(args: ServeArgs) -> Result<ExitCode> {
         reload_poll: args.reload_poll,
         settings: ProxySettings {
             shutdown_grace: args.shutdown_grace,
+            workers: args.workers.unwrap_or(ProxySettings::default().workers),
             pool: PoolSettings {
                 ping_interval: args.upstream_ping_interval,
                 ..PoolSettings::default()

@@ -35,6 +35,8 @@ pub struct ProxySettings {
     pub pool: PoolSettings,
     /// How often endpoints are health-checked.
     pub health_interval: Duration,
+    /// Worker threads, each with its own event loop and upstream connections.
+    pub workers: usize,
 }
 
 impl Default for ProxySettings {
@@ -44,6 +46,7 @@ impl Default for ProxySettings {
             shutdown_grace: Duration::from_secs(25),
             pool: PoolSettings::default(),
             health_interval: Duration::from_secs(5),
+            workers: std::thread::available_parallelism().map_or(1, usize::from),
         }
     }
 }

@@ -7,7 +7,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::net::TcpListener;
-use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use super::{Proxy, ProxySettings};
@@ -38,7 +37,7 @@ pub struct Server {
     /// Where the admin endpoints are.
     pub admin_addr: SocketAddr,
     stop: CancellationToken,
-    serving: JoinHandle<()>,
+    workers: Vec<std::thread::JoinHandle<()>>,
 }
 
 /// Why the server did not start.
@@ -68,7 +67,13 @@ impl Server {
     pub async fn start(opts: ServeOptions) -> Result<Server, StartError> {
         let loaded = config::fingerprint(&opts.routes);
         let table = config::load_path(&opts.routes).map_err(StartError::Routes)?;
-        let listener = bind(opts.listen).await?;
+        // One socket, cloned into every worker's runtime: the kernel hands each connection to one.
+        let listener = std::net::TcpListener::bind(opts.listen)
+            .and_then(|l| l.set_nonblocking(true).map(|()| l))
+            .map_err(|error| StartError::Bind {
+                addr: opts.listen,
+                error,
+            })?;
         let admin = bind(opts.admin_listen).await?;
         let addr = listener.local_addr().map_err(|error| StartError::Bind {
             addr: opts.listen,
@@ -78,6 +83,8 @@ impl Server {
             addr: opts.admin_listen,
             error,
         })?;
+        let workers = opts.settings.workers.max(1);
+        crate::upstream::worker::set_count(workers);
         let proxy = Proxy::new(table, opts.settings.clone(), Arc::new(Metrics::new()));
         let stop = CancellationToken::new();
         let background = stop.child_token();
@@ -99,20 +106,71 @@ impl Server {
             admin,
             background.clone(),
         ));
-        let serving = tokio::spawn(super::serve(proxy.clone(), listener, stop.clone()));
+        let mut handles = Vec::with_capacity(workers);
+        for i in 0..workers {
+            let listener = listener
+                .try_clone()
+                .map_err(|error| StartError::Bind { addr, error })?;
+            let (proxy, stop) = (proxy.clone(), stop.clone());
+            let handle = std::thread::Builder::new()
+                .name(format!("skewgate-worker-{i}"))
+                .spawn(move || run_worker(i, proxy, listener, stop))
+                .map_err(|error| StartError::Bind { addr, error })?;
+            handles.push(handle);
+        }
         tracing::info!(%addr, %admin_addr, routes = %opts.routes.display(), "serving in cleartext (HTTP/1.1 and h2c); put TLS in front or use the TLS flags of a later skewgate");
         Ok(Server {
             proxy,
             addr,
             admin_addr,
             stop,
-            serving,
+            workers: handles,
         })
     }
 
     /// Stops accepting, ends watches cleanly, waits for in-flight requests (up to the grace period).
-    pub async fn shutdown(self) {
+    pub async fn shutdown(mut self) {
         self.stop.cancel();
-        let _ = self.serving.await;
+        let workers = std::mem::take(&mut self.workers);
+        let _ = tokio::task::spawn_blocking(move || {
+            for w in workers {
+                let _ = w.join();
+            }
+        })
+        .await;
     }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        // Dropped without `shutdown`: the workers still stop, in the background.
+        self.stop.cancel();
+    }
+}
+
+/// One worker thread: a single-threaded runtime accepting on a clone of the listener, so a client
+/// connection, its requests and their upstream streams all run on this thread.
+fn run_worker(
+    i: usize,
+    proxy: Arc<Proxy>,
+    listener: std::net::TcpListener,
+    stop: CancellationToken,
+) {
+    crate::upstream::worker::enter(i);
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            tracing::error!(worker = i, error = %e, "cannot start a worker runtime");
+            return;
+        }
+    };
+    runtime.block_on(async move {
+        match TcpListener::from_std(listener) {
+            Ok(listener) => super::serve(proxy, listener, stop).await,
+            Err(e) => tracing::error!(worker = i, error = %e, "cannot use the listener"),
+        }
+    });
 }

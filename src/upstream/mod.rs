@@ -3,6 +3,7 @@
 mod health;
 mod pool;
 mod send;
+pub mod worker;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};

@@ -5,6 +5,10 @@
 //! when every connection is full does it take the endpoint's connect lock and open another, so a
 //! watch never waits behind a full connection. A connection whose PING goes unanswered, that the
 //! peer closes, or that received GOAWAY leaves the pool; its open streams finish or fail on their own.
+//!
+//! The pool is sharded by worker thread (see `worker`): each worker uses, and drives, only its own
+//! connections, so a request and its upstream stream never hop between threads. Work off the
+//! workers (health checks) uses one more shard.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
@@ -88,13 +92,18 @@ pub struct EndpointPool {
     /// The endpoint's `host:port`, ready for request URIs.
     pub authority: http::uri::Authority,
     settings: PoolSettings,
-    conns: ArcSwap<Vec<Arc<Conn>>>,
-    connecting: tokio::sync::Mutex<()>,
+    shards: Box<[Shard]>,
     state: AtomicU8,
     streams: AtomicUsize,
     connections_gauge: IntGauge,
     streams_gauge: IntGauge,
     ready_gauge: IntGauge,
+}
+
+/// The connections of one worker thread.
+struct Shard {
+    conns: ArcSwap<Vec<Arc<Conn>>>,
+    connecting: tokio::sync::Mutex<()>,
 }
 
 /// A stream slot on one connection; freeing it is dropping it.
@@ -141,8 +150,12 @@ impl EndpointPool {
             authority,
             endpoint,
             settings,
-            conns: ArcSwap::from_pointee(Vec::new()),
-            connecting: tokio::sync::Mutex::new(()),
+            shards: (0..=super::worker::count())
+                .map(|_| Shard {
+                    conns: ArcSwap::from_pointee(Vec::new()),
+                    connecting: tokio::sync::Mutex::new(()),
+                })
+                .collect(),
             state: AtomicU8::new(EndpointState::Unknown as u8),
             streams: AtomicUsize::new(0),
             connections_gauge,
@@ -158,7 +171,7 @@ impl EndpointPool {
 
     /// Connections open now.
     pub fn connections(&self) -> usize {
-        self.conns.load().len()
+        self.shards.iter().map(|s| s.conns.load().len()).sum()
     }
 
     /// The endpoint's health as last seen.
@@ -185,8 +198,14 @@ impl EndpointPool {
         }
     }
 
+    /// This thread's shard.
+    fn shard(&self) -> &Shard {
+        let i = super::worker::current().min(self.shards.len() - 1);
+        &self.shards[i]
+    }
+
     fn reserve_existing(self: &Arc<Self>) -> Option<StreamSlot> {
-        let conns = self.conns.load();
+        let conns = self.shard().conns.load();
         conns
             .iter()
             .find(|c| c.try_reserve())
@@ -198,7 +217,7 @@ impl EndpointPool {
         if let Some(slot) = self.reserve_existing() {
             return Ok(slot);
         }
-        let _connecting = self.connecting.lock().await;
+        let _connecting = self.shard().connecting.lock().await;
         // Another request may have opened a connection while this one waited for the lock.
         if let Some(slot) = self.reserve_existing() {
             return Ok(slot);
@@ -212,7 +231,7 @@ impl EndpointPool {
         };
         self.set_state(EndpointState::Ready);
         conn.active.fetch_add(1, Ordering::AcqRel);
-        self.conns.rcu(|list| {
+        self.shard().conns.rcu(|list| {
             let mut list = Vec::clone(list);
             list.push(conn.clone());
             list
@@ -289,12 +308,14 @@ impl EndpointPool {
         if conn.closed.swap(true, Ordering::AcqRel) {
             return;
         }
-        self.conns.rcu(|list| {
-            list.iter()
-                .filter(|c| !Arc::ptr_eq(c, conn))
-                .cloned()
-                .collect::<Vec<_>>()
-        });
+        for shard in self.shards.iter() {
+            shard.conns.rcu(|list| {
+                list.iter()
+                    .filter(|c| !Arc::ptr_eq(c, conn))
+                    .cloned()
+                    .collect::<Vec<_>>()
+            });
+        }
         self.connections_gauge.dec();
     }
 }
