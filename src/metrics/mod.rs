@@ -7,8 +7,8 @@
 use std::sync::OnceLock;
 
 use prometheus::{
-    Encoder, Gauge, HistogramOpts, HistogramVec, IntCounterVec, IntGaugeVec, Opts, Registry,
-    TextEncoder,
+    Encoder, Gauge, GaugeVec, HistogramOpts, HistogramVec, IntCounterVec, IntGaugeVec, Opts,
+    Registry, TextEncoder,
 };
 
 /// The registry and every metric family.
@@ -34,6 +34,10 @@ pub struct Metrics {
     pub upstream_errors: IntCounterVec,
     /// `skewgate_endpoint_ready{backend,endpoint}`.
     pub endpoint_ready: IntGaugeVec,
+    /// `skewgate_rollout_percent{rollout}`.
+    pub rollout_percent: GaugeVec,
+    /// `skewgate_rollout_aborted{rollout}`.
+    pub rollout_aborted: IntGaugeVec,
     /// `skewgate_config_reloads_total{result}`.
     pub config_reloads: IntCounterVec,
     /// `skewgate_config_last_reload_success_timestamp_seconds`.
@@ -101,6 +105,15 @@ impl Metrics {
                 &["backend", "reason"],
             ),
             endpoint_ready: gauge("skewgate_endpoint_ready", "1 when the endpoint answers its health check and has a connection, else 0.", &["backend", "endpoint"]),
+            rollout_percent: register(
+                &r,
+                GaugeVec::new(
+                    Opts::new("skewgate_rollout_percent", "The share of keys each rollout sends to its `to` backend now (0 while aborted)."),
+                    &["rollout"],
+                )
+                .unwrap_or_else(|_| unreachable!()),
+            ),
+            rollout_aborted: gauge("skewgate_rollout_aborted", "1 while a rollout holds at 0 % after its error ratio broke the threshold.", &["rollout"]),
             config_reloads: counter("skewgate_config_reloads_total", "Route file loads, by result (success, failure, unchanged).", &["result"]),
             config_last_success: register(
                 &r,

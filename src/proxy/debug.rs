@@ -11,6 +11,7 @@ use crate::upstream::EndpointState;
 
 impl AdminSource for Proxy {
     fn metrics_text(&self) -> String {
+        self.routing().refresh_rollout_gauges(SystemTime::now());
         self.metrics.render()
     }
 
@@ -72,8 +73,15 @@ impl AdminSource for Proxy {
             .reads
             .rollouts
             .iter()
-            .map(|r| {
+            .enumerate()
+            .map(|(i, r)| {
                 let point = r.schedule.at(now);
+                let window = routing.rollouts.window(i);
+                let aborted = window.is_some_and(|w| w.is_aborted());
+                let abort = window.map(|w| {
+                    let c = w.counts(now);
+                    json!({"aborted": aborted, "requests": c.requests, "failures": c.failures, "errorRatio": c.ratio()})
+                });
                 let steps = match &r.schedule {
                     Schedule::Fixed(_) => Value::Null,
                     Schedule::Steps { steps, .. } => json!(steps.len()),
@@ -82,10 +90,12 @@ impl AdminSource for Proxy {
                     "name": r.name,
                     "to": t.backend_name(r.to),
                     "stickyBy": r.sticky_by.as_str(),
-                    "percentInForce": point.percent.as_f64(),
+                    "percentInForce": if aborted { 0.0 } else { point.percent.as_f64() },
+                    "schedulePercent": point.percent.as_f64(),
                     "step": point.step,
                     "steps": steps,
-                    "aborted": false,
+                    "aborted": aborted,
+                    "abortWindow": abort,
                     "selectors": selectors(&r.selectors),
                 })
             })

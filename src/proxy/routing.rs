@@ -2,14 +2,14 @@
 //! the metric handles the request path uses. Swapped whole on reload.
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Instant, SystemTime};
 
 use prometheus::{Histogram, IntCounter, IntGauge};
 
 use crate::classify::Verb;
 use crate::config::RouteTable;
 use crate::metrics::{COMMON_CODES, Metrics, Slots, code_slot};
-use crate::steer::{Class, Decision, Rule, Steering};
+use crate::steer::{Class, Decision, RolloutState, Rule, Steering};
 use crate::upstream::{BackendPool, Upstreams};
 
 /// Number of `Verb` variants: the width of the per-verb metric tables.
@@ -22,6 +22,8 @@ pub struct Routing {
     pub steering: Steering,
     /// The backends' pools, by `BackendId`.
     pub backends: Vec<Arc<BackendPool>>,
+    /// The rollouts' abort windows.
+    pub rollouts: RolloutState,
     metrics: Arc<Metrics>,
     requests: Slots<IntCounter>,
     durations: Slots<Histogram>,
@@ -51,6 +53,7 @@ impl Routing {
         let n = backends.len();
         let rules = table.writes.pins.len() + table.reads.rollouts.len() + 2;
         Routing {
+            rollouts: RolloutState::new(&table),
             steering: Steering::new(Arc::new(table)),
             backends,
             metrics,
@@ -111,6 +114,46 @@ impl Routing {
                 }
             }
             None => labels(&code.to_string()).inc(),
+        }
+    }
+
+    /// Feeds the outcome of a request into its rollout's abort window; an abort is logged and shown
+    /// in `skewgate_rollout_aborted`.
+    pub fn record_outcome(&self, d: &Decision, failed: bool) {
+        if let Some((i, counts)) = self.rollouts.record(d, SystemTime::now(), failed) {
+            let t = self.table();
+            let name = &t.reads.rollouts[i].name;
+            tracing::warn!(
+                rollout = %name,
+                requests = counts.requests,
+                failures = counts.failures,
+                ratio = counts.ratio(),
+                "rollout aborted: its error ratio broke the threshold; it holds at 0 % until the route file changes"
+            );
+            self.metrics
+                .rollout_aborted
+                .with_label_values(&[name.as_str()])
+                .set(1);
+        }
+    }
+
+    /// Sets the rollout gauges to the state at `now` (called before /metrics is rendered).
+    pub fn refresh_rollout_gauges(&self, now: SystemTime) {
+        for (i, r) in self.table().reads.rollouts.iter().enumerate() {
+            let aborted = self.rollouts.window(i).is_some_and(|w| w.is_aborted());
+            let percent = if aborted {
+                0.0
+            } else {
+                r.schedule.at(now).percent.as_f64()
+            };
+            self.metrics
+                .rollout_percent
+                .with_label_values(&[r.name.as_str()])
+                .set(percent);
+            self.metrics
+                .rollout_aborted
+                .with_label_values(&[r.name.as_str()])
+                .set(i64::from(aborted));
         }
     }
 

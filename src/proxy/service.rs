@@ -13,7 +13,7 @@ use super::Proxy;
 use super::body::ProxyBody;
 use super::status::ProxyError;
 use crate::classify::{Client, classify};
-use crate::steer::{Quiet, SteerRequest};
+use crate::steer::SteerRequest;
 use crate::upstream::{UpstreamError, send};
 
 static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
@@ -52,7 +52,9 @@ pub async fn handle(
             groups: &[],
             client: Client::from_user_agent(ua),
         };
-        let decision = routing.steering.decide(&req, SystemTime::now(), &Quiet);
+        let decision = routing
+            .steering
+            .decide(&req, SystemTime::now(), &routing.rollouts);
         (decision, info.verb, info.is_long_running())
     };
     routing.count_decision(&decision);
@@ -111,6 +113,10 @@ pub async fn handle(
             Err(_) => Err(UpstreamError::Timeout),
         }
     };
+    routing.record_outcome(
+        &decision,
+        sent.as_ref().map_or(true, |r| r.status().is_server_error()),
+    );
     match sent {
         Ok(resp) => {
             let (mut head, body) = resp.into_parts();

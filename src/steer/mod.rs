@@ -5,6 +5,7 @@
 //! `reads.default`. Deciding is synchronous and pure: the time and the live state (aborted rollouts)
 //! are arguments, so a test controls both.
 
+mod abort;
 mod decision;
 mod index;
 mod request;
@@ -13,6 +14,7 @@ pub mod sticky;
 use std::sync::Arc;
 use std::time::SystemTime;
 
+pub use abort::{AbortWindow, WindowCounts};
 pub use decision::{Class, Decision, Reason, Rule};
 pub use request::SteerRequest;
 
@@ -33,6 +35,54 @@ pub struct Quiet;
 impl LiveState for Quiet {
     fn rollout_aborted(&self, _rollout: usize) -> bool {
         false
+    }
+}
+
+/// The abort windows of a table's rollouts: the live state its read decisions depend on. Lives as
+/// long as the table, so an abort holds until the route file changes.
+pub struct RolloutState {
+    windows: Vec<Option<AbortWindow>>,
+}
+
+impl RolloutState {
+    /// Empty windows for every rollout of `table` that has `abort`.
+    pub fn new(table: &RouteTable) -> RolloutState {
+        RolloutState {
+            windows: table
+                .reads
+                .rollouts
+                .iter()
+                .map(|r| r.abort.clone().map(AbortWindow::new))
+                .collect(),
+        }
+    }
+
+    /// The window of rollout `i`, if it has `abort`.
+    pub fn window(&self, i: usize) -> Option<&AbortWindow> {
+        self.windows.get(i).and_then(Option::as_ref)
+    }
+
+    /// Records the outcome of a request that `decision` sent to a rollout's `to`; returns the
+    /// window's counts when this outcome aborts the rollout.
+    pub fn record(
+        &self,
+        decision: &Decision,
+        now: SystemTime,
+        failed: bool,
+    ) -> Option<(usize, WindowCounts)> {
+        match (decision.rule, decision.reason) {
+            (Rule::Rollout(i), Reason::Rollout { selected: true, .. }) => self
+                .window(i)
+                .and_then(|w| w.record(now, failed))
+                .map(|c| (i, c)),
+            _ => None,
+        }
+    }
+}
+
+impl LiveState for RolloutState {
+    fn rollout_aborted(&self, rollout: usize) -> bool {
+        self.window(rollout).is_some_and(AbortWindow::is_aborted)
     }
 }
 
