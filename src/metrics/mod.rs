@@ -34,6 +34,12 @@ pub struct Metrics {
     pub upstream_errors: IntCounterVec,
     /// `skewgate_endpoint_ready{backend,endpoint}`.
     pub endpoint_ready: IntGaugeVec,
+    /// `skewgate_pin_moves_total{pin}`.
+    pub pin_moves: IntCounterVec,
+    /// `skewgate_pin_move_wait_seconds`.
+    pub pin_move_wait: prometheus::Histogram,
+    /// `skewgate_writes_held{pin}`.
+    pub writes_held: IntGaugeVec,
     /// `skewgate_rollout_percent{rollout}`.
     pub rollout_percent: GaugeVec,
     /// `skewgate_rollout_aborted{rollout}`.
@@ -105,6 +111,19 @@ impl Metrics {
                 &["backend", "reason"],
             ),
             endpoint_ready: gauge("skewgate_endpoint_ready", "1 when the endpoint answers its health check and has a connection, else 0.", &["backend", "endpoint"]),
+            pin_moves: counter("skewgate_pin_moves_total", "Reloads that moved a pin (or writes.default, as rule writes.default) to another backend.", &["pin"]),
+            pin_move_wait: register(
+                &r,
+                prometheus::Histogram::with_opts(
+                    HistogramOpts::new(
+                        "skewgate_pin_move_wait_seconds",
+                        "How long writes waited for the same object's in-flight writes on the previous backend to finish.",
+                    )
+                    .buckets(vec![0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0]),
+                )
+                .unwrap_or_else(|_| unreachable!()),
+            ),
+            writes_held: gauge("skewgate_writes_held", "Writes waiting now for in-flight writes of the same object on another backend, by the rule that sends them.", &["pin"]),
             rollout_percent: register(
                 &r,
                 GaugeVec::new(

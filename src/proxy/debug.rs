@@ -66,6 +66,7 @@ impl AdminSource for Proxy {
                     "backend": t.backend_name(p.backend),
                     "reads": match p.reads { crate::config::PinReads::Follow => "follow", crate::config::PinReads::Rollout => "rollout" },
                     "selectors": selectors(&p.selectors),
+                    "writesHeld": self.metrics.writes_held.with_label_values(&[p.name.as_str()]).get(),
                 })
             })
             .collect();
@@ -108,6 +109,7 @@ impl AdminSource for Proxy {
                 "verbs": t.writes.verbs.iter().map(|v| v.as_str()).collect::<Vec<_>>(),
                 "default": t.backend_name(t.writes.default),
                 "fence": humantime::format_duration(t.writes.fence).to_string(),
+                "inFlight": self.writes.inflight(),
                 "pins": pins,
             },
             "reads": {"default": t.backend_name(t.reads.default), "rollouts": rollouts},

@@ -22,6 +22,7 @@ pub use status::{ProxyError, status_response};
 
 use crate::config::{ConfigErrors, RouteTable};
 use crate::metrics::Metrics;
+use crate::steer::WriteLedger;
 use crate::upstream::{PoolSettings, Upstreams};
 
 /// Tunables of the proxy.
@@ -72,13 +73,16 @@ pub struct Proxy {
     pub settings: ProxySettings,
     /// Fired at shutdown: long-running responses end cleanly.
     pub stop_long_running: CancellationToken,
+    /// Which backend each object's in-flight writes are on.
+    pub writes: Arc<WriteLedger>,
 }
 
 impl Proxy {
     /// A proxy serving `table`.
     pub fn new(table: RouteTable, settings: ProxySettings, metrics: Arc<Metrics>) -> Arc<Proxy> {
         let upstreams = Upstreams::new(settings.pool.clone(), metrics.clone());
-        let routing = Routing::new(table, &upstreams, metrics.clone());
+        let stop_long_running = CancellationToken::new();
+        let routing = Routing::new(table, &upstreams, metrics.clone(), &stop_long_running);
         metrics.config_reloads.with_label_values(&["success"]).inc();
         metrics.config_last_success.set(unix_now());
         Arc::new(Proxy {
@@ -86,7 +90,8 @@ impl Proxy {
             upstreams,
             metrics,
             settings,
-            stop_long_running: CancellationToken::new(),
+            stop_long_running,
+            writes: Arc::new(WriteLedger::default()),
         })
     }
 
@@ -118,8 +123,14 @@ impl Proxy {
             }
             Ok(table) => {
                 let name = table.name.clone().unwrap_or_default();
-                let routing = Routing::new(table, &self.upstreams, self.metrics.clone());
-                self.routing.store(Arc::new(routing));
+                let routing = Arc::new(Routing::new(
+                    table,
+                    &self.upstreams,
+                    self.metrics.clone(),
+                    &self.stop_long_running,
+                ));
+                let old = self.routing.swap(routing.clone());
+                old.end_moved_reads(&routing);
                 self.metrics
                     .config_reloads
                     .with_label_values(&["success"])

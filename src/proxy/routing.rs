@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::{Instant, SystemTime};
 
 use prometheus::{Histogram, IntCounter, IntGauge};
+use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 
 use crate::classify::Verb;
 use crate::config::RouteTable;
@@ -24,6 +25,9 @@ pub struct Routing {
     pub backends: Vec<Arc<BackendPool>>,
     /// The rollouts' abort windows.
     pub rollouts: RolloutState,
+    /// Fired when the reads a rule sends somewhere move elsewhere: one per pin, then one for
+    /// `reads.default`, then one for everything else (fired only at shutdown).
+    moved: Vec<CancellationToken>,
     metrics: Arc<Metrics>,
     requests: Slots<IntCounter>,
     durations: Slots<Histogram>,
@@ -48,11 +52,19 @@ fn verb_label(v: Verb) -> &'static str {
 
 impl Routing {
     /// Builds the routing of a table, reusing the pools of endpoints that `upstreams` already has.
-    pub fn new(table: RouteTable, upstreams: &Upstreams, metrics: Arc<Metrics>) -> Routing {
+    pub fn new(
+        table: RouteTable,
+        upstreams: &Upstreams,
+        metrics: Arc<Metrics>,
+        shutdown: &CancellationToken,
+    ) -> Routing {
         let backends = upstreams.backends_for(&table);
         let n = backends.len();
         let rules = table.writes.pins.len() + table.reads.rollouts.len() + 2;
         Routing {
+            moved: (0..table.writes.pins.len() + 2)
+                .map(|_| shutdown.child_token())
+                .collect(),
             rollouts: RolloutState::new(&table),
             steering: Steering::new(Arc::new(table)),
             backends,
@@ -114,6 +126,51 @@ impl Routing {
                 }
             }
             None => labels(&code.to_string()).inc(),
+        }
+    }
+
+    /// Fires when the long-running reads that `d` decided should end: at shutdown, or when a reload
+    /// moves the pin (with follow reads) or `reads.default` that decided them, so clients list and
+    /// watch again from the new version instead of keeping a cache built from the old one.
+    pub fn long_running_stop(&self, d: &Decision) -> WaitForCancellationFutureOwned {
+        let pins = self.table().writes.pins.len();
+        let i = match d.rule {
+            Rule::Pin(i) => i,
+            Rule::ReadDefault => pins,
+            Rule::Rollout(_) | Rule::WriteDefault => pins + 1,
+        };
+        self.moved[i.min(pins + 1)].clone().cancelled_owned()
+    }
+
+    /// After `next` replaced this routing: ends the long-running reads whose pin or default moved,
+    /// and counts the pins that moved.
+    pub fn end_moved_reads(&self, next: &Routing) {
+        let (old, new) = (self.table(), next.table());
+        for (i, pin) in old.writes.pins.iter().enumerate() {
+            let before = old.backend_name(pin.backend);
+            let after = new
+                .writes
+                .pins
+                .iter()
+                .find(|p| p.name == pin.name)
+                .map(|p| new.backend_name(p.backend));
+            if after != Some(before) {
+                tracing::info!(pin = %pin.name, from = before, to = after.unwrap_or("(removed)"), "pin moved; ending the watches it sent to the old backend");
+                self.metrics
+                    .pin_moves
+                    .with_label_values(&[pin.name.as_str()])
+                    .inc();
+                self.moved[i].cancel();
+            }
+        }
+        if old.backend_name(old.reads.default) != new.backend_name(new.reads.default) {
+            self.moved[old.writes.pins.len()].cancel();
+        }
+        if old.backend_name(old.writes.default) != new.backend_name(new.writes.default) {
+            self.metrics
+                .pin_moves
+                .with_label_values(&["writes.default"])
+                .inc();
         }
     }
 

@@ -6,14 +6,15 @@ use std::time::{Instant, SystemTime};
 
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::uri::{PathAndQuery, Scheme};
-use http::{Request, Response, Uri};
+use http::{Request, Response, StatusCode, Uri};
 use hyper::body::Incoming;
 
 use super::Proxy;
 use super::body::ProxyBody;
-use super::status::ProxyError;
+use super::routing::Routing;
+use super::status::{ProxyError, status_response};
 use crate::classify::{Client, classify};
-use crate::steer::SteerRequest;
+use crate::steer::{Class, Decision, SteerRequest, WriteTicket, backend_key, object_key};
 use crate::upstream::{UpstreamError, send};
 
 static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
@@ -40,7 +41,7 @@ pub async fn handle(
     if parts.headers.contains_key(header::UPGRADE) {
         return ProxyError::UpgradeUnsupported.into_response();
     }
-    let (decision, verb, long_running) = {
+    let (decision, verb, long_running, object) = {
         let info = classify(parts.method.as_str(), parts.uri.path(), parts.uri.query());
         let ua = parts
             .headers
@@ -55,7 +56,8 @@ pub async fn handle(
         let decision = routing
             .steering
             .decide(&req, SystemTime::now(), &routing.rollouts);
-        (decision, info.verb, info.is_long_running())
+        let object = (decision.class == Class::Write).then(|| object_key(&info));
+        (decision, info.verb, info.is_long_running(), object)
     };
     routing.count_decision(&decision);
     let tracker = routing.track(&decision, verb, long_running, start);
@@ -78,6 +80,14 @@ pub async fn handle(
         );
     };
 
+    // A pinned write waits while the same object has writes in flight on another backend.
+    let _ticket = match object {
+        Some(key) => match admit_write(&proxy, &routing, &decision, key, parts.uri.query()).await {
+            Ok(ticket) => Some(ticket),
+            Err(resp) => return answer(resp),
+        },
+        None => None,
+    };
     prepare_headers(&mut parts.headers, remote);
     let path = parts
         .uri
@@ -121,7 +131,7 @@ pub async fn handle(
         Ok(resp) => {
             let (mut head, body) = resp.into_parts();
             strip_hop_by_hop(&mut head.headers);
-            let stop = long_running.then(|| proxy.stop_long_running.clone().cancelled_owned());
+            let stop = long_running.then(|| routing.long_running_stop(&decision));
             let body = ProxyBody::upstream(body, long_running, stop).with_tracker(tracker);
             answer(Response::from_parts(head, body))
         }
@@ -141,6 +151,66 @@ pub async fn handle(
             )
         }
     }
+}
+
+/// Admits a write to the ledger, waiting up to the request's own `timeout` (or `writes.fence`, if
+/// shorter) for the object's writes on another backend; past that, 429 and nothing is sent.
+async fn admit_write(
+    proxy: &Proxy,
+    routing: &Routing,
+    decision: &Decision,
+    key: u64,
+    query: Option<&str>,
+) -> Result<WriteTicket, Response<ProxyBody>> {
+    let table = routing.table();
+    let backend = table.backend_name(decision.backend);
+    let mut wait = table.writes.fence;
+    if let Some(t) = request_timeout(query) {
+        wait = wait.min(t);
+    }
+    let deadline = tokio::time::Instant::now() + wait;
+    let started = std::time::Instant::now();
+    let rule = decision.rule_name(table);
+    let held = proxy.metrics.writes_held.with_label_values(&[rule]);
+    let ledger = proxy.writes.clone();
+    let admit = ledger.admit(key, backend_key(backend), deadline);
+    tokio::pin!(admit);
+    // Most writes are admitted at once; only those that wait show in the gauge.
+    let first = futures_util::FutureExt::now_or_never(admit.as_mut());
+    let result = match first {
+        Some(r) => r,
+        None => {
+            held.inc();
+            let r = admit.await;
+            held.dec();
+            r
+        }
+    };
+    match result {
+        Ok((ticket, waited)) => {
+            if waited {
+                proxy
+                    .metrics
+                    .pin_move_wait
+                    .observe(started.elapsed().as_secs_f64());
+            }
+            Ok(ticket)
+        }
+        Err(_) => Err(status_response(
+            StatusCode::TOO_MANY_REQUESTS,
+            "TooManyRequests",
+            &format!(
+                "skewgate: writes of this object are moving to backend {backend:?}; earlier writes on the previous backend are still in flight, retry"
+            ),
+            true,
+        )),
+    }
+}
+
+/// The request's `timeout` query parameter (a Go duration such as `30s`), if any.
+fn request_timeout(query: Option<&str>) -> Option<std::time::Duration> {
+    let (_, value) = form_urlencoded::parse(query?.as_bytes()).find(|(k, _)| k == "timeout")?;
+    humantime::parse_duration(&value).ok()
 }
 
 fn strip_hop_by_hop(headers: &mut HeaderMap) {

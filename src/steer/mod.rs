@@ -8,6 +8,7 @@
 mod abort;
 mod decision;
 mod index;
+mod ledger;
 mod request;
 pub mod sticky;
 
@@ -16,6 +17,7 @@ use std::time::SystemTime;
 
 pub use abort::{AbortWindow, WindowCounts};
 pub use decision::{Class, Decision, Reason, Rule};
+pub use ledger::{Held, WriteLedger, WriteTicket, backend_key, object_key};
 pub use request::SteerRequest;
 
 use crate::config::{PinReads, RouteTable};
