@@ -66,6 +66,8 @@ pub struct FilePin {
     pub reads: Option<Text>,
     #[serde(default)]
     pub flip_at: Option<Text>,
+    #[serde(default)]
+    pub from: Option<Text>,
 }
 
 #[derive(Debug, Deserialize)]

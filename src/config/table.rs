@@ -92,6 +92,9 @@ pub struct Pin {
     pub reads: PinReads,
     /// When a move of this pin takes effect across replicas.
     pub flip_at: Option<SystemTime>,
+    /// The backend the pin moves from at `flip_at`, when the file says so (`from`); otherwise a
+    /// replica takes it from the table it ran before.
+    pub flip_from: Option<BackendId>,
 }
 
 /// What a pin does with the reads of the objects it covers.

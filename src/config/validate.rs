@@ -265,12 +265,20 @@ impl Validator<'_> {
                 .flip_at
                 .as_ref()
                 .and_then(|t| self.timestamp(t, &format!("{path}.flipAt")));
+            let flip_from = p
+                .from
+                .as_ref()
+                .map(|f| self.backend_ref(f, &format!("{path}.from")));
+            if let (Some(from), None) = (&p.from, &p.flip_at) {
+                self.error(from.referenced, format!("{path}.from"), "from names the backend a pin moves from at flipAt: add flipAt, or leave from out");
+            }
             out.push(Pin {
                 name,
                 selectors,
                 backend,
                 reads,
                 flip_at,
+                flip_from,
             });
         }
         out

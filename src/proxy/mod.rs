@@ -22,7 +22,7 @@ pub use status::{ProxyError, status_response};
 
 use crate::config::{ConfigErrors, RouteTable};
 use crate::metrics::Metrics;
-use crate::steer::WriteLedger;
+use crate::steer::{Clock, SystemClock, WriteLedger};
 use crate::upstream::{PoolSettings, Upstreams};
 
 /// Tunables of the proxy.
@@ -38,6 +38,8 @@ pub struct ProxySettings {
     pub health_interval: Duration,
     /// Worker threads, each with its own event loop and upstream connections.
     pub workers: usize,
+    /// The clock decisions are made by.
+    pub clock: Arc<dyn Clock>,
 }
 
 impl Default for ProxySettings {
@@ -48,6 +50,7 @@ impl Default for ProxySettings {
             pool: PoolSettings::default(),
             health_interval: Duration::from_secs(5),
             workers: std::thread::available_parallelism().map_or(1, usize::from),
+            clock: Arc::new(SystemClock),
         }
     }
 }
@@ -82,7 +85,15 @@ impl Proxy {
     pub fn new(table: RouteTable, settings: ProxySettings, metrics: Arc<Metrics>) -> Arc<Proxy> {
         let upstreams = Upstreams::new(settings.pool.clone(), metrics.clone());
         let stop_long_running = CancellationToken::new();
-        let routing = Routing::new(table, &upstreams, metrics.clone(), &stop_long_running);
+        let now = settings.clock.now();
+        let routing = Routing::new(
+            table,
+            &upstreams,
+            metrics.clone(),
+            &stop_long_running,
+            None,
+            now,
+        );
         metrics.config_reloads.with_label_values(&["success"]).inc();
         metrics.config_last_success.set(unix_now());
         Arc::new(Proxy {
@@ -123,13 +134,17 @@ impl Proxy {
             }
             Ok(table) => {
                 let name = table.name.clone().unwrap_or_default();
+                let old = self.routing.load_full();
+                let now = self.settings.clock.now();
                 let routing = Arc::new(Routing::new(
                     table,
                     &self.upstreams,
                     self.metrics.clone(),
                     &self.stop_long_running,
+                    Some(&old),
+                    now,
                 ));
-                let old = self.routing.swap(routing.clone());
+                self.routing.store(routing.clone());
                 old.end_moved_reads(&routing);
                 self.metrics
                     .config_reloads

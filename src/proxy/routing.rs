@@ -8,9 +8,9 @@ use prometheus::{Histogram, IntCounter, IntGauge};
 use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 
 use crate::classify::Verb;
-use crate::config::RouteTable;
+use crate::config::{BackendId, RouteTable};
 use crate::metrics::{COMMON_CODES, Metrics, Slots, code_slot};
-use crate::steer::{Class, Decision, RolloutState, Rule, Steering};
+use crate::steer::{Class, Decision, LiveState, RolloutState, Rule, Steering};
 use crate::upstream::{BackendPool, Upstreams};
 
 /// Number of `Verb` variants: the width of the per-verb metric tables.
@@ -25,6 +25,8 @@ pub struct Routing {
     pub backends: Vec<Arc<BackendPool>>,
     /// The rollouts' abort windows.
     pub rollouts: RolloutState,
+    /// For each pin with `flipAt`, the backend it had in the previous table, when that differs.
+    pin_previous: Vec<Option<BackendId>>,
     /// Fired when the reads a rule sends somewhere move elsewhere: one per pin, then one for
     /// `reads.default`, then one for everything else (fired only at shutdown).
     moved: Vec<CancellationToken>,
@@ -52,16 +54,33 @@ fn verb_label(v: Verb) -> &'static str {
 
 impl Routing {
     /// Builds the routing of a table, reusing the pools of endpoints that `upstreams` already has.
+    /// `previous` is the routing this one replaces, if any: a pin that moves at `flipAt` keeps the
+    /// backend it had there (as of `now`) until then.
     pub fn new(
         table: RouteTable,
         upstreams: &Upstreams,
         metrics: Arc<Metrics>,
         shutdown: &CancellationToken,
+        previous: Option<&Routing>,
+        now: SystemTime,
     ) -> Routing {
         let backends = upstreams.backends_for(&table);
         let n = backends.len();
         let rules = table.writes.pins.len() + table.reads.rollouts.len() + 2;
+        let pin_previous = table
+            .writes
+            .pins
+            .iter()
+            .map(|pin| {
+                let prev = previous?;
+                pin.flip_at?;
+                let name = prev.effective_pin_backend(&pin.name, now)?;
+                let id = table.backends.iter().position(|b| b.name == name)?;
+                (id != pin.backend).then_some(id)
+            })
+            .collect();
         Routing {
+            pin_previous,
             moved: (0..table.writes.pins.len() + 2)
                 .map(|_| shutdown.child_token())
                 .collect(),
@@ -127,6 +146,19 @@ impl Routing {
             }
             None => labels(&code.to_string()).inc(),
         }
+    }
+
+    /// The backend the named pin sends writes to at `now` (its previous one before its `flipAt`).
+    fn effective_pin_backend(&self, pin: &str, now: SystemTime) -> Option<&str> {
+        let t = self.table();
+        let i = t.writes.pins.iter().position(|p| p.name == pin)?;
+        let p = &t.writes.pins[i];
+        let before_flip = p.flip_at.is_some_and(|at| now < at);
+        let id = match (before_flip, p.flip_from.or(self.pin_previous[i])) {
+            (true, Some(prev)) => prev,
+            _ => p.backend,
+        };
+        Some(t.backend_name(id))
     }
 
     /// Fires when the long-running reads that `d` decided should end: at shutdown, or when a reload
@@ -270,6 +302,16 @@ impl Routing {
             duration,
             start,
         }
+    }
+}
+
+impl LiveState for Routing {
+    fn rollout_aborted(&self, rollout: usize) -> bool {
+        self.rollouts.rollout_aborted(rollout)
+    }
+
+    fn pin_previous(&self, pin: usize) -> Option<BackendId> {
+        self.pin_previous.get(pin).copied().flatten()
     }
 }
 

@@ -2,7 +2,7 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::{Instant, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::uri::{PathAndQuery, Scheme};
@@ -14,7 +14,7 @@ use super::body::ProxyBody;
 use super::routing::Routing;
 use super::status::{ProxyError, status_response};
 use crate::classify::{Client, classify};
-use crate::steer::{Class, Decision, SteerRequest, WriteTicket, backend_key, object_key};
+use crate::steer::{Class, Decision, Reason, SteerRequest, WriteTicket, backend_key, object_key};
 use crate::upstream::{UpstreamError, send};
 
 static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
@@ -55,7 +55,7 @@ pub async fn handle(
         };
         let decision = routing
             .steering
-            .decide(&req, SystemTime::now(), &routing.rollouts);
+            .decide(&req, proxy.settings.clock.now(), &*routing);
         let object = (decision.class == Class::Write).then(|| object_key(&info));
         (decision, info.verb, info.is_long_running(), object)
     };
@@ -80,6 +80,12 @@ pub async fn handle(
         );
     };
 
+    // A write of a pin inside its fence waits for the fence to end.
+    if let Reason::Fenced { until } = decision.reason
+        && let Err(resp) = hold_until(&proxy, &routing, &decision, until, parts.uri.query()).await
+    {
+        return answer(resp);
+    }
     // A pinned write waits while the same object has writes in flight on another backend.
     let _ticket = match object {
         Some(key) => match admit_write(&proxy, &routing, &decision, key, parts.uri.query()).await {
@@ -116,9 +122,19 @@ pub async fn handle(
     let sent = if long_running {
         send(endpoint, head, body).await
     } else {
-        match tokio::time::timeout(proxy.settings.response_timeout, send(endpoint, head, body))
-            .await
-        {
+        // Every pinned write gets at most fence - 2s upstream, so that when a fence ends no replica
+        // is still waiting on a write to the old backend.
+        let limit = match decision.class {
+            Class::Write => proxy.settings.response_timeout.min(
+                routing
+                    .table()
+                    .writes
+                    .fence
+                    .saturating_sub(Duration::from_secs(2)),
+            ),
+            Class::Read => proxy.settings.response_timeout,
+        };
+        match tokio::time::timeout(limit, send(endpoint, head, body)).await {
             Ok(r) => r,
             Err(_) => Err(UpstreamError::Timeout),
         }
@@ -171,7 +187,6 @@ async fn admit_write(
     let deadline = tokio::time::Instant::now() + wait;
     let started = std::time::Instant::now();
     let rule = decision.rule_name(table);
-    let held = proxy.metrics.writes_held.with_label_values(&[rule]);
     let ledger = proxy.writes.clone();
     let admit = ledger.admit(key, backend_key(backend), deadline);
     tokio::pin!(admit);
@@ -180,10 +195,8 @@ async fn admit_write(
     let result = match first {
         Some(r) => r,
         None => {
-            held.inc();
-            let r = admit.await;
-            held.dec();
-            r
+            let _held = Held::new(proxy.metrics.writes_held.with_label_values(&[rule]));
+            admit.await
         }
     };
     match result {
@@ -204,6 +217,54 @@ async fn admit_write(
             ),
             true,
         )),
+    }
+}
+
+/// Holds a write until its pin's fence ends (by the proxy's clock); 429 at once when the request's
+/// own `timeout` would pass first.
+async fn hold_until(
+    proxy: &Proxy,
+    routing: &Routing,
+    decision: &Decision,
+    until: SystemTime,
+    query: Option<&str>,
+) -> Result<(), Response<ProxyBody>> {
+    let clock = &proxy.settings.clock;
+    let remaining = until.duration_since(clock.now()).unwrap_or(Duration::ZERO);
+    let rule = decision.rule_name(routing.table());
+    if request_timeout(query).is_some_and(|t| t < remaining) {
+        return Err(status_response(
+            StatusCode::TOO_MANY_REQUESTS,
+            "TooManyRequests",
+            &format!(
+                "skewgate: pin {rule:?} is moving; its writes are held for {}s more",
+                remaining.as_secs() + 1
+            ),
+            true,
+        ));
+    }
+    let _held = Held::new(proxy.metrics.writes_held.with_label_values(&[rule]));
+    // Polls the clock rather than sleeping the whole hold, so a clock that jumps is followed.
+    while clock.now() < until {
+        let left = until.duration_since(clock.now()).unwrap_or(Duration::ZERO);
+        tokio::time::sleep(left.min(Duration::from_millis(50))).await;
+    }
+    Ok(())
+}
+
+/// Counts a write in `skewgate_writes_held` while it lives (also when the client gives up).
+struct Held(prometheus::IntGauge);
+
+impl Held {
+    fn new(gauge: prometheus::IntGauge) -> Held {
+        gauge.inc();
+        Held(gauge)
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        self.0.dec();
     }
 }
 

@@ -41,6 +41,14 @@ pub enum Rule {
 pub enum Reason {
     /// A write matched a pin.
     PinnedWrite,
+    /// A write matched a pin that moves at `flipAt`, which has not come yet: the previous backend.
+    BeforeFlip,
+    /// A write matched a pin inside its fence: it is held until `until`, then goes to the pin's
+    /// backend.
+    Fenced {
+        /// When the fence ends.
+        until: std::time::SystemTime,
+    },
     /// A write matched no pin.
     NoPin,
     /// A read matched a pin whose reads follow it.
@@ -121,6 +129,15 @@ impl fmt::Display for Explained<'_> {
             Reason::NoPin => write!(
                 f,
                 "write matches no pin, so it goes to writes.default ({backend})"
+            ),
+            Reason::BeforeFlip => write!(
+                f,
+                "write matches pin {rule:?}, which moves at its flipAt; until then it stays on {backend}"
+            ),
+            Reason::Fenced { until } => write!(
+                f,
+                "write matches pin {rule:?}, which is moving: it is held until {} (flipAt + fence), then goes to {backend}",
+                humantime::format_rfc3339_seconds(until)
             ),
             Reason::ReadFollowsPin => write!(
                 f,

@@ -6,6 +6,7 @@
 //! are arguments, so a test controls both.
 
 mod abort;
+mod clock;
 mod decision;
 mod index;
 mod ledger;
@@ -16,11 +17,12 @@ use std::sync::Arc;
 use std::time::SystemTime;
 
 pub use abort::{AbortWindow, WindowCounts};
+pub use clock::{Clock, ManualClock, SystemClock};
 pub use decision::{Class, Decision, Reason, Rule};
 pub use ledger::{Held, WriteLedger, WriteTicket, backend_key, object_key};
 pub use request::SteerRequest;
 
-use crate::config::{PinReads, RouteTable};
+use crate::config::{BackendId, Pin, PinReads, RouteTable};
 use index::{Keys, RuleIndex};
 use request::selectors_match;
 
@@ -28,6 +30,23 @@ use request::selectors_match;
 pub trait LiveState {
     /// Whether the rollout at this index has aborted and holds at 0 %.
     fn rollout_aborted(&self, rollout: usize) -> bool;
+
+    /// The backend pin `pin` had in the table this replica ran before, when it differs from the
+    /// pin's backend now: where its writes go until the pin's `flipAt`.
+    fn pin_previous(&self, _pin: usize) -> Option<BackendId> {
+        None
+    }
+}
+
+/// Where a pin with `flipAt` stands at one moment.
+enum Flip {
+    /// No move in progress: the pin's backend.
+    Settled,
+    /// Before `flipAt`: the previous backend.
+    Before(BackendId),
+    /// Between `flipAt` and `flipAt + fence` (or before `flipAt` when the previous backend is not
+    /// known): hold writes until this moment.
+    Fenced(SystemTime),
 }
 
 /// No live state: nothing has aborted. For `explain` and for callers without a running proxy.
@@ -137,39 +156,35 @@ impl Steering {
             },
             client: req.client.name,
         };
-        if table.writes.verbs.contains(req.verb()) {
-            let pins = &table.writes.pins;
-            return match self
-                .write_pins
+        let pins = &table.writes.pins;
+        let first_pin = |index: &RuleIndex| {
+            index
                 .candidates(&keys)
                 .find(|&i| selectors_match(&pins[i].selectors, req))
-            {
-                Some(i) => Decision::new(
-                    Class::Write,
-                    pins[i].backend,
-                    Rule::Pin(i),
-                    Reason::PinnedWrite,
-                ),
-                None => Decision::new(
+        };
+        if table.writes.verbs.contains(req.verb()) {
+            let Some(i) = first_pin(&self.write_pins) else {
+                return Decision::new(
                     Class::Write,
                     table.writes.default,
                     Rule::WriteDefault,
                     Reason::NoPin,
-                ),
+                );
             };
+            let pin = &pins[i];
+            let (backend, reason) = match self.flip(i, pin, now, live) {
+                Flip::Settled => (pin.backend, Reason::PinnedWrite),
+                Flip::Before(prev) => (prev, Reason::BeforeFlip),
+                Flip::Fenced(until) => (pin.backend, Reason::Fenced { until }),
+            };
+            return Decision::new(Class::Write, backend, Rule::Pin(i), reason);
         }
-        let pins = &table.writes.pins;
-        if let Some(i) = self
-            .read_pins
-            .candidates(&keys)
-            .find(|&i| selectors_match(&pins[i].selectors, req))
-        {
-            return Decision::new(
-                Class::Read,
-                pins[i].backend,
-                Rule::Pin(i),
-                Reason::ReadFollowsPin,
-            );
+        if let Some(i) = first_pin(&self.read_pins) {
+            let backend = match self.flip(i, &pins[i], now, live) {
+                Flip::Before(prev) => prev,
+                Flip::Settled | Flip::Fenced(_) => pins[i].backend,
+            };
+            return Decision::new(Class::Read, backend, Rule::Pin(i), Reason::ReadFollowsPin);
         }
         let rollouts = &table.reads.rollouts;
         let Some(i) = self
@@ -202,6 +217,29 @@ impl Steering {
             table.reads.default
         };
         Decision::new(Class::Read, backend, Rule::Rollout(i), reason)
+    }
+}
+
+impl Steering {
+    /// Where pin `i` stands at `now`: settled, before its `flipAt`, or in its fence.
+    fn flip(&self, i: usize, pin: &Pin, now: SystemTime, live: &impl LiveState) -> Flip {
+        let Some(at) = pin.flip_at else {
+            return Flip::Settled;
+        };
+        let previous = pin.flip_from.or_else(|| live.pin_previous(i));
+        if previous == Some(pin.backend) {
+            return Flip::Settled;
+        }
+        let end = at + self.table.writes.fence;
+        if now >= end {
+            return Flip::Settled;
+        }
+        match previous {
+            Some(prev) if now < at => Flip::Before(prev),
+            // In the fence; or before it with no previous backend known (a replica started after
+            // the file changed): holding is the only choice that cannot overlap another replica.
+            _ => Flip::Fenced(end),
+        }
     }
 }
 

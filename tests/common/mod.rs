@@ -109,19 +109,27 @@ pub async fn gate(routes_text: &str) -> Gate {
     let dir = temp_dir("gate");
     let routes = dir.join("routes.yaml");
     std::fs::write(&routes, routes_text).expect("write routes");
+    gate_on(&routes, ProxySettings::default()).await
+}
+
+/// skewgate serving the route file at `routes` (which may be shared with other instances).
+pub async fn gate_on(routes: &std::path::Path, settings: ProxySettings) -> Gate {
     let server = Server::start(ServeOptions {
-        routes: routes.clone(),
+        routes: routes.to_path_buf(),
         listen: loopback(),
         admin_listen: loopback(),
         reload_poll: Duration::from_millis(200),
         settings: ProxySettings {
             shutdown_grace: Duration::from_secs(2),
-            ..ProxySettings::default()
+            ..settings
         },
     })
     .await
     .expect("skewgate starts");
-    Gate { server, routes }
+    Gate {
+        server,
+        routes: routes.to_path_buf(),
+    }
 }
 
 /// An HTTP/1.1 client.
