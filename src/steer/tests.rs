@@ -492,3 +492,52 @@ fn the_index_finds_what_a_linear_scan_finds() {
         }
     }
 }
+
+#[test]
+fn a_pin_with_flip_at_moves_at_its_time_with_a_fence() {
+    let text = TABLE.replace(
+        "      namespaces: [team-a, \"/^canary-/\", \"!canary-hold\"]\n      backend: new\n",
+        "      namespaces: [team-a, \"/^canary-/\", \"!canary-hold\"]\n      backend: new\n      flipAt: 2030-01-01T00:00:00Z\n",
+    );
+    let s = steering(&text);
+    let at = humantime::parse_rfc3339("2030-01-01T00:00:00Z").unwrap();
+    struct Previous(Option<usize>);
+    impl LiveState for Previous {
+        fn rollout_aborted(&self, _: usize) -> bool {
+            false
+        }
+        fn pin_previous(&self, _: usize) -> Option<usize> {
+            self.0
+        }
+    }
+    let write = req("PUT", "/api/v1/namespaces/team-a/configmaps/c");
+    let read = req("GET", "/api/v1/namespaces/team-a/configmaps/c");
+    let old = Previous(Some(0));
+    let decide = |r: &Req, t: SystemTime, live: &Previous| {
+        let (path, query) = (r.url.as_str(), None);
+        let info = classify(r.method, path, query);
+        let sr = SteerRequest { info: &info, user: "", groups: &[], client: Client::default() };
+        let d = s.decide(&sr, t, live);
+        (s.table().backend_name(d.backend).to_owned(), d.reason)
+    };
+    let second = Duration::from_secs(1);
+    assert_eq!(decide(&write, at - second, &old), ("old".into(), Reason::BeforeFlip));
+    assert_eq!(decide(&read, at - second, &old).0, "old", "reads follow the writes");
+    let fence_end = at + Duration::from_secs(10);
+    assert_eq!(decide(&write, at, &old), ("new".into(), Reason::Fenced { until: fence_end }));
+    assert_eq!(decide(&write, fence_end - second, &old).1, Reason::Fenced { until: fence_end });
+    assert_eq!(decide(&write, fence_end, &old), ("new".into(), Reason::PinnedWrite));
+    assert_eq!(decide(&read, at, &old).0, "new");
+    // No previous backend known (a replica started after the change): hold until the fence ends.
+    let unknown = Previous(None);
+    assert_eq!(decide(&write, at - second * 100, &unknown).1, Reason::Fenced { until: fence_end });
+    // The pin did not move: flipAt changes nothing.
+    let same = Previous(Some(1));
+    assert_eq!(decide(&write, at, &same), ("new".into(), Reason::PinnedWrite));
+    // `from` in the file says where it moves from, with no history needed.
+    let s2 = steering(&text.replace("      flipAt: 2030", "      from: old\n      flipAt: 2030"));
+    let info = classify("PUT", "/api/v1/namespaces/team-a/configmaps/c", None);
+    let sr = SteerRequest { info: &info, user: "", groups: &[], client: Client::default() };
+    let d = s2.decide(&sr, at - second, &Quiet);
+    assert_eq!((s2.table().backend_name(d.backend), d.reason), ("old", Reason::BeforeFlip));
+}
