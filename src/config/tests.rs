@@ -308,12 +308,20 @@ fn from_names_a_backend_and_needs_flip_at() {
             &format!("writes:\n  default: v1-29\n  pins:\n    - namespaces: [a]\n      backend: v1-30\n{extra}"),
         )
     };
-    let t = parse(&pin("      from: v1-29\n      flipAt: 2026-11-22T10:00:00Z\n")).unwrap();
+    let t = parse(&pin(
+        "      from: v1-29\n      flipAt: 2026-11-22T10:00:00Z\n",
+    ))
+    .unwrap();
     assert_eq!(t.writes.pins[0].flip_from, Some(0));
     assert_eq!(
         one_error(&pin("      from: v1-29\n")),
         "14:writes.pins[0].from: from names the backend a pin moves from at flipAt: add flipAt, or leave from out"
     );
-    let e = one_error(&pin("      from: v1-28\n      flipAt: 2026-11-22T10:00:00Z\n"));
-    assert!(e.starts_with("14:writes.pins[0].from: unknown backend \"v1-28\""), "{e}");
+    let e = one_error(&pin(
+        "      from: v1-28\n      flipAt: 2026-11-22T10:00:00Z\n",
+    ));
+    assert!(
+        e.starts_with("14:writes.pins[0].from: unknown backend \"v1-28\""),
+        "{e}"
+    );
 }

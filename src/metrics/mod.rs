@@ -34,6 +34,8 @@ pub struct Metrics {
     pub upstream_errors: IntCounterVec,
     /// `skewgate_endpoint_ready{backend,endpoint}`.
     pub endpoint_ready: IntGaugeVec,
+    /// `skewgate_fallbacks_total{from,to}`.
+    pub fallbacks: IntCounterVec,
     /// `skewgate_pin_moves_total{pin}`.
     pub pin_moves: IntCounterVec,
     /// `skewgate_pin_move_wait_seconds`.
@@ -111,6 +113,11 @@ impl Metrics {
                 &["backend", "reason"],
             ),
             endpoint_ready: gauge("skewgate_endpoint_ready", "1 when the endpoint answers its health check and has a connection, else 0.", &["backend", "endpoint"]),
+            fallbacks: counter(
+                "skewgate_fallbacks_total",
+                "Requests sent to another backend because the one the rules chose does not serve their group/version/resource.",
+                &["from", "to"],
+            ),
             pin_moves: counter("skewgate_pin_moves_total", "Reloads that moved a pin (or writes.default, as rule writes.default) to another backend.", &["pin"]),
             pin_move_wait: register(
                 &r,

@@ -53,7 +53,12 @@ impl AdminSource for Proxy {
                         json!({"url": e.endpoint.url, "state": state, "connections": e.connections(), "streams": e.active_streams()})
                     })
                     .collect();
-                json!({"name": b.name, "version": b.version.map(|(a, b)| format!("v{a}.{b}")), "endpoints": endpoints})
+                json!({
+                    "name": b.name,
+                    "version": b.version.map(|(a, b)| format!("v{a}.{b}")),
+                    "endpoints": endpoints,
+                    "served": b.served.load().as_ref().map(|s| s.len()),
+                })
             })
             .collect();
         let pins: Vec<Value> = t

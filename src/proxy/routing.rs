@@ -313,6 +313,19 @@ impl LiveState for Routing {
     fn pin_previous(&self, pin: usize) -> Option<BackendId> {
         self.pin_previous.get(pin).copied().flatten()
     }
+
+    fn serves(
+        &self,
+        backend: BackendId,
+        group: &str,
+        version: &str,
+        resource: &str,
+    ) -> Option<bool> {
+        let served = self.backends.get(backend)?.served.load();
+        served
+            .as_ref()
+            .map(|s| s.contains(group, version, resource))
+    }
 }
 
 /// Ends a request's accounting when dropped (with its response body, or at an early error).

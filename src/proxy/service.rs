@@ -60,6 +60,14 @@ pub async fn handle(
         (decision, info.verb, info.is_long_running(), object)
     };
     routing.count_decision(&decision);
+    if let Some(from) = decision.fallback_from {
+        let t = routing.table();
+        proxy
+            .metrics
+            .fallbacks
+            .with_label_values(&[t.backend_name(from), t.backend_name(decision.backend)])
+            .inc();
+    }
     let tracker = routing.track(&decision, verb, long_running, start);
     let backend = &routing.backends[decision.backend];
     let answer = |resp: Response<ProxyBody>| {

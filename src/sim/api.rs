@@ -17,9 +17,18 @@ pub struct ApiResource {
     pub namespaced: bool,
     /// Short names for kubectl.
     pub short: &'static [&'static str],
+    /// The first version that serves it.
+    pub since: (u32, u32),
+    /// The last version that serves it, if it was removed.
+    pub until: Option<(u32, u32)>,
 }
 
 impl ApiResource {
+    /// Whether a simulator of this version serves the resource.
+    pub fn served_by(&self, version: (u32, u32)) -> bool {
+        version >= self.since && self.until.is_none_or(|u| version <= u)
+    }
+
     /// `v1` or `group/version`, as objects carry it in `apiVersion`.
     pub fn api_version(&self) -> String {
         if self.group.is_empty() {
@@ -30,55 +39,57 @@ impl ApiResource {
     }
 }
 
-/// Every resource the simulator serves.
+const ALWAYS: (u32, u32) = (1, 0);
+
+const fn resource(
+    group: &'static str,
+    version: &'static str,
+    resource: &'static str,
+    kind: &'static str,
+    namespaced: bool,
+    short: &'static [&'static str],
+) -> ApiResource {
+    ApiResource {
+        group,
+        version,
+        resource,
+        kind,
+        namespaced,
+        short,
+        since: ALWAYS,
+        until: None,
+    }
+}
+
+/// Every resource the simulator knows, with the versions that serve it. Two are made up to show
+/// API skew: `widgets.sim.skewgate.io/v1` appears in 1.30 (a new version adds an API group), and
+/// `apps/v1beta2` deployments are served up to 1.29 (an old version still serves a removed one).
 pub const RESOURCES: &[ApiResource] = &[
+    resource("", "v1", "namespaces", "Namespace", false, &["ns"]),
+    resource("", "v1", "configmaps", "ConfigMap", true, &["cm"]),
+    resource("", "v1", "pods", "Pod", true, &["po"]),
+    resource("apps", "v1", "deployments", "Deployment", true, &["deploy"]),
     ApiResource {
-        group: "",
-        version: "v1",
-        resource: "namespaces",
-        kind: "Namespace",
-        namespaced: false,
-        short: &["ns"],
+        until: Some((1, 29)),
+        ..resource("apps", "v1beta2", "deployments", "Deployment", true, &[])
     },
+    resource("coordination.k8s.io", "v1", "leases", "Lease", true, &[]),
     ApiResource {
-        group: "",
-        version: "v1",
-        resource: "configmaps",
-        kind: "ConfigMap",
-        namespaced: true,
-        short: &["cm"],
-    },
-    ApiResource {
-        group: "",
-        version: "v1",
-        resource: "pods",
-        kind: "Pod",
-        namespaced: true,
-        short: &["po"],
-    },
-    ApiResource {
-        group: "apps",
-        version: "v1",
-        resource: "deployments",
-        kind: "Deployment",
-        namespaced: true,
-        short: &["deploy"],
-    },
-    ApiResource {
-        group: "coordination.k8s.io",
-        version: "v1",
-        resource: "leases",
-        kind: "Lease",
-        namespaced: true,
-        short: &[],
+        since: (1, 30),
+        ..resource("sim.skewgate.io", "v1", "widgets", "Widget", true, &[])
     },
 ];
 
-/// The resource at this group, version and plural name, if served.
-pub fn find(group: &str, version: &str, resource: &str) -> Option<&'static ApiResource> {
-    RESOURCES
-        .iter()
-        .find(|r| r.group == group && r.version == version && r.resource == resource)
+/// The resource at this group, version and plural name, if a simulator of `served` serves it.
+pub fn find(
+    served: (u32, u32),
+    group: &str,
+    version: &str,
+    resource: &str,
+) -> Option<&'static ApiResource> {
+    RESOURCES.iter().find(|r| {
+        r.group == group && r.version == version && r.resource == resource && r.served_by(served)
+    })
 }
 
 /// `/api`: the core group's versions.
@@ -86,31 +97,46 @@ pub fn core_versions() -> Value {
     json!({"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": "127.0.0.1:6443"}]})
 }
 
-/// `/apis`: the named groups.
-pub fn groups(extra: &[(&str, &str)]) -> Value {
-    let mut names: Vec<(&str, &str)> = RESOURCES
+/// `/apis`: the named groups a simulator of `served` serves, each with its versions.
+pub fn groups(served: (u32, u32)) -> Value {
+    let mut names: Vec<&str> = RESOURCES
         .iter()
-        .filter(|r| !r.group.is_empty())
-        .map(|r| (r.group, r.version))
-        .chain(extra.iter().copied())
+        .filter(|r| !r.group.is_empty() && r.served_by(served))
+        .map(|r| r.group)
         .collect();
     names.sort();
     names.dedup();
     let groups: Vec<Value> = names
         .iter()
-        .map(|(g, v)| {
-            let gv = json!({"groupVersion": format!("{g}/{v}"), "version": v});
-            json!({"name": g, "versions": [gv.clone()], "preferredVersion": gv})
+        .map(|g| {
+            let mut versions: Vec<&str> = RESOURCES
+                .iter()
+                .filter(|r| r.group == *g && r.served_by(served))
+                .map(|r| r.version)
+                .collect();
+            versions.sort();
+            versions.dedup();
+            let gvs: Vec<Value> = versions
+                .iter()
+                .map(|v| json!({"groupVersion": format!("{g}/{v}"), "version": v}))
+                .collect();
+            // The preferred version is the GA one when there is one.
+            let preferred = gvs
+                .iter()
+                .find(|gv| gv["version"] == "v1")
+                .or(gvs.first())
+                .cloned();
+            json!({"name": g, "versions": gvs, "preferredVersion": preferred})
         })
         .collect();
     json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})
 }
 
 /// `/api/v1` or `/apis/{group}/{version}`: the resources of one group/version, if served.
-pub fn resource_list(group: &str, version: &str) -> Option<Value> {
+pub fn resource_list(served: (u32, u32), group: &str, version: &str) -> Option<Value> {
     let resources: Vec<Value> = RESOURCES
         .iter()
-        .filter(|r| r.group == group && r.version == version)
+        .filter(|r| r.group == group && r.version == version && r.served_by(served))
         .map(|r| {
             json!({
                 "name": r.resource,

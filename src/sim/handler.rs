@@ -30,9 +30,9 @@ pub async fn handle(sim: Arc<SimState>, req: Request<Incoming>) -> Response<SimB
         ["version"] => json_response(StatusCode::OK, &sim.version_json()),
         ["readyz"] | ["livez"] | ["healthz"] => text(StatusCode::OK, "ok"),
         ["api"] => json_response(StatusCode::OK, &api::core_versions()),
-        ["apis"] => json_response(StatusCode::OK, &api::groups(&[])),
-        ["api", version] => discovery(api::resource_list("", version)),
-        ["apis", group, version] => discovery(api::resource_list(group, version)),
+        ["apis"] => json_response(StatusCode::OK, &api::groups(sim.version)),
+        ["api", version] => discovery(api::resource_list(sim.version, "", version)),
+        ["apis", group, version] => discovery(api::resource_list(sim.version, group, version)),
         ["api", version, rest @ ..] => resource(&sim, "", version, rest, req).await,
         ["apis", group, version, rest @ ..] => resource(&sim, group, version, rest, req).await,
         _ => status_error(
@@ -61,13 +61,18 @@ struct Target<'a> {
     name: Option<&'a str>,
 }
 
-fn target<'a>(group: &str, version: &str, rest: &[&'a str]) -> Option<Target<'a>> {
+fn target<'a>(
+    served: (u32, u32),
+    group: &str,
+    version: &str,
+    rest: &[&'a str],
+) -> Option<Target<'a>> {
     let (namespace, rest) = match rest {
         ["namespaces", ns, resource, tail @ ..] => (*ns, [&[*resource][..], tail].concat()),
         _ => ("", rest.to_vec()),
     };
     let (resource, name, sub) = (rest.first()?, rest.get(1).copied(), rest.get(2).copied());
-    let res = api::find(group, version, resource)?;
+    let res = api::find(served, group, version, resource)?;
     // Status updates replace the object in the simulator; other subresources are not served.
     if sub.is_some_and(|s| s != "status") || rest.len() > 3 {
         return None;
@@ -94,7 +99,7 @@ async fn resource(
     rest: &[&str],
     req: Request<Incoming>,
 ) -> Response<SimBody> {
-    let Some(t) = target(group, version, rest) else {
+    let Some(t) = target(sim.version, group, version, rest) else {
         return status_error(
             404,
             "NotFound",

@@ -137,7 +137,7 @@ impl Store {
             events,
             writes: Arc::default(),
         };
-        if let Some(ns) = super::api::find("", "v1", "namespaces") {
+        if let Some(ns) = super::api::find((1, 0), "", "v1", "namespaces") {
             for name in ["default", "kube-system", "kube-public", "kube-node-lease"] {
                 let _ = store.create(ns, "", json!({"metadata": {"name": name}}));
             }

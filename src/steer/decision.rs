@@ -79,6 +79,9 @@ pub struct Decision {
     pub rule: Rule,
     /// Why.
     pub reason: Reason,
+    /// The backend the rules chose, when it does not serve the request's group/version/resource
+    /// and `backend` does.
+    pub fallback_from: Option<BackendId>,
 }
 
 impl Decision {
@@ -88,6 +91,7 @@ impl Decision {
             backend,
             rule,
             reason,
+            fallback_from: None,
         }
     }
 
@@ -120,8 +124,23 @@ impl fmt::Display for Explained<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let d = &self.decision;
         let t = self.table;
-        let backend = t.backend_name(d.backend);
+        let backend = t.backend_name(d.fallback_from.unwrap_or(d.backend));
         let rule = d.rule_name(t);
+        self.explain_rule(f, backend, rule)?;
+        if d.fallback_from.is_some() {
+            write!(
+                f,
+                "; {backend} does not serve this group/version/resource, so it falls back to {}, which does",
+                t.backend_name(d.backend)
+            )?;
+        }
+        Ok(())
+    }
+}
+
+impl Explained<'_> {
+    fn explain_rule(&self, f: &mut fmt::Formatter<'_>, backend: &str, rule: &str) -> fmt::Result {
+        let d = &self.decision;
         match d.reason {
             Reason::PinnedWrite => {
                 write!(f, "write matches pin {rule:?}, which pins it to {backend}")

@@ -36,6 +36,17 @@ pub trait LiveState {
     fn pin_previous(&self, _pin: usize) -> Option<BackendId> {
         None
     }
+
+    /// Whether `backend` serves `resource` in `group`/`version`; `None` while not known.
+    fn serves(
+        &self,
+        _backend: BackendId,
+        _group: &str,
+        _version: &str,
+        _resource: &str,
+    ) -> Option<bool> {
+        None
+    }
 }
 
 /// Where a pin with `flipAt` stands at one moment.
@@ -139,8 +150,37 @@ impl Steering {
         &self.table
     }
 
-    /// Decides the backend of one request at time `now`.
+    /// Decides the backend of one request at time `now`: by the rules, then falling back to another
+    /// backend when the chosen one does not serve the request's group/version/resource and another
+    /// does (known from discovery).
     pub fn decide(
+        &self,
+        req: &SteerRequest<'_>,
+        now: SystemTime,
+        live: &impl LiveState,
+    ) -> Decision {
+        let d = self.decide_by_rules(req, now, live);
+        let info = req.info;
+        if !info.is_resource || info.resource.is_empty() {
+            return d;
+        }
+        let (g, v, r) = (&*info.api_group, &*info.api_version, &*info.resource);
+        if live.serves(d.backend, g, v, r) != Some(false) {
+            return d;
+        }
+        match (0..self.table.backends.len())
+            .find(|&b| b != d.backend && live.serves(b, g, v, r) == Some(true))
+        {
+            Some(b) => Decision {
+                backend: b,
+                fallback_from: Some(d.backend),
+                ..d
+            },
+            None => d,
+        }
+    }
+
+    fn decide_by_rules(
         &self,
         req: &SteerRequest<'_>,
         now: SystemTime,

@@ -516,28 +516,63 @@ fn a_pin_with_flip_at_moves_at_its_time_with_a_fence() {
     let decide = |r: &Req, t: SystemTime, live: &Previous| {
         let (path, query) = (r.url.as_str(), None);
         let info = classify(r.method, path, query);
-        let sr = SteerRequest { info: &info, user: "", groups: &[], client: Client::default() };
+        let sr = SteerRequest {
+            info: &info,
+            user: "",
+            groups: &[],
+            client: Client::default(),
+        };
         let d = s.decide(&sr, t, live);
         (s.table().backend_name(d.backend).to_owned(), d.reason)
     };
     let second = Duration::from_secs(1);
-    assert_eq!(decide(&write, at - second, &old), ("old".into(), Reason::BeforeFlip));
-    assert_eq!(decide(&read, at - second, &old).0, "old", "reads follow the writes");
+    assert_eq!(
+        decide(&write, at - second, &old),
+        ("old".into(), Reason::BeforeFlip)
+    );
+    assert_eq!(
+        decide(&read, at - second, &old).0,
+        "old",
+        "reads follow the writes"
+    );
     let fence_end = at + Duration::from_secs(10);
-    assert_eq!(decide(&write, at, &old), ("new".into(), Reason::Fenced { until: fence_end }));
-    assert_eq!(decide(&write, fence_end - second, &old).1, Reason::Fenced { until: fence_end });
-    assert_eq!(decide(&write, fence_end, &old), ("new".into(), Reason::PinnedWrite));
+    assert_eq!(
+        decide(&write, at, &old),
+        ("new".into(), Reason::Fenced { until: fence_end })
+    );
+    assert_eq!(
+        decide(&write, fence_end - second, &old).1,
+        Reason::Fenced { until: fence_end }
+    );
+    assert_eq!(
+        decide(&write, fence_end, &old),
+        ("new".into(), Reason::PinnedWrite)
+    );
     assert_eq!(decide(&read, at, &old).0, "new");
     // No previous backend known (a replica started after the change): hold until the fence ends.
     let unknown = Previous(None);
-    assert_eq!(decide(&write, at - second * 100, &unknown).1, Reason::Fenced { until: fence_end });
+    assert_eq!(
+        decide(&write, at - second * 100, &unknown).1,
+        Reason::Fenced { until: fence_end }
+    );
     // The pin did not move: flipAt changes nothing.
     let same = Previous(Some(1));
-    assert_eq!(decide(&write, at, &same), ("new".into(), Reason::PinnedWrite));
+    assert_eq!(
+        decide(&write, at, &same),
+        ("new".into(), Reason::PinnedWrite)
+    );
     // `from` in the file says where it moves from, with no history needed.
     let s2 = steering(&text.replace("      flipAt: 2030", "      from: old\n      flipAt: 2030"));
     let info = classify("PUT", "/api/v1/namespaces/team-a/configmaps/c", None);
-    let sr = SteerRequest { info: &info, user: "", groups: &[], client: Client::default() };
+    let sr = SteerRequest {
+        info: &info,
+        user: "",
+        groups: &[],
+        client: Client::default(),
+    };
     let d = s2.decide(&sr, at - second, &Quiet);
-    assert_eq!((s2.table().backend_name(d.backend), d.reason), ("old", Reason::BeforeFlip));
+    assert_eq!(
+        (s2.table().backend_name(d.backend), d.reason),
+        ("old", Reason::BeforeFlip)
+    );
 }

@@ -21,8 +21,10 @@ pub fn spawn_health_checks<F>(
     F: Fn() -> Vec<Arc<BackendPool>> + Send + 'static,
 {
     tokio::spawn(async move {
+        let mut tick: u64 = 0;
         loop {
             for backend in backends() {
+                let mut recovered = false;
                 for ep in &backend.endpoints {
                     let (state, why) = check(ep, backend.version).await;
                     if state == EndpointState::Down && ep.state() != EndpointState::Down {
@@ -31,18 +33,45 @@ pub fn spawn_health_checks<F>(
                             .upstream_errors
                             .with_label_values(&[backend.name.as_str(), "health"])
                             .inc();
-                    } else if state == EndpointState::Ready && ep.state() == EndpointState::Down {
-                        tracing::info!(backend = %backend.name, endpoint = %ep.endpoint.url, "endpoint is ready again");
+                    } else if state == EndpointState::Ready && ep.state() != EndpointState::Ready {
+                        if ep.state() == EndpointState::Down {
+                            tracing::info!(backend = %backend.name, endpoint = %ep.endpoint.url, "endpoint is ready again");
+                        }
+                        recovered = true;
                     }
                     ep.set_state(state);
                 }
+                // Discovery: at first, when an endpoint comes (back) up, and every DISCOVERY_EVERY ticks.
+                if recovered || backend.served.load().is_none() || tick % DISCOVERY_EVERY == 0 {
+                    refresh_discovery(&backend).await;
+                }
             }
+            tick += 1;
             tokio::select! {
                 _ = tokio::time::sleep(interval) => {}
                 _ = stop.cancelled() => return,
             }
         }
     });
+}
+
+/// Health-check ticks between two discovery refreshes.
+const DISCOVERY_EVERY: u64 = 6;
+
+async fn refresh_discovery(backend: &BackendPool) {
+    let Some(ep) = backend
+        .endpoints
+        .iter()
+        .find(|e| e.state() == EndpointState::Ready)
+    else {
+        return;
+    };
+    match super::discovery::discover(ep).await {
+        Ok(served) => backend.served.store(Some(Arc::new(served))),
+        Err(e) => {
+            tracing::warn!(backend = %backend.name, error = %e, "discovery failed; keeping what was known")
+        }
+    }
 }
 
 async fn check(ep: &Arc<EndpointPool>, version: Option<(u32, u32)>) -> (EndpointState, String) {
@@ -79,7 +108,8 @@ async fn check(ep: &Arc<EndpointPool>, version: Option<(u32, u32)>) -> (Endpoint
     }
 }
 
-async fn get(ep: &Arc<EndpointPool>, path: &str) -> Result<(StatusCode, Bytes), String> {
+/// GETs `path` from the endpoint: its status and body (bounded by a 5 s timeout).
+pub(crate) async fn get(ep: &Arc<EndpointPool>, path: &str) -> Result<(StatusCode, Bytes), String> {
     let uri: Uri = format!("http://{}{path}", ep.endpoint.authority())
         .parse()
         .map_err(|e| format!("{e}"))?;

@@ -1,5 +1,6 @@
 //! Backends and their endpoints: pooled HTTP/2 connections, endpoint choice, and health checks.
 
+mod discovery;
 mod health;
 mod pool;
 mod send;
@@ -8,6 +9,7 @@ pub mod worker;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
 
+pub use discovery::Served;
 pub use health::spawn_health_checks;
 pub use pool::{EndpointPool, EndpointState, PoolSettings, StreamSlot};
 pub use send::{UpstreamBody, send};
@@ -57,6 +59,8 @@ pub struct BackendPool {
     pub version: Option<(u32, u32)>,
     /// Its endpoints' pools.
     pub endpoints: Vec<Arc<EndpointPool>>,
+    /// What it serves, once discovery has run.
+    pub served: arc_swap::ArcSwapOption<Served>,
 }
 
 impl BackendPool {
@@ -129,6 +133,7 @@ impl Upstreams {
                     name: b.name.clone(),
                     version: b.version,
                     endpoints,
+                    served: arc_swap::ArcSwapOption::empty(),
                 })
             })
             .collect()
