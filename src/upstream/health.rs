@@ -42,7 +42,10 @@ pub fn spawn_health_checks<F>(
                     ep.set_state(state);
                 }
                 // Discovery: at first, when an endpoint comes (back) up, and every DISCOVERY_EVERY ticks.
-                if recovered || backend.served.load().is_none() || tick % DISCOVERY_EVERY == 0 {
+                if recovered
+                    || backend.served.load().is_none()
+                    || tick.is_multiple_of(DISCOVERY_EVERY)
+                {
                     refresh_discovery(&backend).await;
                 }
             }
