@@ -15,7 +15,7 @@ use tokio_util::sync::CancellationToken;
 use super::{ConfigErrors, RouteTable, load_path, route_files_in};
 
 /// How long the directory must be quiet before a change is read.
-const DEBOUNCE: Duration = Duration::from_millis(200);
+const DEBOUNCE: Duration = Duration::from_millis(100);
 
 /// The bytes a route table was loaded from, to tell whether the path changed since.
 #[derive(Clone, Debug, PartialEq, Eq)]
