@@ -132,6 +132,15 @@ async fn two_replicas_flip_a_pin_at_flip_at_without_overlap() {
     let held = metric(&a.metrics().await, "skewgate_writes_held{pin=\"team-a\"}")
         + metric(&b.metrics().await, "skewgate_writes_held{pin=\"team-a\"}");
     assert!(held > 0.0, "writes are held in the fence");
+    let debug: Value = reqwest::get(format!("{}/debug/routes", b.admin()))
+        .await
+        .expect("debug")
+        .json()
+        .await
+        .expect("json");
+    let pin = &debug["writes"]["pins"][0];
+    assert_eq!(pin["move"], "in fence: writes held", "{pin}");
+    assert_eq!(pin["movingFrom"], "old", "{pin}");
     tokio::time::sleep(Duration::from_millis(200)).await;
 
     // The fence ends: both replicas write to the new version.
