@@ -192,6 +192,48 @@ struct Result1 {
 }
 
 /// Runs load for `secs` seconds (after a 1 s warm-up) with `concurrency` requests in flight.
+/// Whether a request got a 200 and its whole body; failures are reported once each.
+async fn succeeded(response: hyper::Result<http::Response<hyper::body::Incoming>>) -> bool {
+    match response {
+        Ok(r) if r.status() == 200 => r.into_body().collect().await.is_ok(),
+        Ok(r) => {
+            eprintln!("request answered {}", r.status());
+            false
+        }
+        Err(e) => {
+            eprintln!("request failed: {e}");
+            false
+        }
+    }
+}
+
+/// Sends requests one after another until `stop`, timing those sent while `measuring`. A failure
+/// ends the loop, so a failing target never spins.
+async fn request_loop<F, Fut>(
+    mut one: F,
+    stop: Arc<AtomicBool>,
+    measuring: Arc<AtomicBool>,
+) -> (u64, u64, Vec<u32>)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let mut lat = Vec::new();
+    let (mut ok, mut err) = (0u64, 0u64);
+    while !stop.load(Ordering::Relaxed) {
+        let t = Instant::now();
+        let good = one().await;
+        if measuring.load(Ordering::Relaxed) {
+            lat.push(t.elapsed().as_micros() as u32);
+            if good { ok += 1 } else { err += 1 }
+        }
+        if !good {
+            break;
+        }
+    }
+    (ok, err, lat)
+}
+
 async fn load(
     addr: SocketAddr,
     proto: Proto,
@@ -236,42 +278,23 @@ async fn load(
                     let _ = conn.await;
                 });
                 for _ in 0..per_conn {
-                    let (send, stop, measuring) = (send.clone(), stop.clone(), measuring.clone());
-                    tasks.push(tokio::spawn(async move {
-                        let mut send = send;
-                        let mut lat = Vec::new();
-                        let (mut ok, mut err) = (0u64, 0u64);
-                        while !stop.load(Ordering::Relaxed) {
-                            let req = http::Request::get(format!("http://{addr}{PATH}"))
-                                .body(Empty::<Bytes>::new())
-                                .expect("request");
-                            let t = Instant::now();
-                            let good = match send.send_request(req).await {
-                                Ok(r) if r.status() == 200 => r.into_body().collect().await.is_ok(),
-                                Ok(r) => {
-                                    eprintln!("h2 request answered {}", r.status());
-                                    false
-                                }
-                                Err(e) => {
-                                    eprintln!("h2 request failed: {e}");
-                                    false
-                                }
-                            };
-                            if measuring.load(Ordering::Relaxed) {
-                                lat.push(t.elapsed().as_micros() as u32);
-                                if good { ok += 1 } else { err += 1 }
-                            }
-                            if !good {
-                                // Count it and stop this stream: a failing target must not spin.
-                                break;
-                            }
-                        }
-                        (ok, err, lat)
-                    }));
+                    let mut send = send.clone();
+                    let one = move || {
+                        let req = http::Request::get(format!("http://{addr}{PATH}"))
+                            .body(Empty::<Bytes>::new())
+                            .expect("request");
+                        let response = send.send_request(req);
+                        async move { succeeded(response.await).await }
+                    };
+                    tasks.push(tokio::spawn(request_loop(
+                        one,
+                        stop.clone(),
+                        measuring.clone(),
+                    )));
                 }
             }
             Proto::H1 => {
-                let Ok((send, conn)) =
+                let Ok((mut send, conn)) =
                     hyper::client::conn::http1::handshake(TokioIo::new(tcp)).await
                 else {
                     continue;
@@ -279,31 +302,19 @@ async fn load(
                 connections.spawn(async move {
                     let _ = conn.await;
                 });
-                let (stop, measuring) = (stop.clone(), measuring.clone());
-                tasks.push(tokio::spawn(async move {
-                    let mut send = send;
-                    let mut lat = Vec::new();
-                    let (mut ok, mut err) = (0u64, 0u64);
-                    while !stop.load(Ordering::Relaxed) {
-                        let req = http::Request::get(PATH)
-                            .header("host", "bench")
-                            .body(Empty::<Bytes>::new())
-                            .expect("request");
-                        let t = Instant::now();
-                        let good = match send.send_request(req).await {
-                            Ok(r) => r.status() == 200 && r.into_body().collect().await.is_ok(),
-                            Err(_) => false,
-                        };
-                        if measuring.load(Ordering::Relaxed) {
-                            lat.push(t.elapsed().as_micros() as u32);
-                            if good { ok += 1 } else { err += 1 }
-                        }
-                        if !good {
-                            break;
-                        }
-                    }
-                    (ok, err, lat)
-                }));
+                let one = move || {
+                    let req = http::Request::get(PATH)
+                        .header("host", "bench")
+                        .body(Empty::<Bytes>::new())
+                        .expect("request");
+                    let response = send.send_request(req);
+                    async move { succeeded(response.await).await }
+                };
+                tasks.push(tokio::spawn(request_loop(
+                    one,
+                    stop.clone(),
+                    measuring.clone(),
+                )));
             }
         }
     }

@@ -131,12 +131,7 @@ async fn metrics_move_with_the_requests_made() {
         .await,
         "{ready:?}"
     );
-    let debug: Value = reqwest::get(format!("{}/debug/routes", gate.admin()))
-        .await
-        .expect("debug")
-        .json()
-        .await
-        .expect("json");
+    let debug: Value = gate.debug_routes().await;
     assert_eq!(debug["writes"]["pins"][0]["name"], "team-a");
     assert_eq!(debug["backends"][0]["endpoints"][0]["state"], "ready");
 }

@@ -4,16 +4,7 @@
 mod common;
 
 use common::*;
-use serde_json::{Value, json};
-
-async fn debug(gate: &Gate) -> Value {
-    reqwest::get(format!("{}/debug/routes", gate.admin()))
-        .await
-        .expect("debug")
-        .json()
-        .await
-        .expect("json")
-}
+use serde_json::json;
 
 #[tokio::test]
 async fn requests_fall_back_to_the_version_that_serves_them() {
@@ -26,14 +17,14 @@ async fn requests_fall_back_to_the_version_that_serves_them() {
     .await;
     assert!(
         eventually(10, || async {
-            let d = debug(&gate).await;
+            let d = gate.debug_routes().await;
             d["backends"]
                 .as_array()
                 .is_some_and(|b| b.iter().all(|b| b["served"].as_u64().unwrap_or(0) > 0))
         })
         .await,
         "discovery ran for both backends: {}",
-        debug(&gate).await
+        gate.debug_routes().await
     );
     let c = h1();
     let base = gate.url();

@@ -25,12 +25,7 @@ fn table(sims: &Sims, pin: &str) -> String {
 }
 
 async fn in_flight(gate: &Gate) -> u64 {
-    let debug: Value = reqwest::get(format!("{}/debug/routes", gate.admin()))
-        .await
-        .expect("debug")
-        .json()
-        .await
-        .expect("json");
+    let debug: Value = gate.debug_routes().await;
     debug["writes"]["inFlight"].as_u64().unwrap_or(u64::MAX)
 }
 
@@ -132,12 +127,7 @@ async fn two_replicas_flip_a_pin_at_flip_at_without_overlap() {
     let held = metric(&a.metrics().await, "skewgate_writes_held{pin=\"team-a\"}")
         + metric(&b.metrics().await, "skewgate_writes_held{pin=\"team-a\"}");
     assert!(held > 0.0, "writes are held in the fence");
-    let debug: Value = reqwest::get(format!("{}/debug/routes", b.admin()))
-        .await
-        .expect("debug")
-        .json()
-        .await
-        .expect("json");
+    let debug: Value = b.debug_routes().await;
     let pin = &debug["writes"]["pins"][0];
     assert_eq!(pin["move"], "in fence: writes held", "{pin}");
     assert_eq!(pin["movingFrom"], "old", "{pin}");

@@ -100,12 +100,7 @@ async fn an_invalid_reload_keeps_the_running_table() {
     );
     let r = c.get(&url).send().await.expect("get");
     assert_eq!((r.status().as_u16(), served_by(&r)), (200, OLD.to_owned()));
-    let debug: serde_json::Value = reqwest::get(format!("{}/debug/routes", gate.admin()))
-        .await
-        .expect("debug")
-        .json()
-        .await
-        .expect("json");
+    let debug: serde_json::Value = gate.debug_routes().await;
     assert_eq!(debug["reads"]["default"], "old");
     // Fixing the file applies it.
     gate.rewrite(&routes(&sims, TO_NEW));

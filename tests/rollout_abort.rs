@@ -59,12 +59,7 @@ reads:
         let r = c.get(url(i)).send().await.expect("read");
         assert_eq!((r.status().as_u16(), served_by(&r)), (200, OLD.to_owned()));
     }
-    let debug: Value = reqwest::get(format!("{}/debug/routes", gate.admin()))
-        .await
-        .expect("debug")
-        .json()
-        .await
-        .expect("json");
+    let debug: Value = gate.debug_routes().await;
     let rollout = &debug["reads"]["rollouts"][0];
     assert_eq!(rollout["aborted"], true, "{rollout}");
     assert_eq!(rollout["percentInForce"], 0.0);

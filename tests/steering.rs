@@ -16,6 +16,24 @@ reads:
   default: old
 ";
 
+/// GETs the object, sets `data.n` to `i`, and PUTs the whole object back, as a client that reads
+/// and writes full objects does.
+async fn read_modify_write(c: &reqwest::Client, url: &str, i: usize) {
+    let mut obj: Value = c
+        .get(url)
+        .send()
+        .await
+        .expect("get")
+        .json()
+        .await
+        .expect("json");
+    obj["data"]["n"] = json!(i.to_string());
+    assert_eq!(
+        c.put(url).json(&obj).send().await.expect("put").status(),
+        200
+    );
+}
+
 async fn create_ns(client: &reqwest::Client, base: &str, ns: &str) {
     let r = client
         .post(format!("{base}/api/v1/namespaces"))
@@ -124,20 +142,12 @@ async fn the_damage_and_the_cure() {
     assert_eq!(r.status(), 201);
     for i in 1..=4 {
         let via = if i % 2 == 0 { &new } else { &old };
-        let url = format!("{via}/api/v1/namespaces/direct/configmaps/cm");
-        let mut obj: Value = c
-            .get(&url)
-            .send()
-            .await
-            .expect("get")
-            .json()
-            .await
-            .expect("json");
-        obj["data"]["n"] = json!(i.to_string());
-        assert_eq!(
-            c.put(&url).json(&obj).send().await.expect("put").status(),
-            200
-        );
+        read_modify_write(
+            &c,
+            &format!("{via}/api/v1/namespaces/direct/configmaps/cm"),
+            i,
+        )
+        .await;
     }
     let stored = sims.store.get(&skewgate::sim::ObjectKey {
         resource: "configmaps".into(),
@@ -166,20 +176,12 @@ async fn the_damage_and_the_cure() {
         201
     );
     for i in 1..=4 {
-        let url = format!("{base}/api/v1/namespaces/cured/configmaps/cm");
-        let mut obj: Value = c
-            .get(&url)
-            .send()
-            .await
-            .expect("get")
-            .json()
-            .await
-            .expect("json");
-        obj["data"]["n"] = json!(i.to_string());
-        assert_eq!(
-            c.put(&url).json(&obj).send().await.expect("put").status(),
-            200
-        );
+        read_modify_write(
+            &c,
+            &format!("{base}/api/v1/namespaces/cured/configmaps/cm"),
+            i,
+        )
+        .await;
     }
     let obj: Value = c
         .get(format!("{base}/api/v1/namespaces/cured/configmaps/cm"))

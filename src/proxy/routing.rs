@@ -65,6 +65,12 @@ impl Routing {
         now: SystemTime,
     ) -> Routing {
         let backends = upstreams.backends_for(&table);
+        // What a backend serves carries over a reload until discovery runs again.
+        for b in &backends {
+            if let Some(old) = previous.and_then(|p| p.backends.iter().find(|o| o.name == b.name)) {
+                b.served.store(old.served.load_full());
+            }
+        }
         let n = backends.len();
         let rules = table.writes.pins.len() + table.reads.rollouts.len() + 2;
         let pin_previous = table

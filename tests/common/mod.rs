@@ -95,6 +95,16 @@ impl Gate {
         std::fs::rename(&tmp, &self.routes).expect("rename");
     }
 
+    /// The JSON of /debug/routes.
+    pub async fn debug_routes(&self) -> serde_json::Value {
+        reqwest::get(format!("{}/debug/routes", self.admin()))
+            .await
+            .expect("debug/routes")
+            .json()
+            .await
+            .expect("JSON")
+    }
+
     pub async fn metrics(&self) -> String {
         reqwest::get(format!("{}/metrics", self.admin()))
             .await
