@@ -7,6 +7,7 @@
 pub mod admin;
 pub mod classify;
 pub mod config;
+pub mod identity;
 pub mod metrics;
 pub mod proxy;
 pub mod sim;

@@ -81,11 +81,11 @@ pub struct ServeArgs {
     /// How often upstream connections are PINGed (e.g. 5s).
     #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
     pub upstream_ping_interval: std::time::Duration,
-    /// Serving certificate (TLS arrives in a later skewgate; accepted here so scripts keep working).
-    #[arg(long)]
+    /// Serving certificate chain (PEM): serve TLS, with ALPN h2 and http/1.1.
+    #[arg(long, requires = "tls_private_key_file")]
     pub tls_cert_file: Option<PathBuf>,
-    /// Serving key.
-    #[arg(long)]
+    /// Serving key (PEM).
+    #[arg(long, requires = "tls_cert_file")]
     pub tls_private_key_file: Option<PathBuf>,
     /// CA that verifies client certificates.
     #[arg(long)]
@@ -99,6 +99,18 @@ pub struct ServeArgs {
     /// Front-proxy client key.
     #[arg(long)]
     pub proxy_client_key_file: Option<PathBuf>,
+    /// Headers that carry the user upstream, and are removed from clients (default X-Remote-User).
+    #[arg(long, value_delimiter = ',')]
+    pub requestheader_username_headers: Vec<String>,
+    /// Headers that carry the groups upstream, and are removed from clients (default X-Remote-Group).
+    #[arg(long, value_delimiter = ',')]
+    pub requestheader_group_headers: Vec<String>,
+    /// Prefixes of extra headers removed from clients (default X-Remote-Extra-).
+    #[arg(long, value_delimiter = ',')]
+    pub requestheader_extra_headers_prefix: Vec<String>,
+    /// Headers that carry the UID, removed from clients (default X-Remote-Uid).
+    #[arg(long, value_delimiter = ',')]
+    pub requestheader_uid_headers: Vec<String>,
 }
 
 /// `skewgate explain`.

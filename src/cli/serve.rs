@@ -5,6 +5,9 @@ use std::process::ExitCode;
 
 use anyhow::{Result, bail};
 
+use skewgate::identity::{
+    IdentityHeaders, TlsFiles, UpstreamTlsFiles, client_config, server_config,
+};
 use skewgate::proxy::{ProxySettings, ServeOptions, Server};
 use skewgate::upstream::PoolSettings;
 
@@ -30,20 +33,41 @@ pub fn runtime() -> Result<tokio::runtime::Runtime> {
 
 /// Runs `serve`.
 pub fn run(args: ServeArgs) -> Result<ExitCode> {
-    let tls = [
-        &args.tls_cert_file,
-        &args.tls_private_key_file,
-        &args.client_ca_file,
-        &args.upstream_ca_file,
-        &args.proxy_client_cert_file,
-        &args.proxy_client_key_file,
-    ];
-    if tls.iter().any(|f| f.is_some()) {
-        bail!(
-            "the TLS flags are not supported by this skewgate yet: serve in cleartext behind a TLS-terminating sidecar, or use a later version"
-        );
-    }
     init_logging();
+    let tls = match (&args.tls_cert_file, &args.tls_private_key_file) {
+        (Some(cert), Some(key)) => Some(server_config(&TlsFiles {
+            cert: cert.clone(),
+            key: key.clone(),
+            client_ca: args.client_ca_file.clone(),
+        })?),
+        _ => {
+            if args.client_ca_file.is_some() {
+                bail!(
+                    "--client-ca-file needs --tls-cert-file and --tls-private-key-file: client certificates come with TLS"
+                );
+            }
+            None
+        }
+    };
+    let client_cert = match (&args.proxy_client_cert_file, &args.proxy_client_key_file) {
+        (Some(c), Some(k)) => Some((c.clone(), k.clone())),
+        (None, None) => None,
+        _ => bail!("give both --proxy-client-cert-file and --proxy-client-key-file, or neither"),
+    };
+    let upstream_tls = match (&args.upstream_ca_file, &client_cert) {
+        (None, None) => None,
+        _ => Some(client_config(&UpstreamTlsFiles {
+            ca: args.upstream_ca_file.clone(),
+            client_cert,
+        })?),
+    };
+    let identity_headers = IdentityHeaders::new(
+        &args.requestheader_username_headers,
+        &args.requestheader_group_headers,
+        &args.requestheader_extra_headers_prefix,
+        &args.requestheader_uid_headers,
+    )
+    .map_err(|e| anyhow::anyhow!("--requestheader-*: {e}"))?;
     let opts = ServeOptions {
         routes: args.routes,
         listen: args.listen,
@@ -52,8 +76,11 @@ pub fn run(args: ServeArgs) -> Result<ExitCode> {
         settings: ProxySettings {
             shutdown_grace: args.shutdown_grace,
             workers: args.workers.unwrap_or(ProxySettings::default().workers),
+            tls,
+            identity_headers,
             pool: PoolSettings {
                 ping_interval: args.upstream_ping_interval,
+                tls: upstream_tls,
                 ..PoolSettings::default()
             },
             ..ProxySettings::default()

@@ -34,6 +34,8 @@ pub struct Metrics {
     pub upstream_errors: IntCounterVec,
     /// `skewgate_endpoint_ready{backend,endpoint}`.
     pub endpoint_ready: IntGaugeVec,
+    /// `skewgate_tls_handshake_errors_total{reason}`.
+    pub tls_handshake_errors: IntCounterVec,
     /// `skewgate_fallbacks_total{from,to}`.
     pub fallbacks: IntCounterVec,
     /// `skewgate_pin_moves_total{pin}`.
@@ -113,6 +115,11 @@ impl Metrics {
                 &["backend", "reason"],
             ),
             endpoint_ready: gauge("skewgate_endpoint_ready", "1 when the endpoint answers its health check and has a connection, else 0.", &["backend", "endpoint"]),
+            tls_handshake_errors: counter(
+                "skewgate_tls_handshake_errors_total",
+                "Client TLS handshakes that failed, by reason (timeout, not_tls, bad_certificate, eof, protocol).",
+                &["reason"],
+            ),
             fallbacks: counter(
                 "skewgate_fallbacks_total",
                 "Requests sent to another backend because the one the rules chose does not serve their group/version/resource.",

@@ -1,17 +1,19 @@
 //! The client-side listener: HTTP/1.1 and h2c (prior knowledge) on one port, with graceful shutdown.
 
 use std::convert::Infallible;
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use hyper::server::conn::{http1, http2};
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::server::graceful::{GracefulShutdown, Watcher};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_util::sync::CancellationToken;
 
 use super::{Proxy, service};
+use crate::identity::Identity;
 
 /// The HTTP/2 connection preface a prior-knowledge client sends first.
 const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
@@ -47,31 +49,50 @@ pub async fn serve(proxy: Arc<Proxy>, listener: TcpListener, stop: CancellationT
         let (h1, h2) = (h1.clone(), h2.clone());
         let watcher = graceful.watcher();
         tokio::spawn(async move {
-            let is_h2 = match is_h2_prior_knowledge(&stream).await {
-                Ok(b) => b,
-                Err(_) => return,
+            let Some(tls) = proxy.settings.tls.clone() else {
+                let Ok(is_h2) = is_h2_prior_knowledge(&stream).await else {
+                    return;
+                };
+                let conn = Connection {
+                    proxy,
+                    remote,
+                    identity: None,
+                    is_h2,
+                };
+                return conn.serve(TokioIo::new(stream), &h1, &h2, watcher).await;
             };
-            let protocol = if is_h2 { "http2" } else { "http1" };
-            let gauge = proxy
-                .metrics
-                .client_connections
-                .with_label_values(&[protocol]);
-            gauge.inc();
-            let svc_proxy = proxy.clone();
-            let service = service_fn(move |req| {
-                let proxy = svc_proxy.clone();
-                async move { Ok::<_, Infallible>(service::handle(proxy, remote, req).await) }
-            });
-            let io = TokioIo::new(stream);
-            let result = if is_h2 {
-                watcher.watch(h2.serve_connection(io, service)).await
-            } else {
-                watcher.watch(h1.serve_connection(io, service)).await
+            let accepted = tokio::time::timeout(
+                HANDSHAKE_TIMEOUT,
+                tokio_rustls::TlsAcceptor::from(tls).accept(stream),
+            )
+            .await;
+            let stream = match accepted {
+                Ok(Ok(s)) => s,
+                Ok(Err(e)) => {
+                    return handshake_failed(&proxy, remote, reason_of(&e), &e.to_string());
+                }
+                Err(_) => {
+                    return handshake_failed(
+                        &proxy,
+                        remote,
+                        "timeout",
+                        "no TLS handshake within 10s",
+                    );
+                }
             };
-            if let Err(e) = result {
-                tracing::debug!(%remote, error = %e, "client connection ended with an error");
-            }
-            gauge.dec();
+            let (_, session) = stream.get_ref();
+            let is_h2 = session.alpn_protocol() == Some(b"h2");
+            let identity = session
+                .peer_certificates()
+                .and_then(|c| c.first())
+                .and_then(Identity::from_certificate);
+            let conn = Connection {
+                proxy,
+                remote,
+                identity,
+                is_h2,
+            };
+            conn.serve(TokioIo::new(stream), &h1, &h2, watcher).await;
         });
     }
     drop(listener);
@@ -82,6 +103,86 @@ pub async fn serve(proxy: Arc<Proxy>, listener: TcpListener, stop: CancellationT
     tokio::select! {
         _ = graceful.shutdown() => tracing::info!("all client connections closed"),
         _ = tokio::time::sleep(proxy.settings.shutdown_grace) => tracing::warn!("grace period over; closing the remaining connections"),
+    }
+}
+
+/// How long a client may take to complete its TLS handshake.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// One accepted client connection, after TLS (if any).
+struct Connection {
+    proxy: Arc<Proxy>,
+    remote: SocketAddr,
+    identity: Option<Arc<Identity>>,
+    is_h2: bool,
+}
+
+impl Connection {
+    async fn serve<I>(
+        self,
+        io: TokioIo<I>,
+        h1: &http1::Builder,
+        h2: &http2::Builder<TokioExecutor>,
+        watcher: Watcher,
+    ) where
+        I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    {
+        let Connection {
+            proxy,
+            remote,
+            identity,
+            is_h2,
+        } = self;
+        let protocol = if is_h2 { "http2" } else { "http1" };
+        let gauge = proxy
+            .metrics
+            .client_connections
+            .with_label_values(&[protocol]);
+        gauge.inc();
+        let svc_proxy = proxy.clone();
+        let service = service_fn(move |req| {
+            let (proxy, identity) = (svc_proxy.clone(), identity.clone());
+            async move { Ok::<_, Infallible>(service::handle(proxy, remote, identity, req).await) }
+        });
+        let result = if is_h2 {
+            watcher.watch(h2.serve_connection(io, service)).await
+        } else {
+            watcher.watch(h1.serve_connection(io, service)).await
+        };
+        if let Err(e) = result {
+            tracing::debug!(%remote, error = %e, "client connection ended with an error");
+        }
+        gauge.dec();
+    }
+}
+
+/// Logs and counts a failed handshake; the connection is dropped, other clients are not affected.
+fn handshake_failed(proxy: &Proxy, remote: SocketAddr, reason: &'static str, detail: &str) {
+    tracing::info!(%remote, reason, detail, "TLS handshake failed");
+    proxy
+        .metrics
+        .tls_handshake_errors
+        .with_label_values(&[reason])
+        .inc();
+}
+
+/// A bounded reason label for a failed handshake.
+fn reason_of(e: &std::io::Error) -> &'static str {
+    let text = e.to_string();
+    if text.contains("InvalidContentType")
+        || text.contains("corrupt message")
+        || text.contains("HTTP")
+    {
+        "not_tls"
+    } else if text.contains("certificate")
+        || text.contains("Certificate")
+        || text.contains("UnknownIssuer")
+    {
+        "bad_certificate"
+    } else if e.kind() == std::io::ErrorKind::UnexpectedEof {
+        "eof"
+    } else {
+        "protocol"
     }
 }
 

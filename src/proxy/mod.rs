@@ -21,6 +21,7 @@ pub use server::{ServeOptions, Server, StartError};
 pub use status::{ProxyError, status_response};
 
 use crate::config::{ConfigErrors, RouteTable};
+use crate::identity::IdentityHeaders;
 use crate::metrics::Metrics;
 use crate::steer::{Clock, SystemClock, WriteLedger};
 use crate::upstream::{PoolSettings, Upstreams};
@@ -40,6 +41,10 @@ pub struct ProxySettings {
     pub workers: usize,
     /// The clock decisions are made by.
     pub clock: Arc<dyn Clock>,
+    /// TLS on the client side; cleartext (HTTP/1.1 and h2c) without it.
+    pub tls: Option<Arc<rustls::ServerConfig>>,
+    /// The identity header names removed from clients and set upstream.
+    pub identity_headers: IdentityHeaders,
 }
 
 impl Default for ProxySettings {
@@ -51,6 +56,8 @@ impl Default for ProxySettings {
             health_interval: Duration::from_secs(5),
             workers: std::thread::available_parallelism().map_or(1, usize::from),
             clock: Arc::new(SystemClock),
+            tls: None,
+            identity_headers: IdentityHeaders::default(),
         }
     }
 }

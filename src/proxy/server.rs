@@ -118,7 +118,11 @@ impl Server {
                 .map_err(|error| StartError::Bind { addr, error })?;
             handles.push(handle);
         }
-        tracing::info!(%addr, %admin_addr, routes = %opts.routes.display(), "serving in cleartext (HTTP/1.1 and h2c); put TLS in front or use the TLS flags of a later skewgate");
+        if opts.settings.tls.is_some() {
+            tracing::info!(%addr, %admin_addr, routes = %opts.routes.display(), "serving TLS (h2 and http/1.1 by ALPN)");
+        } else {
+            tracing::info!(%addr, %admin_addr, routes = %opts.routes.display(), "serving in cleartext (HTTP/1.1 and h2c): put a TLS-terminating sidecar in front, or give --tls-cert-file");
+        }
         Ok(Server {
             proxy,
             addr,

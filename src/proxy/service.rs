@@ -14,6 +14,7 @@ use super::body::ProxyBody;
 use super::routing::Routing;
 use super::status::{ProxyError, status_response};
 use crate::classify::{Client, classify};
+use crate::identity::{Identity, forward_identity};
 use crate::steer::{Class, Decision, Reason, SteerRequest, WriteTicket, backend_key, object_key};
 use crate::upstream::{UpstreamError, send};
 
@@ -33,6 +34,7 @@ const HOP_BY_HOP: [HeaderName; 6] = [
 pub async fn handle(
     proxy: Arc<Proxy>,
     remote: SocketAddr,
+    identity: Option<Arc<Identity>>,
     req: Request<Incoming>,
 ) -> Response<ProxyBody> {
     let start = Instant::now();
@@ -41,6 +43,10 @@ pub async fn handle(
     if parts.headers.contains_key(header::UPGRADE) {
         return ProxyError::UpgradeUnsupported.into_response();
     }
+    let groups = identity
+        .as_ref()
+        .map(|i| i.group_refs())
+        .unwrap_or_default();
     let (decision, verb, long_running, object) = {
         let info = classify(parts.method.as_str(), parts.uri.path(), parts.uri.query());
         let ua = parts
@@ -49,8 +55,8 @@ pub async fn handle(
             .and_then(|v| v.to_str().ok());
         let req = SteerRequest {
             info: &info,
-            user: "",
-            groups: &[],
+            user: identity.as_ref().map_or("", |i| i.user.as_str()),
+            groups: &groups,
             client: Client::from_user_agent(ua),
         };
         let decision = routing
@@ -103,13 +109,22 @@ pub async fn handle(
         None => None,
     };
     prepare_headers(&mut parts.headers, remote);
+    forward_identity(
+        &proxy.settings.identity_headers,
+        &mut parts.headers,
+        identity.as_deref(),
+    );
     let path = parts
         .uri
         .path_and_query()
         .cloned()
         .unwrap_or_else(|| PathAndQuery::from_static("/"));
     let mut uri = http::uri::Parts::default();
-    uri.scheme = Some(Scheme::HTTP);
+    uri.scheme = Some(if endpoint.endpoint.tls {
+        Scheme::HTTPS
+    } else {
+        Scheme::HTTP
+    });
     uri.authority = Some(endpoint.authority.clone());
     uri.path_and_query = Some(path);
     parts.uri = match Uri::from_parts(uri) {

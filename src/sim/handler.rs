@@ -29,6 +29,8 @@ pub async fn handle(sim: Arc<SimState>, req: Request<Incoming>) -> Response<SimB
     match segments.as_slice() {
         ["version"] => json_response(StatusCode::OK, &sim.version_json()),
         ["readyz"] | ["livez"] | ["healthz"] => text(StatusCode::OK, "ok"),
+        // A fixture for tests: the request's headers, as the apiserver received them.
+        ["debug", "headers"] => json_response(StatusCode::OK, &headers_json(req.headers())),
         ["api"] => json_response(StatusCode::OK, &api::core_versions()),
         ["apis"] => json_response(StatusCode::OK, &api::groups(sim.version)),
         ["api", version] => discovery(api::resource_list(sim.version, "", version)),
@@ -41,6 +43,19 @@ pub async fn handle(sim: Arc<SimState>, req: Request<Incoming>) -> Response<SimB
             "the server could not find the requested resource",
         ),
     }
+}
+
+fn headers_json(headers: &http::HeaderMap) -> Value {
+    let mut out = serde_json::Map::new();
+    for name in headers.keys() {
+        let values: Vec<Value> = headers
+            .get_all(name)
+            .iter()
+            .map(|v| Value::String(String::from_utf8_lossy(v.as_bytes()).into_owned()))
+            .collect();
+        out.insert(name.as_str().to_owned(), Value::Array(values));
+    }
+    Value::Object(out)
 }
 
 fn discovery(doc: Option<Value>) -> Response<SimBody> {

@@ -35,6 +35,9 @@ pub struct SimConfig {
     pub git_version: String,
     /// SETTINGS_MAX_CONCURRENT_STREAMS on its HTTP/2 connections (kube-apiserver's default is 100).
     pub max_concurrent_streams: u32,
+    /// Serve TLS with this configuration (for example one that requires the front-proxy client
+    /// certificate, as `--requestheader-client-ca-file` makes an apiserver do).
+    pub tls: Option<Arc<rustls::ServerConfig>>,
 }
 
 impl SimConfig {
@@ -43,6 +46,7 @@ impl SimConfig {
         SimConfig {
             git_version: git_version.to_owned(),
             max_concurrent_streams: 100,
+            tls: None,
         }
     }
 }
@@ -114,12 +118,14 @@ pub struct SimHandle {
     pub store: Store,
     accepted: Arc<AtomicUsize>,
     shutdown: CancellationToken,
+    tls: bool,
 }
 
 impl SimHandle {
-    /// `http://127.0.0.1:port`.
+    /// `http://127.0.0.1:port`, or `https://` when it serves TLS.
     pub fn url(&self) -> String {
-        format!("http://{}", self.addr)
+        let scheme = if self.tls { "https" } else { "http" };
+        format!("{scheme}://{}", self.addr)
     }
 
     /// TCP connections accepted so far.
@@ -168,6 +174,7 @@ pub async fn start(
         controls: controls.clone(),
     });
     let accepted = Arc::new(AtomicUsize::new(0));
+    let tls = config.tls.is_some();
     tokio::spawn(serve(
         listener,
         state,
@@ -181,6 +188,7 @@ pub async fn start(
         store,
         accepted,
         shutdown,
+        tls,
     })
 }
 
@@ -208,6 +216,7 @@ async fn serve(
         let _ = stream.set_nodelay(true);
         let state = state.clone();
         let builder = builder.clone();
+        let tls = config.tls.clone();
         connections.spawn(async move {
             let service = service_fn(move |req| {
                 let state = state.clone();
@@ -219,9 +228,20 @@ async fn serve(
                     Ok::<_, std::convert::Infallible>(resp)
                 }
             });
-            let _ = builder
-                .serve_connection(TokioIo::new(stream), service)
-                .await;
+            match tls {
+                None => {
+                    let _ = builder
+                        .serve_connection(TokioIo::new(stream), service)
+                        .await;
+                }
+                Some(tls) => {
+                    if let Ok(stream) = tokio_rustls::TlsAcceptor::from(tls).accept(stream).await {
+                        let _ = builder
+                            .serve_connection(TokioIo::new(stream), service)
+                            .await;
+                    }
+                }
+            }
         });
         // Reap finished connections so the set does not grow without bound.
         while connections.try_join_next().is_some() {}

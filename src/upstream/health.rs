@@ -113,9 +113,13 @@ async fn check(ep: &Arc<EndpointPool>, version: Option<(u32, u32)>) -> (Endpoint
 
 /// GETs `path` from the endpoint: its status and body (bounded by a 5 s timeout).
 pub(crate) async fn get(ep: &Arc<EndpointPool>, path: &str) -> Result<(StatusCode, Bytes), String> {
-    let uri: Uri = format!("http://{}{path}", ep.endpoint.authority())
-        .parse()
-        .map_err(|e| format!("{e}"))?;
+    let uri: Uri = format!(
+        "{}://{}{path}",
+        if ep.endpoint.tls { "https" } else { "http" },
+        ep.endpoint.authority()
+    )
+    .parse()
+    .map_err(|e| format!("{e}"))?;
     let req = Request::get(uri).body(()).map_err(|e| e.to_string())?;
     let exchange = async {
         let resp = send(ep, req, Empty::<Bytes>::new())

@@ -34,6 +34,8 @@ pub struct PoolSettings {
     pub ping_timeout: Duration,
     /// Streams per connection assumed until the peer's SETTINGS arrive (kube-apiserver's default).
     pub initial_max_streams: usize,
+    /// TLS to `https://` endpoints: their CA and the front-proxy client certificate.
+    pub tls: Option<Arc<rustls::ClientConfig>>,
 }
 
 impl Default for PoolSettings {
@@ -43,6 +45,7 @@ impl Default for PoolSettings {
             ping_interval: Duration::from_secs(5),
             ping_timeout: Duration::from_secs(5),
             initial_max_streams: 100,
+            tls: None,
         }
     }
 }
@@ -241,29 +244,69 @@ impl EndpointPool {
 
     async fn connect(self: &Arc<Self>) -> Result<Arc<Conn>, UpstreamError> {
         let ep = &self.endpoint;
-        if ep.tls {
-            return Err(UpstreamError::Connect(format!(
-                "{}: https endpoints need the TLS support of a later skewgate",
-                ep.url
-            )));
-        }
-        let addr = (ep.host.as_str(), ep.port);
-        let handshake = async {
-            let tcp = TcpStream::connect(addr)
+        let connect = async {
+            let tcp = TcpStream::connect((ep.host.as_str(), ep.port))
                 .await
                 .map_err(|e| UpstreamError::Connect(format!("{}: {e}", ep.url)))?;
             let _ = tcp.set_nodelay(true);
-            h2::client::Builder::new()
-                .initial_max_send_streams(self.settings.initial_max_streams)
-                .initial_window_size(1 << 20)
-                .initial_connection_window_size(8 << 20)
-                .handshake::<_, Bytes>(tcp)
+            if !ep.tls {
+                let (send, connection) = self.h2_handshake(tcp).await?;
+                return Ok(self.adopt(send, connection));
+            }
+            let Some(config) = self.settings.tls.clone() else {
+                return Err(UpstreamError::Connect(format!(
+                    "{}: https endpoints need --upstream-ca-file (and the front-proxy client certificate)",
+                    ep.url
+                )));
+            };
+            let name = rustls_pki_types::ServerName::try_from(ep.host.clone())
+                .map_err(|e| UpstreamError::Connect(format!("{}: server name: {e}", ep.url)))?;
+            let tls = tokio_rustls::TlsConnector::from(config)
+                .connect(name, tcp)
                 .await
-                .map_err(|e| UpstreamError::Connect(format!("{}: HTTP/2 handshake: {e}", ep.url)))
+                .map_err(|e| UpstreamError::Connect(format!("{}: TLS: {e}", ep.url)))?;
+            if tls.get_ref().1.alpn_protocol() != Some(b"h2") {
+                return Err(UpstreamError::Connect(format!(
+                    "{}: the apiserver did not agree to HTTP/2 (ALPN h2)",
+                    ep.url
+                )));
+            }
+            let (send, connection) = self.h2_handshake(tls).await?;
+            Ok(self.adopt(send, connection))
         };
-        let (send, mut connection) = tokio::time::timeout(self.settings.connect_timeout, handshake)
+        tokio::time::timeout(self.settings.connect_timeout, connect)
             .await
-            .map_err(|_| UpstreamError::Connect(format!("{}: connect timed out", ep.url)))??;
+            .map_err(|_| UpstreamError::Connect(format!("{}: connect timed out", ep.url)))?
+    }
+
+    async fn h2_handshake<T>(
+        &self,
+        io: T,
+    ) -> Result<(SendRequest<Bytes>, h2::client::Connection<T, Bytes>), UpstreamError>
+    where
+        T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+    {
+        h2::client::Builder::new()
+            .initial_max_send_streams(self.settings.initial_max_streams)
+            .initial_window_size(1 << 20)
+            .initial_connection_window_size(8 << 20)
+            .handshake::<_, Bytes>(io)
+            .await
+            .map_err(|e| {
+                UpstreamError::Connect(format!("{}: HTTP/2 handshake: {e}", self.endpoint.url))
+            })
+    }
+
+    /// Takes a new connection into the pool and drives it on this thread, PINGing it, until it
+    /// closes or stops answering.
+    fn adopt<T>(
+        self: &Arc<Self>,
+        send: SendRequest<Bytes>,
+        mut connection: h2::client::Connection<T, Bytes>,
+    ) -> Arc<Conn>
+    where
+        T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    {
         let conn = Arc::new(Conn {
             send,
             active: AtomicUsize::new(0),
@@ -300,7 +343,7 @@ impl EndpointPool {
                 pool.retire(&conn);
             }
         });
-        Ok(conn)
+        conn
     }
 
     /// Takes a connection out of the pool; its open streams are left to finish.

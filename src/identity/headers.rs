@@ -1,0 +1,178 @@
+//! Identity header hygiene: every identity header a client sends is removed, always; the verified
+//! identity is then set, on the proxy's own (front-proxy authenticated) upstream connection.
+
+use http::HeaderMap;
+use http::header::{HeaderName, HeaderValue};
+
+use super::Identity;
+
+/// The header names, as kube-apiserver's `--requestheader-*-headers` flags configure them.
+#[derive(Clone, Debug)]
+pub struct IdentityHeaders {
+    /// User headers (`X-Remote-User`); the first is the one set.
+    pub user: Vec<HeaderName>,
+    /// Group headers (`X-Remote-Group`); the first is the one set, once per group.
+    pub group: Vec<HeaderName>,
+    /// Prefixes of extra headers (`X-Remote-Extra-`), lower case.
+    pub extra_prefixes: Vec<String>,
+    /// UID headers (`X-Remote-Uid`).
+    pub uid: Vec<HeaderName>,
+}
+
+impl Default for IdentityHeaders {
+    fn default() -> Self {
+        IdentityHeaders {
+            user: vec![HeaderName::from_static("x-remote-user")],
+            group: vec![HeaderName::from_static("x-remote-group")],
+            extra_prefixes: vec!["x-remote-extra-".to_owned()],
+            uid: vec![HeaderName::from_static("x-remote-uid")],
+        }
+    }
+}
+
+impl IdentityHeaders {
+    /// Builds the names from flag values (case-insensitive, as HTTP header names are).
+    pub fn new(
+        user: &[String],
+        group: &[String],
+        extra_prefixes: &[String],
+        uid: &[String],
+    ) -> Result<IdentityHeaders, String> {
+        let names = |list: &[String]| -> Result<Vec<HeaderName>, String> {
+            list.iter()
+                .map(|n| {
+                    HeaderName::from_bytes(n.to_ascii_lowercase().as_bytes())
+                        .map_err(|e| format!("header name {n:?}: {e}"))
+                })
+                .collect()
+        };
+        let defaults = IdentityHeaders::default();
+        Ok(IdentityHeaders {
+            user: if user.is_empty() {
+                defaults.user
+            } else {
+                names(user)?
+            },
+            group: if group.is_empty() {
+                defaults.group
+            } else {
+                names(group)?
+            },
+            extra_prefixes: if extra_prefixes.is_empty() {
+                defaults.extra_prefixes
+            } else {
+                extra_prefixes
+                    .iter()
+                    .map(|p| p.to_ascii_lowercase())
+                    .collect()
+            },
+            uid: if uid.is_empty() {
+                defaults.uid
+            } else {
+                names(uid)?
+            },
+        })
+    }
+
+    /// Removes every identity header (every value of each), whatever the client sent.
+    pub fn strip(&self, headers: &mut HeaderMap) {
+        for name in self.user.iter().chain(&self.group).chain(&self.uid) {
+            headers.remove(name);
+        }
+        if headers.keys().any(|k| self.is_extra(k)) {
+            let extras: Vec<HeaderName> = headers
+                .keys()
+                .filter(|k| self.is_extra(k))
+                .cloned()
+                .collect();
+            for name in extras {
+                headers.remove(&name);
+            }
+        }
+    }
+
+    fn is_extra(&self, name: &HeaderName) -> bool {
+        self.extra_prefixes
+            .iter()
+            .any(|p| name.as_str().starts_with(p.as_str()))
+    }
+}
+
+/// Strips the client's identity headers and sets the verified identity, if any.
+pub fn forward_identity(
+    names: &IdentityHeaders,
+    headers: &mut HeaderMap,
+    identity: Option<&Identity>,
+) {
+    names.strip(headers);
+    let Some(id) = identity else {
+        return;
+    };
+    if let (Some(name), Ok(value)) = (names.user.first(), HeaderValue::from_str(&id.user)) {
+        headers.insert(name.clone(), value);
+    }
+    if let Some(name) = names.group.first() {
+        for g in &id.groups {
+            if let Ok(value) = HeaderValue::from_str(g) {
+                headers.append(name.clone(), value);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn client_identity_headers_never_pass() {
+        let names = IdentityHeaders::default();
+        let mut h = HeaderMap::new();
+        for (k, v) in [
+            ("X-Remote-User", "admin"),
+            ("x-remote-group", "system:masters"),
+            ("X-REMOTE-GROUP", "other"),
+            ("X-Remote-Extra-Scopes", "all"),
+            ("x-remote-uid", "0"),
+            ("Authorization", "Bearer t"),
+            ("Impersonate-User", "bob"),
+        ] {
+            h.append(
+                HeaderName::from_bytes(k.to_ascii_lowercase().as_bytes()).unwrap(),
+                HeaderValue::from_static(v),
+            );
+        }
+        forward_identity(&names, &mut h, None);
+        assert!(h.get("x-remote-user").is_none());
+        assert!(h.get("x-remote-group").is_none());
+        assert!(h.get("x-remote-extra-scopes").is_none());
+        assert!(h.get("x-remote-uid").is_none());
+        assert_eq!(h.get("authorization").unwrap(), "Bearer t");
+        assert_eq!(h.get("impersonate-user").unwrap(), "bob");
+        let alice = Identity {
+            user: "alice".into(),
+            groups: vec!["devs".into(), "ops".into()],
+        };
+        h.append("x-remote-group", HeaderValue::from_static("system:masters"));
+        forward_identity(&names, &mut h, Some(&alice));
+        assert_eq!(h.get("x-remote-user").unwrap(), "alice");
+        let groups: Vec<_> = h
+            .get_all("x-remote-group")
+            .iter()
+            .map(|v| v.to_str().unwrap())
+            .collect();
+        assert_eq!(groups, ["devs", "ops"]);
+    }
+
+    #[test]
+    fn configured_names_are_case_insensitive() {
+        let names =
+            IdentityHeaders::new(&["X-Auth-User".into()], &[], &["X-Auth-Extra-".into()], &[])
+                .unwrap();
+        let mut h = HeaderMap::new();
+        h.insert("x-auth-user", HeaderValue::from_static("root"));
+        h.insert("x-auth-extra-foo", HeaderValue::from_static("1"));
+        names.strip(&mut h);
+        assert!(h.is_empty());
+    }
+}

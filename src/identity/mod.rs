@@ -1,0 +1,15 @@
+//! Who a client is, and the TLS that proves it: serving and upstream TLS configurations, the user
+//! and groups of a verified client certificate, and the hygiene of identity headers.
+//!
+//! Connection sharing only works if the upstream connection is the proxy's, so the proxy verifies
+//! client certificates itself, removes every identity header a client sent, and forwards the
+//! identity in `X-Remote-User` / `X-Remote-Group` on connections authenticated with the front-proxy
+//! client certificate, as the Kubernetes aggregation layer does.
+
+mod headers;
+mod tls;
+mod user;
+
+pub use headers::{IdentityHeaders, forward_identity};
+pub use tls::{TlsError, TlsFiles, UpstreamTlsFiles, client_config, server_config};
+pub use user::Identity;

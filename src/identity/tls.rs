@@ -1,0 +1,136 @@
+//! TLS configurations: the serving side (ALPN h2 and http/1.1, optional client certificates) and the
+//! upstream side (the apiservers' CA, the front-proxy client certificate, ALPN h2).
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use rustls::crypto::CryptoProvider;
+use rustls::server::WebPkiClientVerifier;
+use rustls::{ClientConfig, RootCertStore, ServerConfig};
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+
+/// A TLS file that could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum TlsError {
+    /// A file could not be read or holds no usable PEM.
+    #[error("{path}: {message}")]
+    File {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        message: String,
+    },
+    /// rustls refused the combination.
+    #[error("TLS configuration: {0}")]
+    Config(String),
+}
+
+/// The serving side's files.
+#[derive(Clone, Debug)]
+pub struct TlsFiles {
+    /// `--tls-cert-file`: the serving certificate chain (PEM).
+    pub cert: PathBuf,
+    /// `--tls-private-key-file`: its key (PEM).
+    pub key: PathBuf,
+    /// `--client-ca-file`: CAs that verify client certificates; without it clients are not asked.
+    pub client_ca: Option<PathBuf>,
+}
+
+/// The upstream side's files.
+#[derive(Clone, Debug, Default)]
+pub struct UpstreamTlsFiles {
+    /// `--upstream-ca-file`: CAs that verify apiserver certificates.
+    pub ca: Option<PathBuf>,
+    /// `--proxy-client-cert-file` and `--proxy-client-key-file`: the front-proxy identity.
+    pub client_cert: Option<(PathBuf, PathBuf)>,
+}
+
+fn provider() -> Arc<CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+fn file_error(path: &Path, message: impl Into<String>) -> TlsError {
+    TlsError::File {
+        path: path.to_owned(),
+        message: message.into(),
+    }
+}
+
+fn certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
+    let certs = CertificateDer::pem_file_iter(path)
+        .map_err(|e| file_error(path, format!("cannot read certificates: {e}")))?
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| file_error(path, format!("invalid PEM: {e}")))?;
+    if certs.is_empty() {
+        return Err(file_error(path, "holds no CERTIFICATE block"));
+    }
+    Ok(certs)
+}
+
+fn key(path: &Path) -> Result<PrivateKeyDer<'static>, TlsError> {
+    PrivateKeyDer::from_pem_file(path)
+        .map_err(|e| file_error(path, format!("holds no usable private key: {e}")))
+}
+
+fn roots(path: &Path) -> Result<RootCertStore, TlsError> {
+    let mut store = RootCertStore::empty();
+    for cert in certs(path)? {
+        store
+            .add(cert)
+            .map_err(|e| file_error(path, format!("not a CA certificate: {e}")))?;
+    }
+    Ok(store)
+}
+
+/// The serving configuration: ALPN `h2` and `http/1.1`; with a client CA, client certificates are
+/// requested and verified (a client without one is anonymous unless it brings a token).
+pub fn server_config(files: &TlsFiles) -> Result<Arc<ServerConfig>, TlsError> {
+    let builder = ServerConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| TlsError::Config(e.to_string()))?;
+    let builder = match &files.client_ca {
+        Some(ca) => {
+            let verifier =
+                WebPkiClientVerifier::builder_with_provider(Arc::new(roots(ca)?), provider())
+                    .allow_unauthenticated()
+                    .build()
+                    .map_err(|e| TlsError::Config(format!("client CA {}: {e}", ca.display())))?;
+            builder.with_client_cert_verifier(verifier)
+        }
+        None => builder.with_no_client_auth(),
+    };
+    let mut config = builder
+        .with_single_cert(certs(&files.cert)?, key(&files.key)?)
+        .map_err(|e| {
+            TlsError::Config(format!(
+                "{} and {}: {e}",
+                files.cert.display(),
+                files.key.display()
+            ))
+        })?;
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    Ok(Arc::new(config))
+}
+
+/// The upstream configuration: apiservers verified against the CA, the front-proxy certificate
+/// presented, ALPN `h2`.
+pub fn client_config(files: &UpstreamTlsFiles) -> Result<Arc<ClientConfig>, TlsError> {
+    let Some(ca) = &files.ca else {
+        return Err(TlsError::Config(
+            "https:// endpoints need --upstream-ca-file to verify the apiservers".to_owned(),
+        ));
+    };
+    let builder = ClientConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| TlsError::Config(e.to_string()))?
+        .with_root_certificates(roots(ca)?);
+    let mut config = match &files.client_cert {
+        Some((cert, key_file)) => builder
+            .with_client_auth_cert(certs(cert)?, key(key_file)?)
+            .map_err(|e| TlsError::Config(format!("{}: {e}", cert.display())))?,
+        None => builder.with_no_client_auth(),
+    };
+    config.alpn_protocols = vec![b"h2".to_vec()];
+    Ok(Arc::new(config))
+}
