@@ -13,7 +13,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Check { paths } => cli::check::check(&paths),
         Command::Explain(args) => cli::explain::explain(&args).map(|()| ExitCode::SUCCESS),
-        Command::Serve(args) => cli::serve::run(args),
+        Command::Serve(args) => cli::serve::run(*args),
         Command::Demo(args) => cli::demo::run(args),
         Command::Sim(args) => cli::sim::run(args),
     };

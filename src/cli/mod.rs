@@ -28,7 +28,7 @@ pub struct Cli {
 #[derive(Subcommand)]
 pub enum Command {
     /// Proxy clients to apiservers by a route file, reloading it when it changes.
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     /// Validate route files: exit 0, or print every error with file:line and exit 1.
     Check {
         /// Route files, or directories of *.yaml route files.
