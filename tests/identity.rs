@@ -1,0 +1,373 @@
+//! TLS and identity: client certificates become X-Remote-User/Group upstream, identity headers a
+//! client sends never pass, tokens do, a certificate from another CA is refused, the upstream
+//! refuses a proxy without the front-proxy certificate, and real kubectl works through TLS.
+
+mod common;
+#[path = "common/pki.rs"]
+mod pki;
+
+use std::net::SocketAddr;
+use std::process::Command;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use common::*;
+use http_body_util::{BodyExt, Empty};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use pki::{Ca, Leaf};
+use serde_json::Value;
+use skewgate::identity::{TlsFiles, UpstreamTlsFiles, client_config, server_config};
+use skewgate::proxy::ProxySettings;
+use skewgate::sim::{self, SimConfig, SimHandle, Store};
+use skewgate::upstream::PoolSettings;
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
+
+struct Pki {
+    dir: std::path::PathBuf,
+    ca: Ca,
+    front_proxy_ca: Ca,
+    evil_ca: Ca,
+    apiserver: Leaf,
+    serving: Leaf,
+    alice: Leaf,
+    front_proxy_client: Leaf,
+    mallory: Leaf,
+}
+
+fn pki() -> Pki {
+    let dir = temp_dir("pki");
+    let ca = Ca::new(&dir, "ca");
+    let front_proxy_ca = Ca::new(&dir, "front-proxy-ca");
+    let evil_ca = Ca::new(&dir, "evil-ca");
+    Pki {
+        apiserver: ca.issue(
+            &dir,
+            "apiserver",
+            "kube-apiserver",
+            &[],
+            &["localhost", "127.0.0.1"],
+        ),
+        serving: ca.issue(
+            &dir,
+            "skewgate",
+            "skewgate",
+            &[],
+            &["localhost", "127.0.0.1"],
+        ),
+        alice: ca.issue(&dir, "alice", "alice", &["devs", "ops"], &[]),
+        front_proxy_client: front_proxy_ca.issue(
+            &dir,
+            "front-proxy-client",
+            "front-proxy-client",
+            &[],
+            &[],
+        ),
+        mallory: evil_ca.issue(&dir, "mallory", "mallory", &["system:masters"], &[]),
+        dir,
+        ca,
+        front_proxy_ca,
+        evil_ca,
+    }
+}
+
+/// Two simulators serving TLS that require the front-proxy client certificate.
+async fn tls_sims(p: &Pki) -> (Store, SimHandle, SimHandle) {
+    let store = Store::new();
+    let tls = Some(pki::server_requiring_clients(
+        &p.apiserver,
+        &p.front_proxy_ca,
+    ));
+    let config = |v: &str| SimConfig {
+        tls: tls.clone(),
+        ..SimConfig::new(v)
+    };
+    let old = sim::start(config(OLD), store.clone(), loopback())
+        .await
+        .expect("sim");
+    let new = sim::start(config(NEW), store.clone(), loopback())
+        .await
+        .expect("sim");
+    (store, old, new)
+}
+
+fn settings(p: &Pki, front_proxy_cert: bool) -> ProxySettings {
+    let tls = server_config(&TlsFiles {
+        cert: p.serving.cert_file.clone(),
+        key: p.serving.key_file.clone(),
+        client_ca: Some(p.ca.cert_file.clone()),
+    })
+    .expect("serving TLS");
+    let upstream = client_config(&UpstreamTlsFiles {
+        ca: Some(p.ca.cert_file.clone()),
+        client_cert: front_proxy_cert.then(|| {
+            (
+                p.front_proxy_client.cert_file.clone(),
+                p.front_proxy_client.key_file.clone(),
+            )
+        }),
+    })
+    .expect("upstream TLS");
+    ProxySettings {
+        tls: Some(tls),
+        pool: PoolSettings {
+            tls: Some(upstream),
+            ..PoolSettings::default()
+        },
+        ..ProxySettings::default()
+    }
+}
+
+fn table(old: &SimHandle, new: &SimHandle) -> String {
+    format!(
+        "apiVersion: skewgate.io/v1alpha1\nkind: RouteTable\nbackends:\n  - {{name: old, endpoints: [\"{}\"]}}\n  - {{name: new, endpoints: [\"{}\"]}}\nwrites:\n  default: old\nreads:\n  default: old\n  rollouts:\n    - {{name: ops-to-new, match: {{groups: [ops], resources: [configmaps]}}, to: new, stickyBy: user, percent: 100}}\n",
+        old.url(),
+        new.url()
+    )
+}
+
+/// One request over TLS with `config`; h2 or HTTP/1.1 by `h2`. Err when the connection fails.
+async fn tls_request(
+    addr: SocketAddr,
+    config: Arc<rustls::ClientConfig>,
+    h2: bool,
+    path: &str,
+    headers: &[(&str, &str)],
+) -> Result<(u16, String, Value), String> {
+    let tcp = TcpStream::connect(addr).await.map_err(|e| e.to_string())?;
+    let name = rustls_pki_types::ServerName::try_from("127.0.0.1").map_err(|e| e.to_string())?;
+    let tls = tokio_rustls::TlsConnector::from(config)
+        .connect(name, tcp)
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut req = http::Request::get(if h2 {
+        format!("https://{addr}{path}")
+    } else {
+        path.to_owned()
+    });
+    if !h2 {
+        req = req.header("host", "skewgate");
+    }
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    let req = req.body(Empty::<Bytes>::new()).map_err(|e| e.to_string())?;
+    let resp = if h2 {
+        let (mut send, conn) =
+            hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(tls))
+                .await
+                .map_err(|e| e.to_string())?;
+        tokio::spawn(conn);
+        send.send_request(req).await.map_err(|e| e.to_string())?
+    } else {
+        let (mut send, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
+            .await
+            .map_err(|e| e.to_string())?;
+        tokio::spawn(conn);
+        send.send_request(req).await.map_err(|e| e.to_string())?
+    };
+    let status = resp.status().as_u16();
+    let version = resp
+        .headers()
+        .get(sim::VERSION_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_owned();
+    let body = resp
+        .into_body()
+        .collect()
+        .await
+        .map_err(|e| e.to_string())?
+        .to_bytes();
+    Ok((
+        status,
+        version,
+        serde_json::from_slice(&body).unwrap_or(Value::Null),
+    ))
+}
+
+fn values(headers: &Value, name: &str) -> Vec<String> {
+    headers[name]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|v| v.as_str().map(str::to_owned))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_certificates_become_front_proxy_identity_and_spoofed_headers_never_pass() {
+    let p = pki();
+    let (_store, old, new) = tls_sims(&p).await;
+    let routes = p.dir.join("routes.yaml");
+    std::fs::write(&routes, table(&old, &new)).expect("routes");
+    let gate = gate_on(&routes, settings(&p, true)).await;
+    let addr = gate.server.addr;
+    let alice = |alpn: &[&[u8]]| pki::client_config(&p.ca, Some(&p.alice), alpn);
+    let spoofed = [
+        ("X-Remote-User", "admin"),
+        ("X-REMOTE-GROUP", "system:masters"),
+        ("x-remote-group", "root"),
+        ("X-Remote-Extra-Scopes", "everything"),
+        ("Impersonate-User", "bob"),
+    ];
+    for h2 in [false, true] {
+        let alpn: &[&[u8]] = if h2 { &[b"h2"] } else { &[b"http/1.1"] };
+        let (status, _, headers) = tls_request(addr, alice(alpn), h2, "/debug/headers", &spoofed)
+            .await
+            .expect("request");
+        assert_eq!(status, 200);
+        assert_eq!(
+            values(&headers, "x-remote-user"),
+            ["alice"],
+            "h2={h2}: {headers}"
+        );
+        assert_eq!(
+            values(&headers, "x-remote-group"),
+            ["devs", "ops"],
+            "h2={h2}: {headers}"
+        );
+        assert!(headers.get("x-remote-extra-scopes").is_none(), "{headers}");
+        assert_eq!(
+            values(&headers, "impersonate-user"),
+            ["bob"],
+            "impersonation passes to the apiserver"
+        );
+    }
+    // The groups feed route file selectors: group ops reads configmaps from the new version.
+    let (status, version, _) = tls_request(
+        addr,
+        alice(&[b"h2"]),
+        true,
+        "/api/v1/namespaces/default/configmaps",
+        &[],
+    )
+    .await
+    .expect("list");
+    assert_eq!((status, version.as_str()), (200, NEW));
+
+    // No certificate: anonymous, the token passes, spoofed headers do not.
+    let anonymous = pki::client_config(&p.ca, None, &[b"h2"]);
+    let (status, version, headers) = tls_request(
+        addr,
+        anonymous,
+        true,
+        "/debug/headers",
+        &[("Authorization", "Bearer abc"), ("X-Remote-User", "admin")],
+    )
+    .await
+    .expect("request");
+    assert_eq!((status, version.as_str()), (200, OLD));
+    assert_eq!(values(&headers, "authorization"), ["Bearer abc"]);
+    assert!(headers.get("x-remote-user").is_none(), "{headers}");
+
+    // A certificate from another CA is refused at the handshake.
+    let mallory = pki::client_config(&p.evil_ca, Some(&p.mallory), &[b"h2"]);
+    let refused = tls_request(addr, mallory, true, "/debug/headers", &[]).await;
+    assert!(refused.is_err(), "{refused:?}");
+
+    // Plain HTTP to the TLS port: refused, counted, and the proxy keeps serving.
+    let mut plain = TcpStream::connect(addr).await.expect("connect");
+    plain
+        .write_all(b"GET /api HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .expect("write");
+    let mut buf = Vec::new();
+    let _ = tokio::io::AsyncReadExt::read_to_end(&mut plain, &mut buf).await;
+    let m = gate.metrics().await;
+    assert!(
+        metric(
+            &m,
+            "skewgate_tls_handshake_errors_total{reason=\"not_tls\"}"
+        ) >= 1.0,
+        "{m}"
+    );
+    assert!(
+        metric(&m, "skewgate_tls_handshake_errors_total") >= 2.0,
+        "{m}"
+    );
+    let (status, _, _) = tls_request(addr, alice(&[b"h2"]), true, "/version", &[])
+        .await
+        .expect("still serving");
+    assert_eq!(status, 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_apiserver_refuses_a_proxy_without_the_front_proxy_certificate() {
+    let p = pki();
+    let (_store, old, new) = tls_sims(&p).await;
+    let routes = p.dir.join("routes-no-fp.yaml");
+    std::fs::write(&routes, table(&old, &new)).expect("routes");
+    let gate = gate_on(&routes, settings(&p, false)).await;
+    let alice = pki::client_config(&p.ca, Some(&p.alice), &[b"h2"]);
+    let (status, _, body) = tls_request(gate.server.addr, alice, true, "/api/v1/namespaces", &[])
+        .await
+        .expect("answer");
+    assert_eq!(status, 503, "{body}");
+    assert_eq!(body["reason"], "ServiceUnavailable");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_with_a_client_certificate_works_through_tls() {
+    if !Command::new("kubectl")
+        .arg("version")
+        .arg("--client")
+        .output()
+        .is_ok_and(|o| o.status.success())
+    {
+        println!("SKIPPED: kubectl is not on PATH");
+        return;
+    }
+    let p = pki();
+    let (_store, old, new) = tls_sims(&p).await;
+    let routes = p.dir.join("routes-kubectl.yaml");
+    std::fs::write(&routes, table(&old, &new)).expect("routes");
+    let gate = gate_on(&routes, settings(&p, true)).await;
+    let kubeconfig = p.dir.join("kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: https://127.0.0.1:{}\n    certificate-authority: {}\nusers:\n- name: alice\n  user:\n    client-certificate: {}\n    client-key: {}\ncontexts:\n- name: c\n  context: {{cluster: c, user: alice}}\ncurrent-context: c\n",
+            gate.server.addr.port(),
+            p.ca.cert_file.display(),
+            p.alice.cert_file.display(),
+            p.alice.key_file.display()
+        ),
+    )
+    .expect("kubeconfig");
+    let kc = kubeconfig.clone();
+    let out = tokio::task::spawn_blocking(move || {
+        Command::new("kubectl")
+            .arg("--kubeconfig")
+            .arg(&kc)
+            .args(["get", "--raw", "/debug/headers"])
+            .output()
+            .expect("kubectl")
+    })
+    .await
+    .expect("join");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let headers: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(values(&headers, "x-remote-user"), ["alice"]);
+    let kc = kubeconfig.clone();
+    let out = tokio::task::spawn_blocking(move || {
+        Command::new("kubectl")
+            .arg("--kubeconfig")
+            .arg(&kc)
+            .args(["get", "namespaces"])
+            .output()
+            .expect("kubectl")
+    })
+    .await
+    .expect("join");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("kube-system"));
+}
