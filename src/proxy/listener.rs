@@ -5,9 +5,10 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use hyper::server::conn::{http1, http2};
+use hyper::server::conn::http2;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::{GracefulShutdown, Watcher};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_util::sync::CancellationToken;
@@ -22,8 +23,11 @@ const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 /// requests finish for the grace period, and returns.
 pub async fn serve(proxy: Arc<Proxy>, listener: TcpListener, stop: CancellationToken) {
     let graceful = GracefulShutdown::new();
-    let mut h1 = http1::Builder::new();
-    h1.timer(TokioTimer::new())
+    // HTTP/1.1 through the auto builder, limited to HTTP/1.1, for its upgradeable connections
+    // (exec, attach, port-forward) that graceful shutdown can watch.
+    let mut h1 = auto::Builder::new(TokioExecutor::new()).http1_only();
+    h1.http1()
+        .timer(TokioTimer::new())
         .header_read_timeout(Duration::from_secs(30));
     let mut h2 = http2::Builder::new(TokioExecutor::new());
     h2.timer(TokioTimer::new())
@@ -121,7 +125,7 @@ impl Connection {
     async fn serve<I>(
         self,
         io: TokioIo<I>,
-        h1: &http1::Builder,
+        h1: &auto::Builder<TokioExecutor>,
         h2: &http2::Builder<TokioExecutor>,
         watcher: Watcher,
     ) where
@@ -145,9 +149,14 @@ impl Connection {
             async move { Ok::<_, Infallible>(service::handle(proxy, remote, identity, req).await) }
         });
         let result = if is_h2 {
-            watcher.watch(h2.serve_connection(io, service)).await
+            watcher
+                .watch(h2.serve_connection(io, service))
+                .await
+                .map_err(Into::into)
         } else {
-            watcher.watch(h1.serve_connection(io, service)).await
+            watcher
+                .watch(h1.serve_connection_with_upgrades(io, service))
+                .await
         };
         if let Err(e) = result {
             tracing::debug!(%remote, error = %e, "client connection ended with an error");

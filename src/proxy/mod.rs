@@ -7,6 +7,7 @@ mod routing;
 mod server;
 mod service;
 mod status;
+mod upgrade;
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};

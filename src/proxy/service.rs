@@ -13,6 +13,7 @@ use super::Proxy;
 use super::body::ProxyBody;
 use super::routing::Routing;
 use super::status::{ProxyError, status_response};
+use super::upgrade;
 use crate::classify::{Client, classify};
 use crate::identity::{Identity, forward_identity};
 use crate::steer::{Class, Decision, Reason, SteerRequest, WriteTicket, backend_key, object_key};
@@ -40,9 +41,8 @@ pub async fn handle(
     let start = Instant::now();
     let routing = proxy.routing();
     let (mut parts, body) = req.into_parts();
-    if parts.headers.contains_key(header::UPGRADE) {
-        return ProxyError::UpgradeUnsupported.into_response();
-    }
+    // Exec, attach and port-forward ask HTTP/1.1 to switch protocols.
+    let upgrade = parts.headers.get(header::UPGRADE).cloned();
     let groups = identity
         .as_ref()
         .map(|i| i.group_refs())
@@ -114,6 +114,19 @@ pub async fn handle(
         &mut parts.headers,
         identity.as_deref(),
     );
+    if let Some(protocol) = upgrade {
+        let tls = proxy.settings.pool.tls.clone();
+        return answer(
+            match upgrade::tunnel(endpoint, tls, parts, protocol).await {
+                Ok(resp) => resp,
+                Err(error) => ProxyError::Upstream {
+                    backend: backend.name.clone(),
+                    error,
+                }
+                .into_response(),
+            },
+        );
+    }
     let path = parts
         .uri
         .path_and_query()

@@ -22,11 +22,6 @@ pub enum ProxyError {
         /// What failed.
         error: UpstreamError,
     },
-    /// The request asks for a protocol upgrade (exec, attach, port-forward), which this skewgate does
-    /// not tunnel yet.
-    UpgradeUnsupported,
-    /// The proxy is shutting down.
-    ShuttingDown,
 }
 
 impl ProxyError {
@@ -58,18 +53,6 @@ impl ProxyError {
                     true,
                 ),
             },
-            ProxyError::UpgradeUnsupported => (
-                StatusCode::NOT_IMPLEMENTED,
-                "MethodNotAllowed",
-                "skewgate: protocol upgrades (exec, attach, port-forward) are not tunnelled by this version".to_owned(),
-                false,
-            ),
-            ProxyError::ShuttingDown => (
-                StatusCode::SERVICE_UNAVAILABLE,
-                "ServiceUnavailable",
-                "skewgate is shutting down".to_owned(),
-                true,
-            ),
         }
     }
 

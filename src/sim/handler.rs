@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 use super::api::{self, ApiResource};
 use super::schema;
 use super::store::{ObjectKey, StoreError, WriteRecord};
-use super::{SimState, watch};
+use super::{SimState, streams, watch};
 
 /// The body of every simulator response.
 pub type SimBody = BoxBody<Bytes, Infallible>;
@@ -27,6 +27,18 @@ pub async fn handle(sim: Arc<SimState>, req: Request<Incoming>) -> Response<SimB
     let path = req.uri().path().to_owned();
     let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
     match segments.as_slice() {
+        [
+            "api",
+            "v1",
+            "namespaces",
+            _,
+            "pods",
+            _,
+            "exec" | "attach" | "portforward",
+        ] if req.headers().contains_key(header::UPGRADE) => streams::upgrade_echo(req),
+        ["api", "v1", "namespaces", _, "pods", _, "log"] => {
+            streams::log(req.uri().query().unwrap_or(""))
+        }
         ["version"] => json_response(StatusCode::OK, &sim.version_json()),
         ["readyz"] | ["livez"] | ["healthz"] => text(StatusCode::OK, "ok"),
         // A fixture for tests: the request's headers, as the apiserver received them.

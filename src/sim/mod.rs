@@ -11,6 +11,7 @@ pub mod api;
 mod handler;
 pub mod schema;
 pub mod store;
+mod streams;
 mod watch;
 
 use std::net::SocketAddr;
@@ -231,13 +232,13 @@ async fn serve(
             match tls {
                 None => {
                     let _ = builder
-                        .serve_connection(TokioIo::new(stream), service)
+                        .serve_connection_with_upgrades(TokioIo::new(stream), service)
                         .await;
                 }
                 Some(tls) => {
                     if let Ok(stream) = tokio_rustls::TlsAcceptor::from(tls).accept(stream).await {
                         let _ = builder
-                            .serve_connection(TokioIo::new(stream), service)
+                            .serve_connection_with_upgrades(TokioIo::new(stream), service)
                             .await;
                     }
                 }
