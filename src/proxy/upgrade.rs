@@ -37,7 +37,7 @@ pub async fn tunnel(
     parts.headers.insert(header::UPGRADE, upgrade);
     parts.headers.insert(
         header::HOST,
-        HeaderValue::from_str(&endpoint.authority.to_string())
+        HeaderValue::from_str(endpoint.authority.as_ref())
             .map_err(|e| UpstreamError::Protocol(e.to_string()))?,
     );
     // HTTP/1.1 sends the path alone.
