@@ -16,7 +16,7 @@ use http_body_util::{BodyExt, Empty};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use pki::{Ca, Leaf};
 use serde_json::Value;
-use skewgate::identity::{TlsFiles, UpstreamTlsFiles, client_config, server_config};
+use skewgate::identity::{ServingTls, TlsFiles, UpstreamTlsFiles, client_config};
 use skewgate::proxy::ProxySettings;
 use skewgate::sim::{self, SimConfig, SimHandle, Store};
 use skewgate::upstream::PoolSettings;
@@ -92,7 +92,7 @@ async fn tls_sims(p: &Pki) -> (Store, SimHandle, SimHandle) {
 }
 
 fn settings(p: &Pki, front_proxy_cert: bool) -> ProxySettings {
-    let tls = server_config(&TlsFiles {
+    let tls = ServingTls::load(TlsFiles {
         cert: p.serving.cert_file.clone(),
         key: p.serving.key_file.clone(),
         client_ca: Some(p.ca.cert_file.clone()),
@@ -370,4 +370,98 @@ async fn kubectl_with_a_client_certificate_works_through_tls() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(String::from_utf8_lossy(&out.stdout).contains("kube-system"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_clients_are_refused_and_counted_without_slowing_others() {
+    let p = pki();
+    let (_store, old, new) = tls_sims(&p).await;
+    let routes = p.dir.join("routes-bad.yaml");
+    std::fs::write(&routes, table(&old, &new)).expect("routes");
+    let gate = gate_on(
+        &routes,
+        ProxySettings {
+            handshake_timeout: std::time::Duration::from_millis(300),
+            ..settings(&p, true)
+        },
+    )
+    .await;
+    let addr = gate.server.addr;
+    // A client that connects and never completes a handshake is cut off at the timeout...
+    let mut stalled = TcpStream::connect(addr).await.expect("connect");
+    // ...while a good client is served meanwhile.
+    let alice = pki::client_config(&p.ca, Some(&p.alice), &[b"h2"]);
+    let (status, _, _) = tls_request(addr, alice.clone(), true, "/version", &[])
+        .await
+        .expect("served");
+    assert_eq!(status, 200);
+    let mut buf = [0u8; 16];
+    let closed = tokio::time::timeout(
+        std::time::Duration::from_secs(5),
+        tokio::io::AsyncReadExt::read(&mut stalled, &mut buf),
+    )
+    .await;
+    assert!(
+        matches!(closed, Ok(Ok(0)) | Ok(Err(_))),
+        "the stalled handshake was ended: {closed:?}"
+    );
+    // An expired certificate from the right CA is refused.
+    let expired = p.ca.issue_expired(&p.dir, "expired", "old-alice");
+    let refused = tls_request(
+        addr,
+        pki::client_config(&p.ca, Some(&expired), &[b"h2"]),
+        true,
+        "/version",
+        &[],
+    )
+    .await;
+    assert!(refused.is_err(), "{refused:?}");
+    let m = gate.metrics().await;
+    assert!(
+        metric(
+            &m,
+            "skewgate_tls_handshake_errors_total{reason=\"timeout\"}"
+        ) >= 1.0,
+        "{m}"
+    );
+    assert!(
+        metric(
+            &m,
+            "skewgate_tls_handshake_errors_total{reason=\"bad_certificate\"}"
+        ) >= 1.0,
+        "{m}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_renewed_serving_certificate_is_used_without_a_restart() {
+    let p = pki();
+    let (_store, old, new) = tls_sims(&p).await;
+    let routes = p.dir.join("routes-renew.yaml");
+    std::fs::write(&routes, table(&old, &new)).expect("routes");
+    let gate = gate_on(&routes, settings(&p, true)).await;
+    let addr = gate.server.addr;
+    // The serving certificate is replaced by one from a new CA (written over the same files).
+    let new_ca = Ca::new(&p.dir, "new-ca");
+    let renewed = new_ca.issue(&p.dir, "renewed", "skewgate", &[], &["127.0.0.1"]);
+    std::fs::copy(&renewed.cert_file, &p.serving.cert_file).expect("copy");
+    std::fs::copy(&renewed.key_file, &p.serving.key_file).expect("copy");
+    let trusts_new = pki::client_config(&new_ca, None, &[b"h2"]);
+    let switched = eventually(10, || {
+        let config = trusts_new.clone();
+        async move {
+            tls_request(addr, config, true, "/version", &[])
+                .await
+                .is_ok()
+        }
+    })
+    .await;
+    assert!(switched, "clients that trust the new CA are served");
+    let trusts_old = pki::client_config(&p.ca, None, &[b"h2"]);
+    assert!(
+        tls_request(addr, trusts_old, true, "/version", &[])
+            .await
+            .is_err(),
+        "the old certificate is gone"
+    );
 }

@@ -5,9 +5,7 @@ use std::process::ExitCode;
 
 use anyhow::{Result, bail};
 
-use skewgate::identity::{
-    IdentityHeaders, TlsFiles, UpstreamTlsFiles, client_config, server_config,
-};
+use skewgate::identity::{IdentityHeaders, ServingTls, TlsFiles, UpstreamTlsFiles, client_config};
 use skewgate::proxy::{ProxySettings, ServeOptions, Server};
 use skewgate::upstream::PoolSettings;
 
@@ -35,7 +33,7 @@ pub fn runtime() -> Result<tokio::runtime::Runtime> {
 pub fn run(args: ServeArgs) -> Result<ExitCode> {
     init_logging();
     let tls = match (&args.tls_cert_file, &args.tls_private_key_file) {
-        (Some(cert), Some(key)) => Some(server_config(&TlsFiles {
+        (Some(cert), Some(key)) => Some(ServingTls::load(TlsFiles {
             cert: cert.clone(),
             key: key.clone(),
             client_ca: args.client_ca_file.clone(),

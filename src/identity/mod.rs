@@ -11,5 +11,5 @@ mod tls;
 mod user;
 
 pub use headers::{IdentityHeaders, forward_identity};
-pub use tls::{TlsError, TlsFiles, UpstreamTlsFiles, client_config, server_config};
+pub use tls::{ServingTls, TlsError, TlsFiles, UpstreamTlsFiles, client_config, server_config};
 pub use user::Identity;

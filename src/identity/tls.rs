@@ -134,3 +134,87 @@ pub fn client_config(files: &UpstreamTlsFiles) -> Result<Arc<ClientConfig>, TlsE
     config.alpn_protocols = vec![b"h2".to_vec()];
     Ok(Arc::new(config))
 }
+
+/// The serving TLS configuration, rebuilt when its files change on disk (a renewed certificate, a
+/// rotated client CA), without a restart. A change that does not load keeps the running one.
+pub struct ServingTls {
+    files: TlsFiles,
+    current: arc_swap::ArcSwap<ServerConfig>,
+    contents: std::sync::Mutex<Vec<Option<Vec<u8>>>>,
+}
+
+impl std::fmt::Debug for ServingTls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServingTls")
+            .field("files", &self.files)
+            .finish()
+    }
+}
+
+impl ServingTls {
+    /// Loads the files; fails when they do not make a configuration.
+    pub fn load(files: TlsFiles) -> Result<Arc<ServingTls>, TlsError> {
+        let contents = Self::read(&files);
+        let config = server_config(&files)?;
+        Ok(Arc::new(ServingTls {
+            files,
+            current: arc_swap::ArcSwap::new(config),
+            contents: std::sync::Mutex::new(contents),
+        }))
+    }
+
+    /// The configuration in force.
+    pub fn config(&self) -> Arc<ServerConfig> {
+        self.current.load_full()
+    }
+
+    fn read(files: &TlsFiles) -> Vec<Option<Vec<u8>>> {
+        [
+            Some(&files.cert),
+            Some(&files.key),
+            files.client_ca.as_ref(),
+        ]
+        .into_iter()
+        .map(|p| p.and_then(|p| std::fs::read(p).ok()))
+        .collect()
+    }
+
+    /// Reloads the configuration if a file changed; returns whether a new one is in force.
+    pub fn reload_if_changed(&self) -> bool {
+        let now = Self::read(&self.files);
+        let mut seen = self.contents.lock().unwrap_or_else(|e| e.into_inner());
+        if *seen == now {
+            return false;
+        }
+        *seen = now;
+        match server_config(&self.files) {
+            Ok(config) => {
+                self.current.store(config);
+                tracing::info!(cert = %self.files.cert.display(), "serving certificate or client CA reloaded");
+                true
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "TLS files changed but do not load; keeping the running configuration");
+                false
+            }
+        }
+    }
+
+    /// Checks the files every `every` until `stop`.
+    pub fn spawn_reloader(
+        self: &Arc<Self>,
+        every: std::time::Duration,
+        stop: tokio_util::sync::CancellationToken,
+    ) {
+        let me = self.clone();
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    _ = tokio::time::sleep(every) => {}
+                    _ = stop.cancelled() => return,
+                }
+                me.reload_if_changed();
+            }
+        });
+    }
+}

@@ -53,7 +53,7 @@ pub async fn serve(proxy: Arc<Proxy>, listener: TcpListener, stop: CancellationT
         let (h1, h2) = (h1.clone(), h2.clone());
         let watcher = graceful.watcher();
         tokio::spawn(async move {
-            let Some(tls) = proxy.settings.tls.clone() else {
+            let Some(tls) = proxy.settings.tls.as_ref().map(|t| t.config()) else {
                 let Ok(is_h2) = is_h2_prior_knowledge(&stream).await else {
                     return;
                 };
@@ -66,7 +66,7 @@ pub async fn serve(proxy: Arc<Proxy>, listener: TcpListener, stop: CancellationT
                 return conn.serve(TokioIo::new(stream), &h1, &h2, watcher).await;
             };
             let accepted = tokio::time::timeout(
-                HANDSHAKE_TIMEOUT,
+                proxy.settings.handshake_timeout,
                 tokio_rustls::TlsAcceptor::from(tls).accept(stream),
             )
             .await;
@@ -80,7 +80,7 @@ pub async fn serve(proxy: Arc<Proxy>, listener: TcpListener, stop: CancellationT
                         &proxy,
                         remote,
                         "timeout",
-                        "no TLS handshake within 10s",
+                        "no TLS handshake within the handshake timeout",
                     );
                 }
             };
@@ -109,9 +109,6 @@ pub async fn serve(proxy: Arc<Proxy>, listener: TcpListener, stop: CancellationT
         _ = tokio::time::sleep(proxy.settings.shutdown_grace) => tracing::warn!("grace period over; closing the remaining connections"),
     }
 }
-
-/// How long a client may take to complete its TLS handshake.
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// One accepted client connection, after TLS (if any).
 struct Connection {

@@ -22,7 +22,7 @@ pub use server::{ServeOptions, Server, StartError};
 pub use status::{ProxyError, status_response};
 
 use crate::config::{ConfigErrors, RouteTable};
-use crate::identity::IdentityHeaders;
+use crate::identity::{IdentityHeaders, ServingTls};
 use crate::metrics::Metrics;
 use crate::steer::{Clock, SystemClock, WriteLedger};
 use crate::upstream::{PoolSettings, Upstreams};
@@ -43,7 +43,9 @@ pub struct ProxySettings {
     /// The clock decisions are made by.
     pub clock: Arc<dyn Clock>,
     /// TLS on the client side; cleartext (HTTP/1.1 and h2c) without it.
-    pub tls: Option<Arc<rustls::ServerConfig>>,
+    pub tls: Option<Arc<ServingTls>>,
+    /// How long a client may take to complete its TLS handshake.
+    pub handshake_timeout: Duration,
     /// The identity header names removed from clients and set upstream.
     pub identity_headers: IdentityHeaders,
 }
@@ -58,6 +60,7 @@ impl Default for ProxySettings {
             workers: std::thread::available_parallelism().map_or(1, usize::from),
             clock: Arc::new(SystemClock),
             tls: None,
+            handshake_timeout: Duration::from_secs(10),
             identity_headers: IdentityHeaders::default(),
         }
     }

@@ -89,6 +89,9 @@ impl Server {
         let stop = CancellationToken::new();
         let background = stop.child_token();
         proxy.spawn_health_checks(background.clone());
+        if let Some(tls) = &opts.settings.tls {
+            tls.spawn_reloader(Duration::from_secs(2), background.clone());
+        }
         let reloading = Arc::downgrade(&proxy);
         config::spawn_watcher(
             opts.routes.clone(),

@@ -50,6 +50,23 @@ impl Ca {
         orgs: &[&str],
         names: &[&str],
     ) -> Leaf {
+        self.issue_with(dir, file, common_name, orgs, names, false)
+    }
+
+    /// Like `issue`, but expired in 2021.
+    pub fn issue_expired(&self, dir: &Path, file: &str, common_name: &str) -> Leaf {
+        self.issue_with(dir, file, common_name, &[], &[], true)
+    }
+
+    fn issue_with(
+        &self,
+        dir: &Path,
+        file: &str,
+        common_name: &str,
+        orgs: &[&str],
+        names: &[&str],
+        expired: bool,
+    ) -> Leaf {
         let mut params =
             CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>())
                 .expect("params");
@@ -71,6 +88,10 @@ impl Ca {
             ExtendedKeyUsagePurpose::ServerAuth,
             ExtendedKeyUsagePurpose::ClientAuth,
         ];
+        if expired {
+            params.not_before = rcgen::date_time_ymd(2020, 1, 1);
+            params.not_after = rcgen::date_time_ymd(2021, 1, 1);
+        }
         let key = KeyPair::generate().expect("key");
         let cert = params.signed_by(&key, &self.issuer).expect("signed");
         let (cert_file, key_file) = (
