@@ -465,3 +465,53 @@ async fn a_renewed_serving_certificate_is_used_without_a_restart() {
         "the old certificate is gone"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backend_server_name_verifies_certificates_issued_to_the_service_name() {
+    let p = pki();
+    // An apiserver whose certificate names only kubernetes.default.svc, reached by IP.
+    let svc = p.ca.issue(
+        &p.dir,
+        "svc",
+        "kube-apiserver",
+        &[],
+        &["kubernetes.default.svc"],
+    );
+    let sim_tls = Some(pki::server_requiring_clients(&svc, &p.front_proxy_ca));
+    let only = sim::start(
+        SimConfig {
+            tls: sim_tls,
+            ..SimConfig::new(NEW)
+        },
+        Store::new(),
+        loopback(),
+    )
+    .await
+    .expect("sim");
+    let routes = p.dir.join("routes-svc.yaml");
+    let table = |server_name: &str| {
+        format!(
+            "apiVersion: skewgate.io/v1alpha1\nkind: RouteTable\nbackends:\n  - name: only\n    endpoints: [\"{}\"]\n{server_name}writes:\n  default: only\nreads:\n  default: only\n",
+            only.url()
+        )
+    };
+    std::fs::write(&routes, table("")).expect("routes");
+    let gate = gate_on(&routes, settings(&p, true)).await;
+    let alice = pki::client_config(&p.ca, Some(&p.alice), &[b"h2"]);
+    let (status, _, _) = tls_request(gate.server.addr, alice.clone(), true, "/version", &[])
+        .await
+        .expect("answer");
+    assert_eq!(status, 503, "the certificate does not name 127.0.0.1");
+    gate.rewrite(&table("    serverName: kubernetes.default.svc\n"));
+    let ok = eventually(10, || {
+        let alice = alice.clone();
+        let addr = gate.server.addr;
+        async move {
+            tls_request(addr, alice, true, "/version", &[])
+                .await
+                .is_ok_and(|(s, _, _)| s == 200)
+        }
+    })
+    .await;
+    assert!(ok, "with serverName the certificate verifies");
+}

@@ -30,12 +30,14 @@ pub struct FileMetadata {
 }
 
 #[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct FileBackend {
     pub name: Text,
     #[serde(default)]
     pub version: Option<Text>,
     pub endpoints: TextList,
+    #[serde(default)]
+    pub server_name: Option<Text>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -53,6 +53,9 @@ pub struct Endpoint {
     pub host: String,
     /// Port (the scheme's default when the URL has none).
     pub port: u16,
+    /// The name its TLS certificate is verified against: the backend's `serverName` (for
+    /// certificates issued to `kubernetes.default.svc`), else the URL's host.
+    pub server_name: String,
 }
 
 impl Endpoint {

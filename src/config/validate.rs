@@ -139,7 +139,19 @@ impl Validator<'_> {
                 }
                 parsed
             });
-            let endpoints = self.endpoints(&b.endpoints, &path);
+            let mut endpoints = self.endpoints(&b.endpoints, &path);
+            if let Some(name) = &b.server_name {
+                if rustls_pki_types::ServerName::try_from(name.value.as_str()).is_err() {
+                    self.error(
+                        name.referenced,
+                        format!("{path}.serverName"),
+                        format!("{:?} is not a DNS name or IP address; write e.g. kubernetes.default.svc", name.value),
+                    );
+                }
+                for ep in &mut endpoints {
+                    ep.server_name = name.value.clone();
+                }
+            }
             out.push(Backend {
                 name: b.name.value,
                 version,
@@ -633,6 +645,7 @@ fn parse_endpoint(url: &str) -> Result<Endpoint, String> {
     Ok(Endpoint {
         url: url.to_owned(),
         tls,
+        server_name: host.clone(),
         host,
         port,
     })

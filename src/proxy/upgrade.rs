@@ -57,7 +57,7 @@ pub async fn tunnel(
         // The same identity and trust as the pool's connections, offering HTTP/1.1.
         let mut config = (*config).clone();
         config.alpn_protocols = vec![b"http/1.1".to_vec()];
-        let name = rustls_pki_types::ServerName::try_from(ep.host.clone())
+        let name = rustls_pki_types::ServerName::try_from(ep.server_name.clone())
             .map_err(|e| UpstreamError::Connect(format!("{}: server name: {e}", ep.url)))?;
         let stream = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config))
             .connect(name, tcp)

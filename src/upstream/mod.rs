@@ -111,7 +111,8 @@ impl Upstreams {
                     .endpoints
                     .iter()
                     .map(|ep| {
-                        let key = (b.name.clone(), ep.url.clone());
+                        // Everything that makes a connection's identity: where, and which name.
+                        let key = (b.name.clone(), format!("{} {}", ep.url, ep.server_name));
                         if let Some(existing) = pools.get(&key).and_then(Weak::upgrade) {
                             return existing;
                         }

@@ -259,7 +259,7 @@ impl EndpointPool {
                     ep.url
                 )));
             };
-            let name = rustls_pki_types::ServerName::try_from(ep.host.clone())
+            let name = rustls_pki_types::ServerName::try_from(ep.server_name.clone())
                 .map_err(|e| UpstreamError::Connect(format!("{}: server name: {e}", ep.url)))?;
             let tls = tokio_rustls::TlsConnector::from(config)
                 .connect(name, tcp)
