@@ -146,3 +146,71 @@ async fn kubectl_get_apply_patch_and_watch_through_skewgate() {
             .any(|w| w.key.namespace == "team-a" && w.verb == "patch" && w.version == OLD)
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_exec_and_logs_through_skewgate() {
+    if !kubectl_available() {
+        println!("SKIPPED: kubectl is not on PATH");
+        return;
+    }
+    let sims = sims().await;
+    let gate = gate(&routes(
+        &sims,
+        "writes:\n  default: old\nreads:\n  default: old\n",
+    ))
+    .await;
+    let dir = temp_dir("kubectl-exec");
+    let kc = kubeconfig(&dir, &gate.url());
+    let pod = serde_json::json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "p", "namespace": "default"},
+        "spec": {"containers": [{"name": "c", "image": "busybox"}]},
+        "status": {"phase": "Running"}
+    });
+    let r = h1()
+        .post(format!("{}/api/v1/namespaces/default/pods", gate.url()))
+        .json(&pod)
+        .send()
+        .await
+        .expect("pod");
+    assert_eq!(r.status(), 201);
+
+    let kc2 = kc.clone();
+    let out = tokio::task::spawn_blocking(move || {
+        use std::io::Write;
+        let mut child = Command::new("kubectl")
+            .arg("--kubeconfig")
+            .arg(&kc2)
+            .args(["exec", "-i", "p", "-c", "c", "--", "cat"])
+            // kubectl before 1.31 speaks WebSocket only when asked; the simulator's exec speaks no SPDY.
+            .env("KUBECTL_REMOTE_COMMAND_WEBSOCKETS", "true")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("kubectl exec");
+        child
+            .stdin
+            .take()
+            .expect("stdin")
+            .write_all(b"hello through skewgate\n")
+            .expect("write");
+        child.wait_with_output().expect("exec output")
+    })
+    .await
+    .expect("join");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "hello through skewgate\n",
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    let out = ok(&kubectl(&kc, &["logs", "p", "-c", "c"]).await);
+    assert_eq!(out, "log line 1\nlog line 2\nlog line 3\n");
+}

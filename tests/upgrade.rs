@@ -76,7 +76,7 @@ async fn exec_attach_and_port_forward_round_trip_bytes() {
         (
             "/api/v1/namespaces/default/pods/p/exec?command=cat&stdin=true",
             "websocket",
-            "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Protocol: v5.channel.k8s.io\r\n",
+            "Sec-WebSocket-Version: 13\r\nSec-WebSocket-Protocol: v4.channel.k8s.io\r\n",
         ),
         (
             "/api/v1/namespaces/default/pods/p/portforward?ports=80",
