@@ -253,12 +253,21 @@ async fn client_certificates_become_front_proxy_identity_and_spoofed_headers_nev
         anonymous,
         true,
         "/debug/headers",
-        &[("Authorization", "Bearer abc"), ("X-Remote-User", "admin")],
+        &[
+            ("Authorization", "Bearer abc"),
+            ("X-Remote-User", "admin"),
+            ("X-Forwarded-For", "10.1.1.1"),
+        ],
     )
     .await
     .expect("request");
     assert_eq!((status, version.as_str()), (200, OLD));
     assert_eq!(values(&headers, "authorization"), ["Bearer abc"]);
+    assert_eq!(
+        values(&headers, "x-forwarded-for"),
+        ["10.1.1.1, 127.0.0.1"],
+        "the client is appended"
+    );
     assert!(headers.get("x-remote-user").is_none(), "{headers}");
 
     // A certificate from another CA is refused at the handshake.

@@ -215,6 +215,9 @@ impl Routing {
     /// Feeds the outcome of a request into its rollout's abort window; an abort is logged and shown
     /// in `skewgate_rollout_aborted`.
     pub fn record_outcome(&self, d: &Decision, failed: bool) {
+        if !matches!(d.rule, Rule::Rollout(_)) {
+            return;
+        }
         if let Some((i, counts)) = self.rollouts.record(d, SystemTime::now(), failed) {
             let t = self.table();
             let name = &t.reads.rollouts[i].name;

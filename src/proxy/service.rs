@@ -332,12 +332,33 @@ fn prepare_headers(headers: &mut HeaderMap, remote: SocketAddr) {
     strip_hop_by_hop(headers);
     // The upstream request carries its authority in the URI.
     headers.remove(header::HOST);
-    let ip = remote.ip().to_string();
-    let value = match headers.get(&X_FORWARDED_FOR).and_then(|v| v.to_str().ok()) {
-        Some(existing) => format!("{existing}, {ip}"),
-        None => ip,
-    };
-    if let Ok(v) = HeaderValue::from_str(&value) {
-        headers.insert(X_FORWARDED_FOR.clone(), v);
+    // X-Forwarded-For: the existing list, then this client; formatted on the stack.
+    let existing_len = headers.get(&X_FORWARDED_FOR).map_or(0, |v| v.len());
+    if existing_len > 400 {
+        let value = format!(
+            "{}, {}",
+            String::from_utf8_lossy(
+                headers
+                    .get(&X_FORWARDED_FOR)
+                    .map_or(&[][..], |v| v.as_bytes())
+            ),
+            remote.ip()
+        );
+        if let Ok(v) = HeaderValue::from_str(&value) {
+            headers.insert(X_FORWARDED_FOR.clone(), v);
+        }
+        return;
+    }
+    let mut buf = [0u8; 512];
+    let mut w = std::io::Cursor::new(&mut buf[..]);
+    if let Some(existing) = headers.get(&X_FORWARDED_FOR) {
+        let _ = std::io::Write::write_all(&mut w, existing.as_bytes());
+        let _ = std::io::Write::write_all(&mut w, b", ");
+    }
+    if std::io::Write::write_fmt(&mut w, format_args!("{}", remote.ip())).is_ok() {
+        let n = w.position() as usize;
+        if let Ok(v) = HeaderValue::from_bytes(&buf[..n]) {
+            headers.insert(X_FORWARDED_FOR.clone(), v);
+        }
     }
 }

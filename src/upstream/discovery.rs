@@ -17,6 +17,22 @@ pub struct Served {
 }
 
 fn key(group: &str, version: &str, resource: &str) -> u64 {
+    // One-shot hashing of a stack buffer: this runs for every resource request.
+    let mut buf = [0u8; 256];
+    let mut n = 0;
+    for part in [group, version, resource] {
+        let bytes = part.as_bytes();
+        if n + bytes.len() + 1 > buf.len() {
+            return streamed_key(group, version, resource);
+        }
+        buf[n..n + bytes.len()].copy_from_slice(bytes);
+        buf[n + bytes.len()] = 0xff;
+        n += bytes.len() + 1;
+    }
+    xxhash_rust::xxh3::xxh3_64(&buf[..n])
+}
+
+fn streamed_key(group: &str, version: &str, resource: &str) -> u64 {
     let mut h = Xxh3::new();
     for part in [group, version, resource] {
         h.update(part.as_bytes());
