@@ -187,6 +187,29 @@ impl ResourcePattern {
     }
 }
 
+impl fmt::Display for Part {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Part::Any => f.write_str("*"),
+            Part::Exact(v) => f.write_str(v),
+        }
+    }
+}
+
+impl fmt::Display for ResourcePattern {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match (&self.resource, &self.group) {
+            (Part::Any, Part::Any) => f.write_str("*")?,
+            (r, Part::Exact(g)) if g.is_empty() => write!(f, "{r}")?,
+            (r, g) => write!(f, "{r}.{g}")?,
+        }
+        if let Some(sub) = &self.subresource {
+            write!(f, "/{sub}")?;
+        }
+        Ok(())
+    }
+}
+
 /// A set of verbs, one bit each.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct VerbSet(u16);
@@ -382,6 +405,21 @@ mod tests {
         assert!(leases.matches("coordination.k8s.io", "leases", ""));
         let all = ResourcePattern::parse("*").unwrap();
         assert!(all.matches("apps", "deployments", "") && all.matches("", "pods", "exec"));
+        for item in [
+            "pods",
+            "deployments.apps",
+            "pods/status",
+            "*.apps",
+            "*",
+            "leases.coordination.k8s.io",
+            "pods.*",
+        ] {
+            assert_eq!(
+                ResourcePattern::parse(item).unwrap().to_string(),
+                item,
+                "shown as written"
+            );
+        }
         for bad in ["", "Pods", "pods/", "pods/a.b", "pods status", ".apps"] {
             assert!(ResourcePattern::parse(bad).is_err(), "{bad}");
         }

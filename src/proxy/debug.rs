@@ -151,6 +151,6 @@ fn selectors(s: &Selectors) -> Value {
         "users": names(&s.users),
         "groups": names(&s.groups),
         "clients": s.clients.as_ref().map(|c| c.include.iter().map(|p| p.to_string()).chain(c.exclude.iter().map(|p| format!("!{p}"))).collect::<Vec<_>>()),
-        "resources": s.resources.as_ref().map(|r| r.include.len() + r.exclude.len()),
+        "resources": s.resources.as_ref().map(|r| r.include.iter().map(|p| p.to_string()).chain(r.exclude.iter().map(|p| format!("!{p}"))).collect::<Vec<_>>()),
     })
 }

@@ -125,11 +125,6 @@ impl StreamSlot {
     pub(crate) fn retire_connection(&self) {
         self.pool.retire(&self.conn);
     }
-
-    /// The endpoint's pool.
-    pub fn pool(&self) -> &Arc<EndpointPool> {
-        &self.pool
-    }
 }
 
 impl Drop for StreamSlot {
