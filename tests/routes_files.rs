@@ -9,14 +9,20 @@ use skewgate::steer::{Quiet, SteerRequest, Steering};
 
 #[test]
 fn every_file_in_routes_loads() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("routes");
-    let files = config::route_files_in(&dir).expect("routes/ is readable");
-    assert!(!files.is_empty(), "routes/ holds route files");
-    for file in files {
-        if let Err(e) = config::load_file(&file) {
-            panic!("{} does not load:\n{e}", file.display());
+    for folder in ["routes", "deploy/routes"] {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join(folder);
+        let files = config::route_files_in(&dir).expect("the folder is readable");
+        assert!(!files.is_empty(), "{folder} holds route files");
+        for file in files {
+            if let Err(e) = config::load_file(&file) {
+                panic!("{} does not load:\n{e}", file.display());
+            }
         }
     }
+    // The deployment's route directory holds exactly one table, as --routes requires.
+    assert!(
+        config::load_path(&Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/routes")).is_ok()
+    );
 }
 
 #[test]
