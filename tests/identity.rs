@@ -91,6 +91,15 @@ async fn tls_sims(p: &Pki) -> (Store, SimHandle, SimHandle) {
     (store, old, new)
 }
 
+/// skewgate with `settings` in front of two TLS simulators that require the front-proxy
+/// certificate, with the test's route table. The simulators live as long as the returned value.
+async fn tls_gate(p: &Pki, settings: ProxySettings) -> (Gate, (SimHandle, SimHandle)) {
+    let (_store, old, new) = tls_sims(p).await;
+    let routes = temp_dir("tls-routes").join("routes.yaml");
+    std::fs::write(&routes, table(&old, &new)).expect("routes");
+    (gate_on(&routes, settings).await, (old, new))
+}
+
 fn settings(p: &Pki, front_proxy_cert: bool) -> ProxySettings {
     let tls = ServingTls::load(TlsFiles {
         cert: p.serving.cert_file.clone(),
@@ -198,10 +207,7 @@ fn values(headers: &Value, name: &str) -> Vec<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn client_certificates_become_front_proxy_identity_and_spoofed_headers_never_pass() {
     let p = pki();
-    let (_store, old, new) = tls_sims(&p).await;
-    let routes = p.dir.join("routes.yaml");
-    std::fs::write(&routes, table(&old, &new)).expect("routes");
-    let gate = gate_on(&routes, settings(&p, true)).await;
+    let (gate, _sims) = tls_gate(&p, settings(&p, true)).await;
     let addr = gate.server.addr;
     let alice = |alpn: &[&[u8]]| pki::client_config(&p.ca, Some(&p.alice), alpn);
     let spoofed = [
@@ -304,10 +310,7 @@ async fn client_certificates_become_front_proxy_identity_and_spoofed_headers_nev
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_apiserver_refuses_a_proxy_without_the_front_proxy_certificate() {
     let p = pki();
-    let (_store, old, new) = tls_sims(&p).await;
-    let routes = p.dir.join("routes-no-fp.yaml");
-    std::fs::write(&routes, table(&old, &new)).expect("routes");
-    let gate = gate_on(&routes, settings(&p, false)).await;
+    let (gate, _sims) = tls_gate(&p, settings(&p, false)).await;
     let alice = pki::client_config(&p.ca, Some(&p.alice), &[b"h2"]);
     let (status, _, body) = tls_request(gate.server.addr, alice, true, "/api/v1/namespaces", &[])
         .await
@@ -328,10 +331,7 @@ async fn kubectl_with_a_client_certificate_works_through_tls() {
         return;
     }
     let p = pki();
-    let (_store, old, new) = tls_sims(&p).await;
-    let routes = p.dir.join("routes-kubectl.yaml");
-    std::fs::write(&routes, table(&old, &new)).expect("routes");
-    let gate = gate_on(&routes, settings(&p, true)).await;
+    let (gate, _sims) = tls_gate(&p, settings(&p, true)).await;
     let kubeconfig = p.dir.join("kubeconfig");
     std::fs::write(
         &kubeconfig,
@@ -384,11 +384,8 @@ async fn kubectl_with_a_client_certificate_works_through_tls() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_clients_are_refused_and_counted_without_slowing_others() {
     let p = pki();
-    let (_store, old, new) = tls_sims(&p).await;
-    let routes = p.dir.join("routes-bad.yaml");
-    std::fs::write(&routes, table(&old, &new)).expect("routes");
-    let gate = gate_on(
-        &routes,
+    let (gate, _sims) = tls_gate(
+        &p,
         ProxySettings {
             handshake_timeout: std::time::Duration::from_millis(300),
             ..settings(&p, true)
@@ -445,10 +442,7 @@ async fn bad_clients_are_refused_and_counted_without_slowing_others() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_renewed_serving_certificate_is_used_without_a_restart() {
     let p = pki();
-    let (_store, old, new) = tls_sims(&p).await;
-    let routes = p.dir.join("routes-renew.yaml");
-    std::fs::write(&routes, table(&old, &new)).expect("routes");
-    let gate = gate_on(&routes, settings(&p, true)).await;
+    let (gate, _sims) = tls_gate(&p, settings(&p, true)).await;
     let addr = gate.server.addr;
     // The serving certificate is replaced by one from a new CA (written over the same files).
     let new_ca = Ca::new(&p.dir, "new-ca");

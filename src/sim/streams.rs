@@ -6,11 +6,12 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::{Request, Response, StatusCode, header};
 use http_body_util::BodyExt;
-use hyper::body::{Frame, Incoming};
+use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use tokio::sync::mpsc;
 
 use super::handler::SimBody;
+use super::watch::ChannelBody;
 
 /// Accepts the upgrade (SPDY/3.1 or WebSocket, whichever the client asks for) and echoes every byte
 /// back until the client closes. A stand-in for a container's stdin/stdout: it speaks no SPDY or
@@ -136,36 +137,10 @@ pub fn log(query: &str) -> Response<SimBody> {
             }
         }
     });
-    let stream = futures_util::stream::unfold(rx, |mut rx| async move {
-        rx.recv().await.map(|b| (Ok(Frame::data(b)), rx))
-    });
-    let mut resp = Response::new(BodyExt::boxed(StreamBody(Box::pin(stream))));
+    let mut resp = Response::new(BodyExt::boxed(ChannelBody(rx)));
     resp.headers_mut().insert(
         header::CONTENT_TYPE,
         header::HeaderValue::from_static("text/plain"),
     );
     resp
-}
-
-type FrameStream = std::pin::Pin<
-    Box<
-        dyn futures_util::Stream<Item = Result<Frame<Bytes>, std::convert::Infallible>>
-            + Send
-            + Sync,
-    >,
->;
-
-/// A body from a stream of frames.
-struct StreamBody(FrameStream);
-
-impl http_body::Body for StreamBody {
-    type Data = Bytes;
-    type Error = std::convert::Infallible;
-
-    fn poll_frame(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
-        self.0.as_mut().poll_next(cx)
-    }
 }

@@ -167,7 +167,7 @@ fn stream_response(rx: mpsc::Receiver<Bytes>) -> Response<SimBody> {
 }
 
 /// A body whose chunks arrive on a channel; it ends when the sender is dropped.
-struct ChannelBody(mpsc::Receiver<Bytes>);
+pub(super) struct ChannelBody(pub(super) mpsc::Receiver<Bytes>);
 
 impl http_body::Body for ChannelBody {
     type Data = Bytes;
