@@ -136,7 +136,7 @@ Try, in another terminal:
   {k} apply --validate=false -f {manifest}   # the simulators serve no OpenAPI document to validate against
   {k} patch configmap settings -n team-a --type merge -p '{{\"data\":{{\"color\":\"blue\"}}}}'
   {k} get configmaps -A -w
-  {k} get --raw /version                      # which version answered (reads of team-a follow its pin to 1.30)
+  {k} get --raw /version                      # /version is in no namespace: reads.default (1.29) answers
   curl -s http://{admin}/debug/routes           # the live route table
   curl -s http://{admin}/metrics | grep skewgate_requests_total
   {exe} explain --routes {routes} PATCH /api/v1/namespaces/team-a/configmaps/settings
