@@ -7,7 +7,6 @@ mod common;
 mod pki;
 
 use std::net::SocketAddr;
-use std::process::Command;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -321,12 +320,7 @@ async fn the_apiserver_refuses_a_proxy_without_the_front_proxy_certificate() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_with_a_client_certificate_works_through_tls() {
-    if !Command::new("kubectl")
-        .arg("version")
-        .arg("--client")
-        .output()
-        .is_ok_and(|o| o.status.success())
-    {
+    if !kubectl_available() {
         println!("SKIPPED: kubectl is not on PATH");
         return;
     }
@@ -344,41 +338,11 @@ async fn kubectl_with_a_client_certificate_works_through_tls() {
         ),
     )
     .expect("kubeconfig");
-    let kc = kubeconfig.clone();
-    let out = tokio::task::spawn_blocking(move || {
-        Command::new("kubectl")
-            .arg("--kubeconfig")
-            .arg(&kc)
-            .args(["get", "--raw", "/debug/headers"])
-            .output()
-            .expect("kubectl")
-    })
-    .await
-    .expect("join");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let headers: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let out = ok(&kubectl(&kubeconfig, &["get", "--raw", "/debug/headers"]).await);
+    let headers: Value = serde_json::from_str(&out).expect("JSON");
     assert_eq!(values(&headers, "x-remote-user"), ["alice"]);
-    let kc = kubeconfig.clone();
-    let out = tokio::task::spawn_blocking(move || {
-        Command::new("kubectl")
-            .arg("--kubeconfig")
-            .arg(&kc)
-            .args(["get", "namespaces"])
-            .output()
-            .expect("kubectl")
-    })
-    .await
-    .expect("join");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(String::from_utf8_lossy(&out.stdout).contains("kube-system"));
+    let out = ok(&kubectl(&kubeconfig, &["get", "namespaces"]).await);
+    assert!(out.contains("kube-system"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -3,18 +3,10 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use common::*;
-
-fn kubectl_available() -> bool {
-    Command::new("kubectl")
-        .arg("version")
-        .arg("--client")
-        .output()
-        .is_ok_and(|o| o.status.success())
-}
 
 fn kubeconfig(dir: &Path, server: &str) -> PathBuf {
     let path = dir.join("kubeconfig");
@@ -25,37 +17,25 @@ fn kubeconfig(dir: &Path, server: &str) -> PathBuf {
     path
 }
 
-async fn kubectl(kc: &Path, args: &[&str]) -> Output {
-    let mut cmd = Command::new("kubectl");
-    cmd.arg("--kubeconfig").arg(kc).args(args);
-    tokio::task::spawn_blocking(move || cmd.output().expect("kubectl runs"))
-        .await
-        .expect("join")
-}
-
-fn ok(out: &Output) -> String {
-    assert!(
-        out.status.success(),
-        "kubectl failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
+/// Skewgate over the simulators with `writes_and_reads`, and a kubeconfig for it; `None` (with a
+/// SKIPPED line) when kubectl is not on PATH.
+async fn kubectl_bed(tag: &str, writes_and_reads: &str) -> Option<(Sims, Gate, PathBuf, PathBuf)> {
+    if !kubectl_available() {
+        println!("SKIPPED: kubectl is not on PATH");
+        return None;
+    }
+    let sims = sims().await;
+    let gate = gate(&routes(&sims, writes_and_reads)).await;
+    let dir = temp_dir(tag);
+    let kc = kubeconfig(&dir, &gate.url());
+    Some((sims, gate, dir, kc))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_get_apply_patch_and_watch_through_skewgate() {
-    if !kubectl_available() {
-        println!("SKIPPED: kubectl is not on PATH");
+    let Some((sims, _gate, dir, kc)) = kubectl_bed("kubectl", "writes:\n  default: old\n  pins:\n    - {name: team-a, namespaces: [team-a], backend: new}\nreads:\n  default: old\n").await else {
         return;
-    }
-    let sims = sims().await;
-    let gate = gate(&routes(
-        &sims,
-        "writes:\n  default: old\n  pins:\n    - {name: team-a, namespaces: [team-a], backend: new}\nreads:\n  default: old\n",
-    ))
-    .await;
-    let dir = temp_dir("kubectl");
-    let kc = kubeconfig(&dir, &gate.url());
+    };
 
     let out = ok(&kubectl(&kc, &["get", "namespaces"]).await);
     assert!(out.contains("kube-system"), "{out}");
@@ -149,18 +129,14 @@ async fn kubectl_get_apply_patch_and_watch_through_skewgate() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_exec_and_logs_through_skewgate() {
-    if !kubectl_available() {
-        println!("SKIPPED: kubectl is not on PATH");
-        return;
-    }
-    let sims = sims().await;
-    let gate = gate(&routes(
-        &sims,
+    let Some((_sims, gate, _dir, kc)) = kubectl_bed(
+        "kubectl-exec",
         "writes:\n  default: old\nreads:\n  default: old\n",
-    ))
-    .await;
-    let dir = temp_dir("kubectl-exec");
-    let kc = kubeconfig(&dir, &gate.url());
+    )
+    .await
+    else {
+        return;
+    };
     let pod = serde_json::json!({
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": "p", "namespace": "default"},

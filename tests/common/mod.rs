@@ -4,7 +4,8 @@
 #![allow(dead_code)]
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
@@ -189,4 +190,32 @@ pub fn metric(text: &str, prefix: &str) -> f64 {
         .filter(|l| l.starts_with(prefix))
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum()
+}
+
+/// Whether kubectl is on PATH.
+pub fn kubectl_available() -> bool {
+    Command::new("kubectl")
+        .arg("version")
+        .arg("--client")
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+/// Runs kubectl with a kubeconfig, off the async threads.
+pub async fn kubectl(kc: &Path, args: &[&str]) -> Output {
+    let mut cmd = Command::new("kubectl");
+    cmd.arg("--kubeconfig").arg(kc).args(args);
+    tokio::task::spawn_blocking(move || cmd.output().expect("kubectl runs"))
+        .await
+        .expect("join")
+}
+
+/// The output of a kubectl run that must have succeeded.
+pub fn ok(out: &Output) -> String {
+    assert!(
+        out.status.success(),
+        "kubectl failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
 }
