@@ -9,66 +9,13 @@ mod pki;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use bytes::Bytes;
 use common::*;
-use http_body_util::{BodyExt, Empty};
-use hyper_util::rt::{TokioExecutor, TokioIo};
-use pki::{Ca, Leaf};
+use pki::{Ca, Pki, pki};
 use serde_json::Value;
-use skewgate::identity::{ServingTls, TlsFiles, UpstreamTlsFiles, client_config};
 use skewgate::proxy::ProxySettings;
 use skewgate::sim::{self, SimConfig, SimHandle, Store};
-use skewgate::upstream::PoolSettings;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
-
-struct Pki {
-    dir: std::path::PathBuf,
-    ca: Ca,
-    front_proxy_ca: Ca,
-    evil_ca: Ca,
-    apiserver: Leaf,
-    serving: Leaf,
-    alice: Leaf,
-    front_proxy_client: Leaf,
-    mallory: Leaf,
-}
-
-fn pki() -> Pki {
-    let dir = temp_dir("pki");
-    let ca = Ca::new(&dir, "ca");
-    let front_proxy_ca = Ca::new(&dir, "front-proxy-ca");
-    let evil_ca = Ca::new(&dir, "evil-ca");
-    Pki {
-        apiserver: ca.issue(
-            &dir,
-            "apiserver",
-            "kube-apiserver",
-            &[],
-            &["localhost", "127.0.0.1"],
-        ),
-        serving: ca.issue(
-            &dir,
-            "skewgate",
-            "skewgate",
-            &[],
-            &["localhost", "127.0.0.1"],
-        ),
-        alice: ca.issue(&dir, "alice", "alice", &["devs", "ops"], &[]),
-        front_proxy_client: front_proxy_ca.issue(
-            &dir,
-            "front-proxy-client",
-            "front-proxy-client",
-            &[],
-            &[],
-        ),
-        mallory: evil_ca.issue(&dir, "mallory", "mallory", &["system:masters"], &[]),
-        dir,
-        ca,
-        front_proxy_ca,
-        evil_ca,
-    }
-}
 
 /// Two simulators serving TLS that require the front-proxy client certificate.
 async fn tls_sims(p: &Pki) -> (Store, SimHandle, SimHandle) {
@@ -99,33 +46,6 @@ async fn tls_gate(p: &Pki, settings: ProxySettings) -> (Gate, (SimHandle, SimHan
     (gate_on(&routes, settings).await, (old, new))
 }
 
-fn settings(p: &Pki, front_proxy_cert: bool) -> ProxySettings {
-    let tls = ServingTls::load(TlsFiles {
-        cert: p.serving.cert_file.clone(),
-        key: p.serving.key_file.clone(),
-        client_ca: Some(p.ca.cert_file.clone()),
-    })
-    .expect("serving TLS");
-    let upstream = client_config(&UpstreamTlsFiles {
-        ca: Some(p.ca.cert_file.clone()),
-        client_cert: front_proxy_cert.then(|| {
-            (
-                p.front_proxy_client.cert_file.clone(),
-                p.front_proxy_client.key_file.clone(),
-            )
-        }),
-    })
-    .expect("upstream TLS");
-    ProxySettings {
-        tls: Some(tls),
-        pool: PoolSettings {
-            tls: Some(upstream),
-            ..PoolSettings::default()
-        },
-        ..ProxySettings::default()
-    }
-}
-
 fn table(old: &SimHandle, new: &SimHandle) -> String {
     format!(
         "apiVersion: skewgate.io/v1alpha1\nkind: RouteTable\nbackends:\n  - {{name: old, endpoints: [\"{}\"]}}\n  - {{name: new, endpoints: [\"{}\"]}}\nwrites:\n  default: old\nreads:\n  default: old\n  rollouts:\n    - {{name: ops-to-new, match: {{groups: [ops], resources: [configmaps]}}, to: new, stickyBy: user, percent: 100}}\n",
@@ -134,7 +54,7 @@ fn table(old: &SimHandle, new: &SimHandle) -> String {
     )
 }
 
-/// One request over TLS with `config`; h2 or HTTP/1.1 by `h2`. Err when the connection fails.
+/// One GET over TLS with `config`; h2 or HTTP/1.1 by `h2`. Err when the connection fails.
 async fn tls_request(
     addr: SocketAddr,
     config: Arc<rustls::ClientConfig>,
@@ -142,56 +62,7 @@ async fn tls_request(
     path: &str,
     headers: &[(&str, &str)],
 ) -> Result<(u16, String, Value), String> {
-    let tcp = TcpStream::connect(addr).await.map_err(|e| e.to_string())?;
-    let name = rustls_pki_types::ServerName::try_from("127.0.0.1").map_err(|e| e.to_string())?;
-    let tls = tokio_rustls::TlsConnector::from(config)
-        .connect(name, tcp)
-        .await
-        .map_err(|e| e.to_string())?;
-    let mut req = http::Request::get(if h2 {
-        format!("https://{addr}{path}")
-    } else {
-        path.to_owned()
-    });
-    if !h2 {
-        req = req.header("host", "skewgate");
-    }
-    for (k, v) in headers {
-        req = req.header(*k, *v);
-    }
-    let req = req.body(Empty::<Bytes>::new()).map_err(|e| e.to_string())?;
-    let resp = if h2 {
-        let (mut send, conn) =
-            hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(tls))
-                .await
-                .map_err(|e| e.to_string())?;
-        tokio::spawn(conn);
-        send.send_request(req).await.map_err(|e| e.to_string())?
-    } else {
-        let (mut send, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
-            .await
-            .map_err(|e| e.to_string())?;
-        tokio::spawn(conn);
-        send.send_request(req).await.map_err(|e| e.to_string())?
-    };
-    let status = resp.status().as_u16();
-    let version = resp
-        .headers()
-        .get(sim::VERSION_HEADER)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("")
-        .to_owned();
-    let body = resp
-        .into_body()
-        .collect()
-        .await
-        .map_err(|e| e.to_string())?
-        .to_bytes();
-    Ok((
-        status,
-        version,
-        serde_json::from_slice(&body).unwrap_or(Value::Null),
-    ))
+    pki::tls_call(addr, config, h2, "GET", path, headers, None).await
 }
 
 fn values(headers: &Value, name: &str) -> Vec<String> {
@@ -206,7 +77,7 @@ fn values(headers: &Value, name: &str) -> Vec<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn client_certificates_become_front_proxy_identity_and_spoofed_headers_never_pass() {
     let p = pki();
-    let (gate, _sims) = tls_gate(&p, settings(&p, true)).await;
+    let (gate, _sims) = tls_gate(&p, pki::settings(&p, true)).await;
     let addr = gate.server.addr;
     let alice = |alpn: &[&[u8]]| pki::client_config(&p.ca, Some(&p.alice), alpn);
     let spoofed = [
@@ -309,7 +180,7 @@ async fn client_certificates_become_front_proxy_identity_and_spoofed_headers_nev
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_apiserver_refuses_a_proxy_without_the_front_proxy_certificate() {
     let p = pki();
-    let (gate, _sims) = tls_gate(&p, settings(&p, false)).await;
+    let (gate, _sims) = tls_gate(&p, pki::settings(&p, false)).await;
     let alice = pki::client_config(&p.ca, Some(&p.alice), &[b"h2"]);
     let (status, _, body) = tls_request(gate.server.addr, alice, true, "/api/v1/namespaces", &[])
         .await
@@ -325,19 +196,8 @@ async fn kubectl_with_a_client_certificate_works_through_tls() {
         return;
     }
     let p = pki();
-    let (gate, _sims) = tls_gate(&p, settings(&p, true)).await;
-    let kubeconfig = p.dir.join("kubeconfig");
-    std::fs::write(
-        &kubeconfig,
-        format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: https://127.0.0.1:{}\n    certificate-authority: {}\nusers:\n- name: alice\n  user:\n    client-certificate: {}\n    client-key: {}\ncontexts:\n- name: c\n  context: {{cluster: c, user: alice}}\ncurrent-context: c\n",
-            gate.server.addr.port(),
-            p.ca.cert_file.display(),
-            p.alice.cert_file.display(),
-            p.alice.key_file.display()
-        ),
-    )
-    .expect("kubeconfig");
+    let (gate, _sims) = tls_gate(&p, pki::settings(&p, true)).await;
+    let kubeconfig = pki::alice_kubeconfig(&p, gate.server.addr.port());
     let out = ok(&kubectl(&kubeconfig, &["get", "--raw", "/debug/headers"]).await);
     let headers: Value = serde_json::from_str(&out).expect("JSON");
     assert_eq!(values(&headers, "x-remote-user"), ["alice"]);
@@ -352,7 +212,7 @@ async fn bad_clients_are_refused_and_counted_without_slowing_others() {
         &p,
         ProxySettings {
             handshake_timeout: std::time::Duration::from_millis(300),
-            ..settings(&p, true)
+            ..pki::settings(&p, true)
         },
     )
     .await;
@@ -406,7 +266,7 @@ async fn bad_clients_are_refused_and_counted_without_slowing_others() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_renewed_serving_certificate_is_used_without_a_restart() {
     let p = pki();
-    let (gate, _sims) = tls_gate(&p, settings(&p, true)).await;
+    let (gate, _sims) = tls_gate(&p, pki::settings(&p, true)).await;
     let addr = gate.server.addr;
     // The serving certificate is replaced by one from a new CA (written over the same files).
     let new_ca = Ca::new(&p.dir, "new-ca");
@@ -463,7 +323,7 @@ async fn a_backend_server_name_verifies_certificates_issued_to_the_service_name(
         )
     };
     std::fs::write(&routes, table("")).expect("routes");
-    let gate = gate_on(&routes, settings(&p, true)).await;
+    let gate = gate_on(&routes, pki::settings(&p, true)).await;
     let alice = pki::client_config(&p.ca, Some(&p.alice), &[b"h2"]);
     let (status, _, _) = tls_request(gate.server.addr, alice.clone(), true, "/version", &[])
         .await

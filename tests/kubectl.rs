@@ -2,20 +2,11 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use common::*;
-
-fn kubeconfig(dir: &Path, server: &str) -> PathBuf {
-    let path = dir.join("kubeconfig");
-    let text = format!(
-        "apiVersion: v1\nkind: Config\nclusters:\n- name: t\n  cluster:\n    server: {server}\nusers:\n- name: t\n  user: {{}}\ncontexts:\n- name: t\n  context: {{cluster: t, user: t}}\ncurrent-context: t\n"
-    );
-    std::fs::write(&path, text).expect("kubeconfig");
-    path
-}
 
 /// Skewgate over the simulators with `writes_and_reads`, and a kubeconfig for it; `None` (with a
 /// SKIPPED line) when kubectl is not on PATH.

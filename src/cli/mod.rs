@@ -99,6 +99,11 @@ pub struct ServeArgs {
     /// Front-proxy client key.
     #[arg(long)]
     pub proxy_client_key_file: Option<PathBuf>,
+    /// The user skewgate's own requests (health checks, discovery) name upstream, in the first
+    /// username header, on the front-proxy connection; it needs the system:public-info-viewer and
+    /// system:discovery roles, which every authenticated user has by default. Empty: none.
+    #[arg(long, default_value = "skewgate")]
+    pub proxy_user: String,
     /// Headers that carry the user upstream, and are removed from clients (default X-Remote-User).
     #[arg(long, value_delimiter = ',')]
     pub requestheader_username_headers: Vec<String>,

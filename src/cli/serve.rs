@@ -66,6 +66,14 @@ pub fn run(args: ServeArgs) -> Result<ExitCode> {
         &args.requestheader_uid_headers,
     )
     .map_err(|e| anyhow::anyhow!("--requestheader-*: {e}"))?;
+    let own_user = match (args.proxy_user.as_str(), identity_headers.user.first()) {
+        ("", _) | (_, None) => None,
+        (user, Some(header)) => Some((
+            header.clone(),
+            http::HeaderValue::from_str(user)
+                .map_err(|e| anyhow::anyhow!("--proxy-user {user:?}: {e}"))?,
+        )),
+    };
     let opts = ServeOptions {
         routes: args.routes,
         listen: args.listen,
@@ -79,6 +87,7 @@ pub fn run(args: ServeArgs) -> Result<ExitCode> {
             pool: PoolSettings {
                 ping_interval: args.upstream_ping_interval,
                 tls: upstream_tls,
+                own_user,
                 ..PoolSettings::default()
             },
             ..ProxySettings::default()

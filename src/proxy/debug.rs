@@ -18,19 +18,16 @@ impl AdminSource for Proxy {
 
     fn readiness(&self) -> Result<(), String> {
         let routing = self.routing();
-        let down: Vec<&str> = routing
+        let down: Vec<String> = routing
             .backends
             .iter()
             .filter(|b| !b.is_reachable())
-            .map(|b| b.name.as_str())
+            .map(|b| format!("backend {}: {}", b.name, b.unavailable_reason()))
             .collect();
         if down.is_empty() {
             Ok(())
         } else {
-            Err(format!(
-                "no reachable endpoint in backend(s) {}",
-                down.join(", ")
-            ))
+            Err(down.join("\n"))
         }
     }
 
@@ -51,7 +48,7 @@ impl AdminSource for Proxy {
                             EndpointState::Down => "down",
                             EndpointState::Unknown => "unknown",
                         };
-                        json!({"url": e.endpoint.url, "state": state, "connections": e.connections(), "streams": e.active_streams()})
+                        json!({"url": e.endpoint.url, "state": state, "failure": e.failure().as_deref(), "connections": e.connections(), "streams": e.active_streams()})
                     })
                     .collect();
                 json!({

@@ -2,6 +2,7 @@
 
 mod body;
 mod debug;
+mod discovery;
 mod listener;
 mod routing;
 mod server;
@@ -170,12 +171,17 @@ impl Proxy {
 
     /// Starts the background health checks of every endpoint, until `stop`.
     pub fn spawn_health_checks(self: &Arc<Self>, stop: CancellationToken) {
-        let me = Arc::downgrade(self);
+        let (me, me_too) = (Arc::downgrade(self), Arc::downgrade(self));
         crate::upstream::spawn_health_checks(
             move || {
                 me.upgrade()
                     .map(|p| p.routing().backends.clone())
                     .unwrap_or_default()
+            },
+            move || {
+                if let Some(p) = me_too.upgrade() {
+                    p.routing().refresh_discovery(p.settings.clock.now());
+                }
             },
             self.settings.health_interval,
             self.metrics.clone(),

@@ -7,10 +7,11 @@ use std::time::{Instant, SystemTime};
 use prometheus::{Histogram, IntCounter, IntGauge};
 use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 
-use crate::classify::Verb;
+use super::discovery::MergedDiscovery;
+use crate::classify::{Client, Verb, classify};
 use crate::config::{BackendId, RouteTable};
 use crate::metrics::{COMMON_CODES, Metrics, Slots, code_slot};
-use crate::steer::{Class, Decision, LiveState, RolloutState, Rule, Steering};
+use crate::steer::{Class, Decision, LiveState, RolloutState, Rule, SteerRequest, Steering};
 use crate::upstream::{BackendPool, Upstreams};
 
 /// Number of `Verb` variants: the width of the per-verb metric tables.
@@ -27,6 +28,8 @@ pub struct Routing {
     pub rollouts: RolloutState,
     /// For each pin with `flipAt`, the backend it had in the previous table, when that differs.
     pin_previous: Vec<Option<BackendId>>,
+    /// Discovery merged across the backends, rebuilt when discovery refreshes.
+    discovery: arc_swap::ArcSwapOption<MergedDiscovery>,
     /// Fired when the reads a rule sends somewhere move elsewhere: one per pin, then one for
     /// `reads.default`, then one for everything else (fired only at shutdown).
     moved: Vec<CancellationToken>,
@@ -85,7 +88,8 @@ impl Routing {
                 (id != pin.backend).then_some(id)
             })
             .collect();
-        Routing {
+        let routing = Routing {
+            discovery: arc_swap::ArcSwapOption::empty(),
             pin_previous,
             moved: (0..table.writes.pins.len() + 2)
                 .map(|_| shutdown.child_token())
@@ -99,7 +103,42 @@ impl Routing {
             inflight: Slots::new(n * CLASSES),
             watches: Slots::new(n),
             decisions: Slots::new(rules * CLASSES),
-        }
+        };
+        routing.refresh_discovery(now);
+        routing
+    }
+
+    /// The merged discovery, once some backend has been discovered.
+    pub fn discovery(&self) -> Option<Arc<MergedDiscovery>> {
+        self.discovery.load_full()
+    }
+
+    /// Rebuilds the merged discovery from what the backends serve now: the backend `reads.default`
+    /// names first, then the route file's order; each group/version from the backend this table
+    /// sends a list of its first resource to.
+    pub fn refresh_discovery(&self, now: SystemTime) {
+        let primary = self.table().reads.default;
+        let order =
+            std::iter::once(primary).chain((0..self.backends.len()).filter(|b| *b != primary));
+        let served: Vec<_> = order
+            .filter_map(|b| Some((b, self.backends.get(b)?.served.load_full()?)))
+            .collect();
+        let merged = MergedDiscovery::build(&served, |group, version, resource| {
+            let path = if group.is_empty() {
+                format!("/api/{version}/{resource}")
+            } else {
+                format!("/apis/{group}/{version}/{resource}")
+            };
+            let info = classify("GET", &path, None);
+            let req = SteerRequest {
+                info: &info,
+                user: "",
+                groups: &[],
+                client: Client::default(),
+            };
+            self.steering.decide(&req, now, self).backend
+        });
+        self.discovery.store(merged.map(Arc::new));
     }
 
     /// The route table.

@@ -6,18 +6,20 @@ use std::time::{Duration, Instant, SystemTime};
 
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::uri::{PathAndQuery, Scheme};
-use http::{Request, Response, StatusCode, Uri};
+use http::{Method, Request, Response, StatusCode, Uri};
 use hyper::body::Incoming;
 
 use super::Proxy;
 use super::body::ProxyBody;
+use super::discovery::{DiscoveryPath, discovery_path};
 use super::routing::Routing;
 use super::status::{ProxyError, status_response};
 use super::upgrade;
 use crate::classify::{Client, classify};
+use crate::config::BackendId;
 use crate::identity::{Identity, forward_identity};
 use crate::steer::{Class, Decision, Reason, SteerRequest, WriteTicket, backend_key, object_key};
-use crate::upstream::{UpstreamError, send};
+use crate::upstream::{Credential, UpstreamError, send};
 
 static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 
@@ -47,7 +49,7 @@ pub async fn handle(
         .as_ref()
         .map(|i| i.group_refs())
         .unwrap_or_default();
-    let (decision, verb, long_running, object) = {
+    let (mut decision, verb, long_running, object, merge) = {
         let info = classify(parts.method.as_str(), parts.uri.path(), parts.uri.query());
         let ua = parts
             .headers
@@ -63,8 +65,17 @@ pub async fn handle(
             .steering
             .decide(&req, proxy.settings.clock.now(), &*routing);
         let object = (decision.class == Class::Write).then(|| object_key(&info));
-        (decision, info.verb, info.is_long_running(), object)
+        let merge = (!info.is_resource && parts.method == Method::GET)
+            .then(|| discovery_path(parts.uri.path()))
+            .flatten()
+            .and_then(|path| merged_discovery(&routing, path));
+        (decision, info.verb, info.is_long_running(), object, merge)
     };
+    // A group/version's discovery and OpenAPI documents come from the backend merged discovery
+    // took them from, so that what kubectl reads about a kind matches where its requests go.
+    if let Some(Merge::Source(b)) = merge {
+        decision.backend = b;
+    }
     routing.count_decision(&decision);
     if let Some(from) = decision.fallback_from {
         let t = routing.table();
@@ -89,6 +100,7 @@ pub async fn handle(
         return answer(
             ProxyError::NoEndpoint {
                 backend: backend.name.clone(),
+                why: backend.unavailable_reason(),
             }
             .into_response(),
         );
@@ -108,14 +120,31 @@ pub async fn handle(
         },
         None => None,
     };
+    // For a merged document the apiserver only decides whether the client may read discovery; its
+    // own copy (or a 304 for it) is not what the client gets.
+    let merged_answer = match merge {
+        Some(Merge::Answer(path)) => {
+            let accept = parts.headers.get(header::ACCEPT).cloned();
+            let if_none_match = parts.headers.remove(header::IF_NONE_MATCH);
+            Some((path, accept, if_none_match))
+        }
+        _ => None,
+    };
     prepare_headers(&mut parts.headers, remote);
     forward_identity(
         &proxy.settings.identity_headers,
         &mut parts.headers,
         identity.as_deref(),
     );
+    // A client with neither a verified certificate nor a token reaches the apiserver with no
+    // credentials at all, so that the apiserver's own anonymous policy decides about it.
+    let credential = if identity.is_some() || parts.headers.contains_key(header::AUTHORIZATION) {
+        Credential::FrontProxy
+    } else {
+        Credential::Anonymous
+    };
     if let Some(protocol) = upgrade {
-        let tls = proxy.settings.pool.tls.clone();
+        let tls = endpoint.tls(credential);
         return answer(
             match upgrade::tunnel(endpoint, tls, parts, protocol).await {
                 Ok(resp) => resp,
@@ -156,7 +185,7 @@ pub async fn handle(
     let head = Request::from_parts(parts, ());
 
     let sent = if long_running {
-        send(endpoint, head, body).await
+        send(endpoint, credential, head, body).await
     } else {
         // Every pinned write gets at most fence - 2s upstream, so that when a fence ends no replica
         // is still waiting on a write to the old backend.
@@ -170,7 +199,7 @@ pub async fn handle(
             ),
             Class::Read => proxy.settings.response_timeout,
         };
-        match tokio::time::timeout(limit, send(endpoint, head, body)).await {
+        match tokio::time::timeout(limit, send(endpoint, credential, head, body)).await {
             Ok(r) => r,
             Err(_) => Err(UpstreamError::Timeout),
         }
@@ -181,6 +210,14 @@ pub async fn handle(
     );
     match sent {
         Ok(resp) => {
+            if let Some((path, accept, if_none_match)) = &merged_answer
+                && resp.status() == StatusCode::OK
+                && let Some(merged) = routing
+                    .discovery()
+                    .and_then(|d| d.respond(*path, accept.as_ref(), if_none_match.as_ref()))
+            {
+                return answer(merged);
+            }
             let (mut head, body) = resp.into_parts();
             strip_hop_by_hop(&mut head.headers);
             let stop = long_running.then(|| routing.long_running_stop(&decision));
@@ -202,6 +239,25 @@ pub async fn handle(
                 .into_response(),
             )
         }
+    }
+}
+
+/// What merged discovery does with a discovery request.
+enum Merge {
+    /// Sent to this backend (a group/version's documents).
+    Source(BackendId),
+    /// Answered with the merged document once the apiserver has answered 200.
+    Answer(DiscoveryPath<'static>),
+}
+
+fn merged_discovery(routing: &Routing, path: DiscoveryPath<'_>) -> Option<Merge> {
+    match path {
+        DiscoveryPath::GroupVersion { group, version } => routing
+            .discovery()?
+            .source(group, version)
+            .map(Merge::Source),
+        DiscoveryPath::Root { core } => Some(Merge::Answer(DiscoveryPath::Root { core })),
+        DiscoveryPath::OpenApiIndex => Some(Merge::Answer(DiscoveryPath::OpenApiIndex)),
     }
 }
 

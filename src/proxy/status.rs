@@ -14,6 +14,8 @@ pub enum ProxyError {
     NoEndpoint {
         /// The backend's name.
         backend: String,
+        /// What each endpoint last answered, or why it could not be reached.
+        why: String,
     },
     /// Talking to the apiserver failed before its response started.
     Upstream {
@@ -27,10 +29,10 @@ pub enum ProxyError {
 impl ProxyError {
     fn parts(&self) -> (StatusCode, &'static str, String, bool) {
         match self {
-            ProxyError::NoEndpoint { backend } => (
+            ProxyError::NoEndpoint { backend, why } => (
                 StatusCode::SERVICE_UNAVAILABLE,
                 "ServiceUnavailable",
-                format!("skewgate: backend {backend:?} has no reachable apiserver endpoint"),
+                format!("skewgate: backend {backend:?} has no endpoint ready to serve: {why}"),
                 true,
             ),
             ProxyError::Upstream { backend, error } => match error {

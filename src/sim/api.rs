@@ -21,6 +21,8 @@ pub struct ApiResource {
     pub since: (u32, u32),
     /// The last version that serves it, if it was removed.
     pub until: Option<(u32, u32)>,
+    /// The verbs discovery lists for it.
+    pub verbs: &'static [&'static str],
 }
 
 impl ApiResource {
@@ -41,6 +43,10 @@ impl ApiResource {
 
 const ALWAYS: (u32, u32) = (1, 0);
 
+const ALL_VERBS: &[&str] = &[
+    "create", "delete", "get", "list", "patch", "update", "watch",
+];
+
 const fn resource(
     group: &'static str,
     version: &'static str,
@@ -58,6 +64,7 @@ const fn resource(
         short,
         since: ALWAYS,
         until: None,
+        verbs: ALL_VERBS,
     }
 }
 
@@ -77,6 +84,19 @@ pub const RESOURCES: &[ApiResource] = &[
     ApiResource {
         since: (1, 30),
         ..resource("sim.skewgate.io", "v1", "widgets", "Widget", true, &[])
+    },
+    // Who am I (`kubectl auth whoami`): created, never stored.
+    ApiResource {
+        since: (1, 28),
+        verbs: &["create"],
+        ..resource(
+            "authentication.k8s.io",
+            "v1",
+            "selfsubjectreviews",
+            "SelfSubjectReview",
+            false,
+            &[],
+        )
     },
 ];
 
@@ -143,7 +163,7 @@ pub fn resource_list(served: (u32, u32), group: &str, version: &str) -> Option<V
                 "singularName": r.kind.to_lowercase(),
                 "namespaced": r.namespaced,
                 "kind": r.kind,
-                "verbs": ["create", "delete", "get", "list", "patch", "update", "watch"],
+                "verbs": r.verbs,
                 "shortNames": r.short,
             })
         })

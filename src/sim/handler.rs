@@ -12,9 +12,10 @@ use hyper::body::Incoming;
 use serde_json::{Value, json};
 
 use super::api::{self, ApiResource};
+use super::auth::UserInfo;
 use super::schema;
 use super::store::{ObjectKey, StoreError, WriteRecord};
-use super::{SimState, streams, watch};
+use super::{SimState, openapi, streams, watch};
 
 /// The body of every simulator response.
 pub type SimBody = BoxBody<Bytes, Infallible>;
@@ -43,6 +44,12 @@ pub async fn handle(sim: Arc<SimState>, req: Request<Incoming>) -> Response<SimB
         ["readyz"] | ["livez"] | ["healthz"] => text(StatusCode::OK, "ok"),
         // A fixture for tests: the request's headers, as the apiserver received them.
         ["debug", "headers"] => json_response(StatusCode::OK, &headers_json(req.headers())),
+        ["apis", "authentication.k8s.io", "v1", "selfsubjectreviews"]
+            if req.method() == Method::POST =>
+        {
+            self_subject_review(&req)
+        }
+        ["openapi", "v3", rest @ ..] => openapi::serve(sim.version, &sim.git_version, rest),
         ["api"] => json_response(StatusCode::OK, &api::core_versions()),
         ["apis"] => json_response(StatusCode::OK, &api::groups(sim.version)),
         ["api", version] => discovery(api::resource_list(sim.version, "", version)),
@@ -55,6 +62,27 @@ pub async fn handle(sim: Arc<SimState>, req: Request<Incoming>) -> Response<SimB
             "the server could not find the requested resource",
         ),
     }
+}
+
+/// `kubectl auth whoami`: the user the request was authenticated as.
+fn self_subject_review(req: &Request<Incoming>) -> Response<SimBody> {
+    let Some(user) = req.extensions().get::<Arc<UserInfo>>() else {
+        return status_error(500, "InternalError", "no user on the request");
+    };
+    let extra: serde_json::Map<String, Value> = user
+        .extra
+        .iter()
+        .map(|(k, v)| (k.clone(), json!([v])))
+        .collect();
+    json_response(
+        StatusCode::CREATED,
+        &json!({
+            "kind": "SelfSubjectReview",
+            "apiVersion": "authentication.k8s.io/v1",
+            "metadata": {"creationTimestamp": null},
+            "status": {"userInfo": {"username": user.name, "groups": user.groups, "extra": extra}},
+        }),
+    )
 }
 
 fn headers_json(headers: &http::HeaderMap) -> Value {

@@ -8,7 +8,9 @@
 //! which version served each write.
 
 pub mod api;
+pub mod auth;
 mod handler;
+mod openapi;
 pub mod schema;
 pub mod store;
 mod streams;
@@ -26,6 +28,7 @@ use tokio::net::TcpListener;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
+pub use auth::{SimAuth, UserInfo};
 pub use schema::Minor;
 pub use store::{ObjectKey, Store, WriteRecord};
 
@@ -39,6 +42,11 @@ pub struct SimConfig {
     /// Serve TLS with this configuration (for example one that requires the front-proxy client
     /// certificate, as `--requestheader-client-ca-file` makes an apiserver do).
     pub tls: Option<Arc<rustls::ServerConfig>>,
+    /// Authenticate and authorize as kube-apiserver does (see `auth`); without it every request is
+    /// served as `system:unsecured` in `system:masters`, as the apiserver's old insecure port did.
+    /// Certificate authenticators need `tls` from `SimAuth::tls_config`, which takes any client
+    /// certificate and leaves its verification to them.
+    pub auth: Option<Arc<SimAuth>>,
 }
 
 impl SimConfig {
@@ -48,6 +56,7 @@ impl SimConfig {
             git_version: git_version.to_owned(),
             max_concurrent_streams: 100,
             tls: None,
+            auth: None,
         }
     }
 }
@@ -218,28 +227,14 @@ async fn serve(
         let state = state.clone();
         let builder = builder.clone();
         let tls = config.tls.clone();
+        let auth = config.auth.clone();
         connections.spawn(async move {
-            let service = service_fn(move |req| {
-                let state = state.clone();
-                async move {
-                    let version = state.version_header.clone();
-                    let mut resp = handler::handle(state, req).await;
-                    // Tells tests and the demo which version answered; real apiservers send no such header.
-                    resp.headers_mut().insert(VERSION_HEADER, version);
-                    Ok::<_, std::convert::Infallible>(resp)
-                }
-            });
             match tls {
-                None => {
-                    let _ = builder
-                        .serve_connection_with_upgrades(TokioIo::new(stream), service)
-                        .await;
-                }
+                None => serve_connection(stream, state, &builder, None, auth).await,
                 Some(tls) => {
                     if let Ok(stream) = tokio_rustls::TlsAcceptor::from(tls).accept(stream).await {
-                        let _ = builder
-                            .serve_connection_with_upgrades(TokioIo::new(stream), service)
-                            .await;
+                        let chain = stream.get_ref().1.peer_certificates().map(<[_]>::to_vec);
+                        serve_connection(stream, state, &builder, chain, auth).await;
                     }
                 }
             }
@@ -248,4 +243,37 @@ async fn serve(
         while connections.try_join_next().is_some() {}
     }
     connections.abort_all();
+}
+
+/// Serves one connection; with `auth`, every request is authenticated (the certificate `chain` once
+/// for the connection) and authorized before it is handled.
+async fn serve_connection<I>(
+    io: I,
+    state: Arc<SimState>,
+    builder: &auto::Builder<TokioExecutor>,
+    chain: Option<Vec<rustls_pki_types::CertificateDer<'static>>>,
+    auth: Option<Arc<SimAuth>>,
+) where
+    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let conn = Arc::new(auth.as_ref().map(|a| a.connection(chain.as_deref())));
+    let service = service_fn(move |mut req: http::Request<hyper::body::Incoming>| {
+        let (state, auth, conn) = (state.clone(), auth.clone(), conn.clone());
+        async move {
+            let version = state.version_header.clone();
+            let mut resp = match auth::admit(auth.as_deref(), (*conn).as_ref(), &req) {
+                Ok(user) => {
+                    req.extensions_mut().insert(user);
+                    handler::handle(state, req).await
+                }
+                Err(denied) => handler::status_error(denied.code, denied.reason, &denied.message),
+            };
+            // Tells tests and the demo which version answered; real apiservers send no such header.
+            resp.headers_mut().insert(VERSION_HEADER, version);
+            Ok::<_, std::convert::Infallible>(resp)
+        }
+    });
+    let _ = builder
+        .serve_connection_with_upgrades(TokioIo::new(io), service)
+        .await;
 }

@@ -61,6 +61,34 @@ pub fn apply(version: Minor, resource: &str, object: &mut Value) {
     }
 }
 
+/// The fields beyond the standard ones that `version` knows for `resource`, by path, with their
+/// OpenAPI schema (defaults included): what its OpenAPI document describes.
+pub fn fields(version: Minor, resource: &str) -> Vec<(&'static [&'static str], Value)> {
+    let mut out: Vec<(&'static [&'static str], Value)> = match resource {
+        "configmaps" => vec![(
+            &["data"][..],
+            json!({"type": "object", "additionalProperties": {"type": "string"}, "description": "Data contains the configuration data."}),
+        )],
+        "namespaces" => Vec::new(),
+        _ => vec![(
+            &["spec"][..],
+            json!({"type": "object", "description": "The desired state."}),
+        )],
+    };
+    for (r, path, since) in NEW_FIELDS {
+        if *r == resource && version >= *since {
+            out.push((path, json!({"type": "string"})));
+        }
+    }
+    for (r, path, since, old, new) in DEFAULTS {
+        if *r == resource {
+            let value = if version < *since { *old } else { *new };
+            out.push((path, json!({"type": "integer", "default": value})));
+        }
+    }
+    out
+}
+
 fn remove(object: &mut Value, path: &[&str]) {
     let Some((last, parents)) = path.split_last() else {
         return;

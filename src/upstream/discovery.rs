@@ -10,10 +10,41 @@ use xxhash_rust::xxh3::Xxh3;
 use super::EndpointPool;
 use super::health::get;
 
-/// The resources one backend serves, as hashes of (group, version, resource).
+/// What one backend serves: hashes of (group, version, resource) for the request path, and the
+/// discovery documents it answered, for the merged discovery that skewgate answers clients with.
 #[derive(Debug, Default)]
 pub struct Served {
     set: HashSet<u64>,
+    /// `/api`: the core group's versions (an `APIVersions`).
+    pub core: Value,
+    /// `/apis`: the named groups, in the order the apiserver lists them.
+    pub groups: Vec<Group>,
+    /// Each group/version's `APIResourceList`, core first.
+    pub lists: Vec<GroupVersionList>,
+    /// `/openapi/v3`'s `paths`, when the apiserver serves OpenAPI v3.
+    pub openapi: Option<serde_json::Map<String, Value>>,
+}
+
+/// A named API group as `/apis` lists it.
+#[derive(Clone, Debug)]
+pub struct Group {
+    /// The group's name.
+    pub name: String,
+    /// Its versions, most preferred first.
+    pub versions: Vec<String>,
+    /// The preferred version.
+    pub preferred: Option<String>,
+}
+
+/// One group/version's `APIResourceList`.
+#[derive(Clone, Debug)]
+pub struct GroupVersionList {
+    /// The group; empty for the core group.
+    pub group: String,
+    /// The version.
+    pub version: String,
+    /// The document as the apiserver served it.
+    pub list: Value,
 }
 
 fn key(group: &str, version: &str, resource: &str) -> u64 {
@@ -68,26 +99,34 @@ async fn json(ep: &Arc<EndpointPool>, path: &str) -> Result<Value, String> {
 
 /// Reads an endpoint's discovery documents.
 pub async fn discover(ep: &Arc<EndpointPool>) -> Result<Served, String> {
-    let mut gvs: Vec<(String, String)> = Vec::new();
-    let core = json(ep, "/api").await?;
-    for v in core["versions"]
+    let mut served = Served {
+        core: json(ep, "/api").await?,
+        ..Served::default()
+    };
+    let mut gvs: Vec<(String, String)> = served.core["versions"]
         .as_array()
         .into_iter()
         .flatten()
         .filter_map(Value::as_str)
-    {
-        gvs.push((String::new(), v.to_owned()));
-    }
+        .map(|v| (String::new(), v.to_owned()))
+        .collect();
     let groups = json(ep, "/apis").await?;
     for g in groups["groups"].as_array().into_iter().flatten() {
-        let name = g["name"].as_str().unwrap_or_default();
-        for v in g["versions"].as_array().into_iter().flatten() {
-            if let Some(version) = v["version"].as_str() {
-                gvs.push((name.to_owned(), version.to_owned()));
-            }
-        }
+        let name = g["name"].as_str().unwrap_or_default().to_owned();
+        let versions: Vec<String> = g["versions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|v| v["version"].as_str().map(str::to_owned))
+            .collect();
+        gvs.extend(versions.iter().map(|v| (name.clone(), v.clone())));
+        let preferred = g["preferredVersion"]["version"].as_str().map(str::to_owned);
+        served.groups.push(Group {
+            name,
+            versions,
+            preferred,
+        });
     }
-    let mut served = Served::default();
     for (group, version) in gvs {
         let path = if group.is_empty() {
             format!("/api/{version}")
@@ -101,6 +140,16 @@ pub async fn discover(ep: &Arc<EndpointPool>) -> Result<Served, String> {
                 served.set.insert(key(&group, &version, name));
             }
         }
+        served.lists.push(GroupVersionList {
+            group,
+            version,
+            list,
+        });
     }
+    // OpenAPI v3 is optional: an apiserver without it (or one that forbids it) still serves.
+    served.openapi = json(ep, "/openapi/v3")
+        .await
+        .ok()
+        .and_then(|v| v.get("paths")?.as_object().cloned());
     Ok(served)
 }

@@ -8,46 +8,40 @@ use http::{Request, StatusCode, Uri};
 use http_body_util::{BodyExt, Empty};
 use tokio_util::sync::CancellationToken;
 
-use super::{BackendPool, EndpointPool, EndpointState, send};
+use super::{BackendPool, Credential, EndpointPool, EndpointState, send};
 use crate::metrics::Metrics;
 
-/// Checks every endpoint of `backends()` now and then every `interval`, until `stop`.
-pub fn spawn_health_checks<F>(
+/// Checks every endpoint of `backends()` now and then every `interval`, until `stop`; calls
+/// `discovered()` after a check in which some backend's discovery was read anew.
+pub fn spawn_health_checks<F, D>(
     backends: F,
+    discovered: D,
     interval: Duration,
     metrics: Arc<Metrics>,
     stop: CancellationToken,
 ) where
     F: Fn() -> Vec<Arc<BackendPool>> + Send + 'static,
+    D: Fn() + Send + 'static,
 {
     tokio::spawn(async move {
         let mut tick: u64 = 0;
         loop {
+            let mut refreshed = false;
             for backend in backends() {
                 let mut recovered = false;
                 for ep in &backend.endpoints {
-                    let (state, why) = check(ep, backend.version).await;
-                    if state == EndpointState::Down && ep.state() != EndpointState::Down {
-                        tracing::warn!(backend = %backend.name, endpoint = %ep.endpoint.url, %why, "endpoint is not ready");
-                        metrics
-                            .upstream_errors
-                            .with_label_values(&[backend.name.as_str(), "health"])
-                            .inc();
-                    } else if state == EndpointState::Ready && ep.state() != EndpointState::Ready {
-                        if ep.state() == EndpointState::Down {
-                            tracing::info!(backend = %backend.name, endpoint = %ep.endpoint.url, "endpoint is ready again");
-                        }
-                        recovered = true;
-                    }
-                    ep.set_state(state);
+                    recovered |= check_endpoint(&backend, ep, &metrics).await;
                 }
                 // Discovery: at first, when an endpoint comes (back) up, and every DISCOVERY_EVERY ticks.
                 if recovered
                     || backend.served.load().is_none()
                     || tick.is_multiple_of(DISCOVERY_EVERY)
                 {
-                    refresh_discovery(&backend).await;
+                    refreshed |= refresh_discovery(&backend).await;
                 }
+            }
+            if refreshed {
+                discovered();
             }
             tick += 1;
             tokio::select! {
@@ -58,21 +52,54 @@ pub fn spawn_health_checks<F>(
     });
 }
 
+/// Checks one endpoint and records its state; a failure is logged when it first happens or changes,
+/// not at every check. Returns whether the endpoint has just become ready.
+async fn check_endpoint(backend: &BackendPool, ep: &Arc<EndpointPool>, metrics: &Metrics) -> bool {
+    let (state, why) = check(ep, backend.version).await;
+    let was = ep.state();
+    if state == EndpointState::Down {
+        if was != EndpointState::Down {
+            metrics
+                .upstream_errors
+                .with_label_values(&[backend.name.as_str(), "health"])
+                .inc();
+        }
+        if ep.set_failure(Some(why.clone())) || was != EndpointState::Down {
+            tracing::warn!(backend = %backend.name, endpoint = %ep.endpoint.url, %why, "endpoint is not ready");
+        }
+    } else {
+        ep.set_failure(None);
+        if was == EndpointState::Down {
+            tracing::info!(backend = %backend.name, endpoint = %ep.endpoint.url, "endpoint is ready again");
+        }
+    }
+    ep.set_state(state);
+    state == EndpointState::Ready && was != EndpointState::Ready
+}
+
 /// Health-check ticks between two discovery refreshes.
 const DISCOVERY_EVERY: u64 = 6;
 
-async fn refresh_discovery(backend: &BackendPool) {
+/// Reads the backend's discovery from a ready endpoint; returns whether it was read.
+async fn refresh_discovery(backend: &BackendPool) -> bool {
     let Some(ep) = backend
         .endpoints
         .iter()
         .find(|e| e.state() == EndpointState::Ready)
     else {
-        return;
+        return false;
     };
     match super::discovery::discover(ep).await {
-        Ok(served) => backend.served.store(Some(Arc::new(served))),
+        Ok(served) => {
+            backend.served.store(Some(Arc::new(served)));
+            backend.set_discovery_error(None);
+            true
+        }
         Err(e) => {
-            tracing::warn!(backend = %backend.name, error = %e, "discovery failed; keeping what was known")
+            if backend.set_discovery_error(Some(e.clone())) {
+                tracing::warn!(backend = %backend.name, error = %e, "discovery failed; keeping what was known");
+            }
+            false
         }
     }
 }
@@ -80,7 +107,7 @@ async fn refresh_discovery(backend: &BackendPool) {
 async fn check(ep: &Arc<EndpointPool>, version: Option<(u32, u32)>) -> (EndpointState, String) {
     match get(ep, "/readyz").await {
         Ok((StatusCode::OK, _)) => {}
-        Ok((code, _)) => return (EndpointState::Down, format!("/readyz answered {code}")),
+        Ok((code, body)) => return (EndpointState::Down, answered(ep, "/readyz", code, &body)),
         Err(e) => return (EndpointState::Down, e),
     }
     let Some((major, minor)) = version else {
@@ -106,8 +133,38 @@ async fn check(ep: &Arc<EndpointPool>, version: Option<(u32, u32)>) -> (Endpoint
                 )
             }
         }
-        Ok((code, _)) => (EndpointState::Down, format!("/version answered {code}")),
+        Ok((code, body)) => (EndpointState::Down, answered(ep, "/version", code, &body)),
         Err(e) => (EndpointState::Down, e),
+    }
+}
+
+/// What an apiserver's answer to one of skewgate's own requests means, in words an operator can act
+/// on.
+pub(crate) fn answered(ep: &EndpointPool, path: &str, code: StatusCode, body: &[u8]) -> String {
+    let user = ep.own_user().map_or("(none)".to_owned(), |u| {
+        format!("{:?}", String::from_utf8_lossy(u.as_bytes()))
+    });
+    let message = serde_json::from_slice::<serde_json::Value>(body)
+        .ok()
+        .and_then(|v| v.get("message")?.as_str().map(str::to_owned))
+        .unwrap_or_else(|| {
+            String::from_utf8_lossy(&body[..body.len().min(200)])
+                .trim()
+                .to_owned()
+        });
+    let hint = match code {
+        StatusCode::UNAUTHORIZED => format!(
+            "; the apiserver did not authenticate skewgate's own user {user}: it must trust the front-proxy certificate (--proxy-client-cert-file) through its --requestheader-client-ca-file and --requestheader-allowed-names, and read the user from one of its --requestheader-username-headers"
+        ),
+        StatusCode::FORBIDDEN => format!(
+            "; the apiserver does not let skewgate's own user {user} read it: it needs the system:public-info-viewer and system:discovery roles (bound to every authenticated user by default)"
+        ),
+        _ => String::new(),
+    };
+    if message.is_empty() {
+        format!("{path} answered {code}{hint}")
+    } else {
+        format!("{path} answered {code} ({message}){hint}")
     }
 }
 
@@ -120,9 +177,12 @@ pub(crate) async fn get(ep: &Arc<EndpointPool>, path: &str) -> Result<(StatusCod
     )
     .parse()
     .map_err(|e| format!("{e}"))?;
-    let req = Request::get(uri).body(()).map_err(|e| e.to_string())?;
+    let mut req = Request::get(uri).body(()).map_err(|e| e.to_string())?;
+    if let Some((name, value)) = &ep.settings().own_user {
+        req.headers_mut().insert(name.clone(), value.clone());
+    }
     let exchange = async {
-        let resp = send(ep, req, Empty::<Bytes>::new())
+        let resp = send(ep, Credential::FrontProxy, req, Empty::<Bytes>::new())
             .await
             .map_err(|e| e.to_string())?;
         let code = resp.status();

@@ -9,9 +9,9 @@ pub mod worker;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
 
-pub use discovery::Served;
+pub use discovery::{Group, GroupVersionList, Served};
 pub use health::spawn_health_checks;
-pub use pool::{EndpointPool, EndpointState, PoolSettings, StreamSlot};
+pub use pool::{Credential, EndpointPool, EndpointState, PoolSettings, StreamSlot};
 pub use send::{UpstreamBody, send};
 
 use crate::config::RouteTable;
@@ -61,6 +61,8 @@ pub struct BackendPool {
     pub endpoints: Vec<Arc<EndpointPool>>,
     /// What it serves, once discovery has run.
     pub served: arc_swap::ArcSwapOption<Served>,
+    /// The last discovery error, so that one repeated every refresh is logged once.
+    discovery_error: Mutex<Option<String>>,
 }
 
 impl BackendPool {
@@ -71,6 +73,31 @@ impl BackendPool {
             .iter()
             .filter(|e| e.state() != EndpointState::Down)
             .min_by_key(|e| e.active_streams())
+    }
+
+    /// Records the last discovery error (`None` after a success); returns whether it changed.
+    pub fn set_discovery_error(&self, error: Option<String>) -> bool {
+        let mut last = self
+            .discovery_error
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        let changed = *last != error;
+        *last = error;
+        changed
+    }
+
+    /// Why no endpoint can serve: each endpoint's last failure, for the 503 `Status`, `/readyz` and
+    /// the log.
+    pub fn unavailable_reason(&self) -> String {
+        let reasons: Vec<String> = self
+            .endpoints
+            .iter()
+            .map(|e| match e.failure() {
+                Some(why) => format!("{}: {why}", e.endpoint.url),
+                None => format!("{}: not checked yet", e.endpoint.url),
+            })
+            .collect();
+        reasons.join("; ")
     }
 
     /// Whether some endpoint is ready.
@@ -135,6 +162,7 @@ impl Upstreams {
                     version: b.version,
                     endpoints,
                     served: arc_swap::ArcSwapOption::empty(),
+                    discovery_error: Mutex::new(None),
                 })
             })
             .collect()

@@ -34,8 +34,12 @@ pub struct PoolSettings {
     pub ping_timeout: Duration,
     /// Streams per connection assumed until the peer's SETTINGS arrive (kube-apiserver's default).
     pub initial_max_streams: usize,
-    /// TLS to `https://` endpoints: their CA and the front-proxy client certificate.
+    /// TLS to `https://` endpoints: their CA and the front-proxy client certificate. Connections
+    /// for anonymous clients use the same configuration without the certificate.
     pub tls: Option<Arc<rustls::ClientConfig>>,
+    /// The user skewgate's own requests (health checks, discovery) name upstream, and the request
+    /// header that carries it: on a front-proxy connection a request without a user is a 401.
+    pub own_user: Option<(http::HeaderName, http::HeaderValue)>,
 }
 
 impl Default for PoolSettings {
@@ -46,6 +50,10 @@ impl Default for PoolSettings {
             ping_timeout: Duration::from_secs(5),
             initial_max_streams: 100,
             tls: None,
+            own_user: Some((
+                http::HeaderName::from_static("x-remote-user"),
+                http::HeaderValue::from_static("skewgate"),
+            )),
         }
     }
 }
@@ -60,6 +68,17 @@ pub enum EndpointState {
     Ready = 1,
     /// Its last connect or health check failed.
     Down = 2,
+}
+
+/// Which credentials a connection presents to the apiserver.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Credential {
+    /// The front-proxy client certificate: for clients whose identity skewgate verified (and forwards
+    /// in the identity headers) or who bring a bearer token, and for skewgate's own requests.
+    FrontProxy,
+    /// Nothing: for clients without a certificate or token, so that the apiserver's own anonymous
+    /// policy decides about them. Over cleartext, the same connections as `FrontProxy`.
+    Anonymous,
 }
 
 /// One upstream HTTP/2 connection.
@@ -95,8 +114,14 @@ pub struct EndpointPool {
     /// The endpoint's `host:port`, ready for request URIs.
     pub authority: http::uri::Authority,
     settings: PoolSettings,
+    /// `settings.tls` without the client certificate, for anonymous connections.
+    anonymous_tls: Option<Arc<rustls::ClientConfig>>,
+    /// The front-proxy connections of each worker (and one shard off the workers), then the
+    /// anonymous ones.
     shards: Box<[Shard]>,
     state: AtomicU8,
+    /// Why the endpoint was last found down: what the apiserver answered, or the connect error.
+    failure: arc_swap::ArcSwapOption<String>,
     streams: AtomicUsize,
     connections_gauge: IntGauge,
     streams_gauge: IntGauge,
@@ -147,8 +172,10 @@ impl EndpointPool {
         EndpointPool {
             authority,
             endpoint,
+            anonymous_tls: settings.tls.as_deref().map(without_client_certificate),
             settings,
-            shards: (0..=super::worker::count())
+            failure: arc_swap::ArcSwapOption::empty(),
+            shards: (0..2 * (super::worker::count() + 1))
                 .map(|_| Shard {
                     conns: ArcSwap::from_pointee(Vec::new()),
                     connecting: tokio::sync::Mutex::new(()),
@@ -165,6 +192,39 @@ impl EndpointPool {
     /// Streams open now.
     pub fn active_streams(&self) -> usize {
         self.streams.load(Ordering::Relaxed)
+    }
+
+    /// The pool's settings.
+    pub fn settings(&self) -> &PoolSettings {
+        &self.settings
+    }
+
+    /// The TLS configuration of connections presenting `credential` (for `https://` endpoints).
+    pub fn tls(&self, credential: Credential) -> Option<Arc<rustls::ClientConfig>> {
+        match credential {
+            Credential::FrontProxy => self.settings.tls.clone(),
+            Credential::Anonymous => self.anonymous_tls.clone(),
+        }
+    }
+
+    /// The user skewgate's own requests name, if any.
+    pub fn own_user(&self) -> Option<&http::HeaderValue> {
+        self.settings.own_user.as_ref().map(|(_, v)| v)
+    }
+
+    /// Why the endpoint was last found down, if it was.
+    pub fn failure(&self) -> Option<Arc<String>> {
+        self.failure.load_full()
+    }
+
+    /// Records why the endpoint is down (`None` once it is up); returns whether that changed, so
+    /// that a failure repeated every check is logged once.
+    pub fn set_failure(&self, why: Option<String>) -> bool {
+        let changed = self.failure.load().as_deref() != why.as_ref();
+        if changed {
+            self.failure.store(why.map(Arc::new));
+        }
+        changed
     }
 
     /// Connections open now.
@@ -196,40 +256,48 @@ impl EndpointPool {
         }
     }
 
-    /// This thread's shard.
-    fn shard(&self) -> &Shard {
-        let i = super::worker::current().min(self.shards.len() - 1);
-        &self.shards[i]
+    /// This thread's shard of connections presenting `credential`.
+    fn shard(&self, credential: Credential) -> &Shard {
+        let per_class = self.shards.len() / 2;
+        let i = super::worker::current().min(per_class - 1);
+        // Over cleartext there is no certificate to leave out: one set of connections serves both.
+        let anonymous = credential == Credential::Anonymous && self.endpoint.tls;
+        &self.shards[if anonymous { per_class + i } else { i }]
     }
 
-    fn reserve_existing(self: &Arc<Self>) -> Option<StreamSlot> {
-        let conns = self.shard().conns.load();
+    fn reserve_existing(self: &Arc<Self>, credential: Credential) -> Option<StreamSlot> {
+        let conns = self.shard(credential).conns.load();
         conns
             .iter()
             .find(|c| c.try_reserve())
             .map(|c| self.slot(c.clone()))
     }
 
-    /// A stream slot: on an open connection with room, or on a new connection.
-    pub async fn acquire(self: &Arc<Self>) -> Result<StreamSlot, UpstreamError> {
-        if let Some(slot) = self.reserve_existing() {
+    /// A stream slot on a connection presenting `credential`: on an open connection with room, or
+    /// on a new connection. A failed connect marks the endpoint down; only a passing health check
+    /// marks it ready.
+    pub async fn acquire(
+        self: &Arc<Self>,
+        credential: Credential,
+    ) -> Result<StreamSlot, UpstreamError> {
+        if let Some(slot) = self.reserve_existing(credential) {
             return Ok(slot);
         }
-        let _connecting = self.shard().connecting.lock().await;
+        let _connecting = self.shard(credential).connecting.lock().await;
         // Another request may have opened a connection while this one waited for the lock.
-        if let Some(slot) = self.reserve_existing() {
+        if let Some(slot) = self.reserve_existing(credential) {
             return Ok(slot);
         }
-        let conn = match self.connect().await {
+        let conn = match self.connect(credential).await {
             Ok(c) => c,
             Err(e) => {
                 self.set_state(EndpointState::Down);
+                self.set_failure(Some(e.to_string()));
                 return Err(e);
             }
         };
-        self.set_state(EndpointState::Ready);
         conn.active.fetch_add(1, Ordering::AcqRel);
-        self.shard().conns.rcu(|list| {
+        self.shard(credential).conns.rcu(|list| {
             let mut list = Vec::clone(list);
             list.push(conn.clone());
             list
@@ -237,7 +305,7 @@ impl EndpointPool {
         Ok(self.slot(conn))
     }
 
-    async fn connect(self: &Arc<Self>) -> Result<Arc<Conn>, UpstreamError> {
+    async fn connect(self: &Arc<Self>, credential: Credential) -> Result<Arc<Conn>, UpstreamError> {
         let ep = &self.endpoint;
         let connect = async {
             let tcp = TcpStream::connect((ep.host.as_str(), ep.port))
@@ -248,7 +316,7 @@ impl EndpointPool {
                 let (send, connection) = self.h2_handshake(tcp).await?;
                 return Ok(self.adopt(send, connection));
             }
-            let Some(config) = self.settings.tls.clone() else {
+            let Some(config) = self.tls(credential) else {
                 return Err(UpstreamError::Connect(format!(
                     "{}: https endpoints need --upstream-ca-file (and the front-proxy client certificate)",
                     ep.url
@@ -355,5 +423,33 @@ impl EndpointPool {
             });
         }
         self.connections_gauge.dec();
+    }
+}
+
+/// `config` without its client certificate: what an anonymous client's requests are sent with.
+fn without_client_certificate(config: &rustls::ClientConfig) -> Arc<rustls::ClientConfig> {
+    let mut anonymous = config.clone();
+    anonymous.client_auth_cert_resolver = Arc::new(NoClientCertificate);
+    // A session resumed from a front-proxy connection would carry that connection's authentication:
+    // anonymous connections keep sessions of their own.
+    anonymous.resumption = rustls::client::Resumption::in_memory_sessions(64);
+    Arc::new(anonymous)
+}
+
+/// Offers no client certificate, whatever the server asks.
+#[derive(Debug)]
+struct NoClientCertificate;
+
+impl rustls::client::ResolvesClientCert for NoClientCertificate {
+    fn resolve(
+        &self,
+        _root_hint_subjects: &[&[u8]],
+        _sigschemes: &[rustls::SignatureScheme],
+    ) -> Option<Arc<rustls::sign::CertifiedKey>> {
+        None
+    }
+
+    fn has_certs(&self) -> bool {
+        false
     }
 }

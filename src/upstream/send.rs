@@ -12,13 +12,15 @@ use http_body::{Body, Frame};
 use http_body_util::BodyExt;
 
 use super::UpstreamError;
-use super::pool::{EndpointPool, StreamSlot};
+use super::pool::{Credential, EndpointPool, StreamSlot};
 
-/// Sends `head` (and `body`, unless it is already at its end) to the endpoint; returns the response
+/// Sends `head` (and `body`, unless it is already at its end) to the endpoint, on a connection that
+/// presents `credential`; returns the response
 /// head and a body that streams the rest. A connection found closing before the request was handed
 /// to it (GOAWAY received, PING failed) is retired and the request goes on another connection.
 pub async fn send<B>(
     pool: &Arc<EndpointPool>,
+    credential: Credential,
     mut head: Request<()>,
     body: B,
 ) -> Result<Response<UpstreamBody>, UpstreamError>
@@ -30,7 +32,7 @@ where
     *head.version_mut() = http::Version::HTTP_2;
     let mut attempt = 0;
     let (slot, mut sender) = loop {
-        let slot = pool.acquire().await?;
+        let slot = pool.acquire(credential).await?;
         match slot.sender().ready().await {
             Ok(sender) => break (slot, sender),
             Err(e) => {

@@ -1,14 +1,129 @@
 //! Certificates made at test time: a cluster CA for serving and client certificates, and a
 //! front-proxy CA for the proxy's upstream identity, written to PEM files as kubeadm lays them out.
 
+#![allow(dead_code)]
+
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use serde_json::Value;
+use skewgate::identity::{ServingTls, TlsFiles, UpstreamTlsFiles};
+use skewgate::proxy::ProxySettings;
+use skewgate::upstream::PoolSettings;
+use tokio::net::TcpStream;
 
 use rcgen::{
     BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
 };
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+
+static PKIS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// The PKI kubeadm lays out (`ca` for clients and serving, `front-proxy-ca` for the front-proxy
+/// client certificate with CN `front-proxy-client`), plus a foreign CA and a client it signed.
+pub struct Pki {
+    pub dir: std::path::PathBuf,
+    pub ca: Ca,
+    pub front_proxy_ca: Ca,
+    pub evil_ca: Ca,
+    pub apiserver: Leaf,
+    pub serving: Leaf,
+    pub alice: Leaf,
+    pub front_proxy_client: Leaf,
+    pub mallory: Leaf,
+}
+
+/// A fresh PKI in a temporary directory.
+pub fn pki() -> Pki {
+    let dir = std::env::temp_dir().join(format!(
+        "skewgate-test-pki-{}-{}",
+        std::process::id(),
+        PKIS.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    ));
+    std::fs::create_dir_all(&dir).expect("pki dir");
+    let ca = Ca::new(&dir, "ca");
+    let front_proxy_ca = Ca::new(&dir, "front-proxy-ca");
+    let evil_ca = Ca::new(&dir, "evil-ca");
+    Pki {
+        apiserver: ca.issue(
+            &dir,
+            "apiserver",
+            "kube-apiserver",
+            &[],
+            &["localhost", "127.0.0.1"],
+        ),
+        serving: ca.issue(
+            &dir,
+            "skewgate",
+            "skewgate",
+            &[],
+            &["localhost", "127.0.0.1"],
+        ),
+        alice: ca.issue(&dir, "alice", "alice", &["devs", "ops"], &[]),
+        front_proxy_client: front_proxy_ca.issue(
+            &dir,
+            "front-proxy-client",
+            "front-proxy-client",
+            &[],
+            &[],
+        ),
+        mallory: evil_ca.issue(&dir, "mallory", "mallory", &["system:masters"], &[]),
+        dir,
+        ca,
+        front_proxy_ca,
+        evil_ca,
+    }
+}
+
+/// skewgate as README tells a kubeadm user to run it: serving TLS with the cluster CA for clients,
+/// and upstream the cluster CA and (with `front_proxy_cert`) the front-proxy certificate.
+pub fn settings(p: &Pki, front_proxy_cert: bool) -> ProxySettings {
+    let tls = ServingTls::load(TlsFiles {
+        cert: p.serving.cert_file.clone(),
+        key: p.serving.key_file.clone(),
+        client_ca: Some(p.ca.cert_file.clone()),
+    })
+    .expect("serving TLS");
+    let upstream = skewgate::identity::client_config(&UpstreamTlsFiles {
+        ca: Some(p.ca.cert_file.clone()),
+        client_cert: front_proxy_cert.then(|| {
+            (
+                p.front_proxy_client.cert_file.clone(),
+                p.front_proxy_client.key_file.clone(),
+            )
+        }),
+    })
+    .expect("upstream TLS");
+    ProxySettings {
+        tls: Some(tls),
+        pool: PoolSettings {
+            tls: Some(upstream),
+            ..PoolSettings::default()
+        },
+        ..ProxySettings::default()
+    }
+}
+
+/// A kubeconfig for alice's certificate and skewgate over TLS on `port`.
+pub fn alice_kubeconfig(p: &Pki, port: u16) -> PathBuf {
+    let kubeconfig = p.dir.join("kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: https://127.0.0.1:{port}\n    certificate-authority: {}\nusers:\n- name: alice\n  user:\n    client-certificate: {}\n    client-key: {}\ncontexts:\n- name: c\n  context: {{cluster: c, user: alice}}\ncurrent-context: c\n",
+            p.ca.cert_file.display(),
+            p.alice.cert_file.display(),
+            p.alice.key_file.display()
+        ),
+    )
+    .expect("kubeconfig");
+    kubeconfig
+}
 
 /// A CA that signs certificates.
 pub struct Ca {
@@ -164,4 +279,68 @@ pub fn server_requiring_clients(cert: &Leaf, client_ca: &Ca) -> Arc<rustls::Serv
         .expect("server config");
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     Arc::new(config)
+}
+
+/// One request over TLS with `config`; h2 or HTTP/1.1 by `h2`: its status, the simulator version
+/// that answered, and its JSON body (`Null` when not JSON). Err when the connection fails.
+pub async fn tls_call(
+    addr: SocketAddr,
+    config: Arc<rustls::ClientConfig>,
+    h2: bool,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: Option<&str>,
+) -> Result<(u16, String, Value), String> {
+    let tcp = TcpStream::connect(addr).await.map_err(|e| e.to_string())?;
+    let name = rustls_pki_types::ServerName::try_from("127.0.0.1").map_err(|e| e.to_string())?;
+    let tls = tokio_rustls::TlsConnector::from(config)
+        .connect(name, tcp)
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut req = http::Request::builder().method(method).uri(if h2 {
+        format!("https://{addr}{path}")
+    } else {
+        path.to_owned()
+    });
+    if !h2 {
+        req = req.header("host", "skewgate");
+    }
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    let body = Full::new(Bytes::from(body.unwrap_or_default().to_owned()));
+    let req = req.body(body).map_err(|e| e.to_string())?;
+    let resp = if h2 {
+        let (mut send, conn) =
+            hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(tls))
+                .await
+                .map_err(|e| e.to_string())?;
+        tokio::spawn(conn);
+        send.send_request(req).await.map_err(|e| e.to_string())?
+    } else {
+        let (mut send, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
+            .await
+            .map_err(|e| e.to_string())?;
+        tokio::spawn(conn);
+        send.send_request(req).await.map_err(|e| e.to_string())?
+    };
+    let status = resp.status().as_u16();
+    let version = resp
+        .headers()
+        .get(skewgate::sim::VERSION_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_owned();
+    let body = resp
+        .into_body()
+        .collect()
+        .await
+        .map_err(|e| e.to_string())?
+        .to_bytes();
+    Ok((
+        status,
+        version,
+        serde_json::from_slice(&body).unwrap_or(Value::Null),
+    ))
 }

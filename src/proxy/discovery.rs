@@ -1,0 +1,530 @@
+//! Discovery across versions. kubectl decides which kinds exist from discovery, so through skewgate
+//! it must see every group/version that some backend serves: `/api`, `/apis` (legacy and aggregated
+//! forms) and `/openapi/v3` are answered as the union of the backends' documents, each
+//! group/version taken from the backend the route table sends its resources to (or, when that one
+//! does not serve it, the first that does); `/api/VERSION`, `/apis/GROUP/VERSION` and their OpenAPI
+//! documents go to that same backend.
+//!
+//! The merged documents are built off the request path, when discovery refreshes or the route table
+//! reloads. A request for one is still sent to an apiserver first, so that the apiserver alone
+//! decides who may read discovery (anonymous clients may not): only its `200` is replaced by the
+//! merged document.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::header::{self, HeaderValue};
+use http::{Response, StatusCode};
+use serde_json::{Map, Value, json};
+
+use super::body::ProxyBody;
+use crate::config::BackendId;
+use crate::upstream::Served;
+
+/// A discovery path, as far as merging is concerned.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DiscoveryPath<'a> {
+    /// `/api` (`core`) or `/apis`: answered merged.
+    Root {
+        /// `/api` rather than `/apis`.
+        core: bool,
+    },
+    /// `/openapi/v3`: answered merged.
+    OpenApiIndex,
+    /// `/api/VERSION`, `/apis/GROUP/VERSION` and their `/openapi/v3/...` documents: sent to the
+    /// backend the group/version's documents are taken from.
+    GroupVersion {
+        /// The group; empty for the core group.
+        group: &'a str,
+        /// The version.
+        version: &'a str,
+    },
+}
+
+/// The discovery path a GET of `path` asks for, if any.
+pub fn discovery_path(path: &str) -> Option<DiscoveryPath<'_>> {
+    let mut segments = path.strip_prefix('/')?.split('/');
+    let parts: [Option<&str>; 6] = std::array::from_fn(|_| segments.next());
+    Some(match parts {
+        [Some("api"), None, ..] => DiscoveryPath::Root { core: true },
+        [Some("apis"), None, ..] => DiscoveryPath::Root { core: false },
+        [Some("api"), Some(version), None, ..]
+        | [
+            Some("openapi"),
+            Some("v3"),
+            Some("api"),
+            Some(version),
+            None,
+            ..,
+        ] => DiscoveryPath::GroupVersion { group: "", version },
+        [Some("apis"), Some(group), Some(version), None, ..]
+        | [
+            Some("openapi"),
+            Some("v3"),
+            Some("apis"),
+            Some(group),
+            Some(version),
+            None,
+        ] => DiscoveryPath::GroupVersion { group, version },
+        [Some("openapi"), Some("v3"), None, ..] => DiscoveryPath::OpenApiIndex,
+        _ => return None,
+    })
+}
+
+/// One merged document, ready to send.
+#[derive(Debug)]
+struct Document {
+    body: Bytes,
+    etag: HeaderValue,
+}
+
+impl Document {
+    fn new(value: &Value) -> Document {
+        let body = Bytes::from(serde_json::to_vec(value).unwrap_or_default());
+        let etag = format!("\"{:016x}\"", xxhash_rust::xxh3::xxh3_64(&body));
+        Document {
+            etag: HeaderValue::from_str(&etag)
+                .unwrap_or_else(|_| HeaderValue::from_static("\"0\"")),
+            body,
+        }
+    }
+}
+
+/// `/api` or `/apis` in each form a client may ask for.
+#[derive(Debug)]
+struct Forms {
+    legacy: Document,
+    v2: Document,
+    v2beta1: Document,
+}
+
+/// Which form the client's `Accept` asks for first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Form {
+    Legacy,
+    V2,
+    V2Beta1,
+}
+
+const V2_TYPE: &str = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList";
+const V2BETA1_TYPE: &str =
+    "application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList";
+
+fn form(accept: Option<&HeaderValue>) -> Form {
+    let Some(accept) = accept.and_then(|a| a.to_str().ok()) else {
+        return Form::Legacy;
+    };
+    for entry in accept.split(',') {
+        let mut parts = entry.split(';').map(str::trim);
+        let media = parts.next().unwrap_or("");
+        // Only JSON is served here; a client that lists protobuf first lists JSON after it.
+        if !matches!(media, "application/json" | "*/*" | "application/*") {
+            continue;
+        }
+        let (mut g, mut v, mut r#as) = (None, None, None);
+        for p in parts {
+            match p.split_once('=') {
+                Some(("g", x)) => g = Some(x),
+                Some(("v", x)) => v = Some(x),
+                Some(("as", x)) => r#as = Some(x),
+                _ => {}
+            }
+        }
+        match (g, v, r#as) {
+            (Some("apidiscovery.k8s.io"), Some("v2"), Some("APIGroupDiscoveryList")) => {
+                return Form::V2;
+            }
+            (Some("apidiscovery.k8s.io"), Some("v2beta1"), Some("APIGroupDiscoveryList")) => {
+                return Form::V2Beta1;
+            }
+            (None, None, None) => return Form::Legacy,
+            _ => {}
+        }
+    }
+    Form::Legacy
+}
+
+/// The merged discovery of one route table.
+#[derive(Debug)]
+pub struct MergedDiscovery {
+    sources: HashMap<(String, String), BackendId>,
+    api: Forms,
+    apis: Forms,
+    openapi: Option<Document>,
+}
+
+/// A named group while merging: its versions in order, and its preferred version.
+struct MergedGroup {
+    name: String,
+    versions: Vec<String>,
+    preferred: Option<String>,
+}
+
+fn push_unique(list: &mut Vec<String>, item: &str) {
+    if !list.iter().any(|x| x == item) {
+        list.push(item.to_owned());
+    }
+}
+
+impl MergedDiscovery {
+    /// Merges what `served` (the backends, most preferred first: the one `reads.default` names,
+    /// then the route file's order) serve. `source_of(group, version, resource)` is the backend the
+    /// route table would send that group/version's resources to. `None` until some backend has been
+    /// discovered.
+    pub fn build(
+        served: &[(BackendId, Arc<Served>)],
+        source_of: impl Fn(&str, &str, &str) -> BackendId,
+    ) -> Option<MergedDiscovery> {
+        let primary = served.first()?;
+        let mut core_versions = Vec::new();
+        let mut groups: Vec<MergedGroup> = Vec::new();
+        for (_, s) in served {
+            for v in s.core["versions"].as_array().into_iter().flatten() {
+                if let Some(v) = v.as_str() {
+                    push_unique(&mut core_versions, v);
+                }
+            }
+            for g in &s.groups {
+                let i = match groups.iter().position(|m| m.name == g.name) {
+                    Some(i) => i,
+                    None => {
+                        groups.push(MergedGroup {
+                            name: g.name.clone(),
+                            versions: Vec::new(),
+                            preferred: g.preferred.clone(),
+                        });
+                        groups.len() - 1
+                    }
+                };
+                for v in &g.versions {
+                    push_unique(&mut groups[i].versions, v);
+                }
+            }
+        }
+        let mut sources = HashMap::new();
+        let mut lists: HashMap<(String, String), &Value> = HashMap::new();
+        let gvs = core_versions
+            .iter()
+            .map(|v| (String::new(), v.clone()))
+            .chain(
+                groups
+                    .iter()
+                    .flat_map(|g| g.versions.iter().map(|v| (g.name.clone(), v.clone()))),
+            );
+        for (group, version) in gvs {
+            let candidates: Vec<(BackendId, &Value)> = served
+                .iter()
+                .filter_map(|(id, s)| {
+                    let l = s
+                        .lists
+                        .iter()
+                        .find(|l| l.group == group && l.version == version)?;
+                    Some((*id, &l.list))
+                })
+                .collect();
+            let Some(first) = candidates.first() else {
+                continue;
+            };
+            let resource = first.1["resources"][0]["name"].as_str().unwrap_or("");
+            let chosen = source_of(&group, &version, resource);
+            let (id, list) = candidates
+                .iter()
+                .find(|(id, _)| *id == chosen)
+                .unwrap_or(first);
+            sources.insert((group.clone(), version.clone()), *id);
+            lists.insert((group, version), list);
+        }
+        let api = Forms {
+            legacy: Document::new(&json!({
+                "kind": "APIVersions",
+                "versions": core_versions,
+                "serverAddressByClientCIDRs": primary.1.core["serverAddressByClientCIDRs"],
+            })),
+            v2: Document::new(&aggregated("v2", &[core_group(&core_versions)], &lists)),
+            v2beta1: Document::new(&aggregated(
+                "v2beta1",
+                &[core_group(&core_versions)],
+                &lists,
+            )),
+        };
+        let apis = Forms {
+            legacy: Document::new(&group_list(&groups)),
+            v2: Document::new(&aggregated("v2", &groups, &lists)),
+            v2beta1: Document::new(&aggregated("v2beta1", &groups, &lists)),
+        };
+        let openapi =
+            merged_openapi(served, &sources).map(|paths| Document::new(&json!({"paths": paths})));
+        Some(MergedDiscovery {
+            sources,
+            api,
+            apis,
+            openapi,
+        })
+    }
+
+    /// The backend the documents of `group`/`version` come from, if some backend serves it.
+    pub fn source(&self, group: &str, version: &str) -> Option<BackendId> {
+        // Discovery requests are rare; the owned key costs nothing that matters.
+        self.sources
+            .get(&(group.to_owned(), version.to_owned()))
+            .copied()
+    }
+
+    /// The merged answer to a GET of `path` (a `Root` or `OpenApiIndex`) with the client's `Accept`
+    /// and `If-None-Match`; `None` when there is nothing merged to answer with.
+    pub fn respond(
+        &self,
+        path: DiscoveryPath<'_>,
+        accept: Option<&HeaderValue>,
+        if_none_match: Option<&HeaderValue>,
+    ) -> Option<Response<ProxyBody>> {
+        let (doc, content_type) = match path {
+            DiscoveryPath::Root { core } => {
+                let forms = if core { &self.api } else { &self.apis };
+                match form(accept) {
+                    Form::Legacy => (&forms.legacy, "application/json"),
+                    Form::V2 => (&forms.v2, V2_TYPE),
+                    Form::V2Beta1 => (&forms.v2beta1, V2BETA1_TYPE),
+                }
+            }
+            DiscoveryPath::OpenApiIndex => (self.openapi.as_ref()?, "application/json"),
+            DiscoveryPath::GroupVersion { .. } => return None,
+        };
+        let fresh = if_none_match.is_some_and(|v| v == doc.etag);
+        let mut resp = if fresh {
+            let mut r = Response::new(ProxyBody::full(Bytes::new()));
+            *r.status_mut() = StatusCode::NOT_MODIFIED;
+            r
+        } else {
+            Response::new(ProxyBody::full(doc.body.clone()))
+        };
+        let h = resp.headers_mut();
+        h.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+        h.insert(header::ETAG, doc.etag.clone());
+        h.insert(header::VARY, HeaderValue::from_static("Accept"));
+        Some(resp)
+    }
+}
+
+fn core_group(versions: &[String]) -> MergedGroup {
+    MergedGroup {
+        name: String::new(),
+        versions: versions.to_vec(),
+        preferred: versions.first().cloned(),
+    }
+}
+
+fn group_version(group: &str, version: &str) -> String {
+    if group.is_empty() {
+        version.to_owned()
+    } else {
+        format!("{group}/{version}")
+    }
+}
+
+/// The legacy `/apis` document.
+fn group_list(groups: &[MergedGroup]) -> Value {
+    let groups: Vec<Value> = groups
+        .iter()
+        .map(|g| {
+            let versions: Vec<Value> = g
+                .versions
+                .iter()
+                .map(|v| json!({"groupVersion": group_version(&g.name, v), "version": v}))
+                .collect();
+            let preferred = g.preferred.as_ref().or(g.versions.first());
+            json!({
+                "name": g.name,
+                "versions": versions,
+                "preferredVersion": preferred.map(|v| json!({"groupVersion": group_version(&g.name, v), "version": v})),
+            })
+        })
+        .collect();
+    json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})
+}
+
+/// The aggregated form (`APIGroupDiscoveryList`) of `groups`, built from each group/version's
+/// `APIResourceList`; versions are listed preferred first, as clients expect.
+fn aggregated(
+    api_version: &str,
+    groups: &[MergedGroup],
+    lists: &HashMap<(String, String), &Value>,
+) -> Value {
+    let items: Vec<Value> = groups
+        .iter()
+        .map(|g| {
+            let mut order: Vec<&String> = g.preferred.iter().collect();
+            order.extend(
+                g.versions
+                    .iter()
+                    .filter(|v| Some(*v) != g.preferred.as_ref()),
+            );
+            let versions: Vec<Value> = order
+                .into_iter()
+                .filter_map(|v| {
+                    let list = lists.get(&(g.name.clone(), v.clone()))?;
+                    Some(json!({
+                        "version": v,
+                        "resources": aggregated_resources(&g.name, v, list),
+                        "freshness": "Current",
+                    }))
+                })
+                .collect();
+            let mut metadata = json!({"creationTimestamp": null});
+            if !g.name.is_empty() {
+                metadata["name"] = json!(g.name);
+            }
+            json!({"metadata": metadata, "versions": versions})
+        })
+        .collect();
+    json!({
+        "kind": "APIGroupDiscoveryList",
+        "apiVersion": format!("apidiscovery.k8s.io/{api_version}"),
+        "metadata": {},
+        "items": items,
+    })
+}
+
+/// The resources of one `APIResourceList` in the aggregated form: each with its subresources.
+fn aggregated_resources(group: &str, version: &str, list: &Value) -> Vec<Value> {
+    let entries: &[Value] = list["resources"].as_array().map_or(&[], Vec::as_slice);
+    let kind_of = |r: &Value| {
+        json!({
+            "group": r["group"].as_str().unwrap_or(group),
+            "version": r["version"].as_str().unwrap_or(version),
+            "kind": r["kind"],
+        })
+    };
+    let mut out: Vec<Value> = Vec::new();
+    for r in entries {
+        let Some(name) = r["name"].as_str() else {
+            continue;
+        };
+        if let Some((parent, sub)) = name.split_once('/') {
+            if let Some(p) = out.iter_mut().find(|p| p["resource"] == parent)
+                && let Some(subs) = p["subresources"].as_array_mut()
+            {
+                subs.push(
+                    json!({"subresource": sub, "responseKind": kind_of(r), "verbs": r["verbs"]}),
+                );
+            }
+            continue;
+        }
+        let mut entry = Map::new();
+        entry.insert("resource".into(), json!(name));
+        entry.insert("responseKind".into(), kind_of(r));
+        let scope = if r["namespaced"].as_bool() == Some(true) {
+            "Namespaced"
+        } else {
+            "Cluster"
+        };
+        entry.insert("scope".into(), json!(scope));
+        entry.insert("singularResource".into(), r["singularName"].clone());
+        entry.insert("verbs".into(), r["verbs"].clone());
+        for optional in ["shortNames", "categories"] {
+            if r[optional].as_array().is_some_and(|a| !a.is_empty()) {
+                entry.insert(optional.into(), r[optional].clone());
+            }
+        }
+        entry.insert("subresources".into(), json!([]));
+        out.push(Value::Object(entry));
+    }
+    out
+}
+
+/// `/openapi/v3`'s paths merged: a group/version's entry from the backend its documents come from,
+/// every other entry from the most preferred backend that lists it.
+fn merged_openapi(
+    served: &[(BackendId, Arc<Served>)],
+    sources: &HashMap<(String, String), BackendId>,
+) -> Option<Map<String, Value>> {
+    let mut paths = Map::new();
+    let mut any = false;
+    for (id, s) in served {
+        let Some(own) = &s.openapi else {
+            continue;
+        };
+        any = true;
+        for (path, entry) in own {
+            let gv = match discovery_path(&format!("/{path}")) {
+                Some(DiscoveryPath::GroupVersion { group, version }) => sources
+                    .get(&(group.to_owned(), version.to_owned()))
+                    .copied(),
+                _ => None,
+            };
+            let take = match gv {
+                Some(source) => source == *id,
+                None => !paths.contains_key(path),
+            };
+            if take {
+                paths.insert(path.clone(), entry.clone());
+            }
+        }
+    }
+    any.then_some(paths)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn discovery_paths() {
+        assert_eq!(
+            discovery_path("/api"),
+            Some(DiscoveryPath::Root { core: true })
+        );
+        assert_eq!(
+            discovery_path("/apis"),
+            Some(DiscoveryPath::Root { core: false })
+        );
+        assert_eq!(
+            discovery_path("/apis/apps/v1"),
+            Some(DiscoveryPath::GroupVersion {
+                group: "apps",
+                version: "v1"
+            })
+        );
+        assert_eq!(
+            discovery_path("/openapi/v3/apis/apps/v1"),
+            Some(DiscoveryPath::GroupVersion {
+                group: "apps",
+                version: "v1"
+            })
+        );
+        assert_eq!(
+            discovery_path("/openapi/v3/api/v1"),
+            Some(DiscoveryPath::GroupVersion {
+                group: "",
+                version: "v1"
+            })
+        );
+        assert_eq!(
+            discovery_path("/openapi/v3"),
+            Some(DiscoveryPath::OpenApiIndex)
+        );
+        assert_eq!(discovery_path("/api/v1/pods"), None);
+        assert_eq!(discovery_path("/apis/apps/v1/deployments"), None);
+        assert_eq!(discovery_path("/version"), None);
+    }
+
+    #[test]
+    fn accept_picks_the_first_form_served() {
+        let h = |s: &'static str| HeaderValue::from_static(s);
+        assert_eq!(form(None), Form::Legacy);
+        assert_eq!(
+            form(Some(&h(
+                "application/vnd.kubernetes.protobuf;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json"
+            ))),
+            Form::V2
+        );
+        assert_eq!(
+            form(Some(&h(
+                "application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList,application/json"
+            ))),
+            Form::V2Beta1
+        );
+        assert_eq!(form(Some(&h("application/json, */*"))), Form::Legacy);
+    }
+}

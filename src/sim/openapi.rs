@@ -1,0 +1,137 @@
+//! OpenAPI v3 as kube-apiserver serves it: `/openapi/v3` lists one document per group/version, each
+//! at a URL carrying its hash, and each document holds the schemas of that group/version's kinds,
+//! tagged with `x-kubernetes-group-version-kind` (what `kubectl explain` looks up).
+//!
+//! The schemas are small: the standard fields and the fields the simulator's `schema` knows for the
+//! version serving it.
+
+use std::collections::BTreeMap;
+
+use http::Response;
+use http::StatusCode;
+use serde_json::{Value, json};
+
+use super::api::{self, ApiResource};
+use super::handler::{SimBody, json_response, status_error};
+use super::schema::{self, Minor};
+
+/// Answers `/openapi/v3` and `/openapi/v3/{api/v1 | apis/GROUP/VERSION}`.
+pub fn serve(version: Minor, git_version: &str, rest: &[&str]) -> Response<SimBody> {
+    let docs = documents(version, git_version);
+    match rest {
+        [] | [""] => {
+            let paths: serde_json::Map<String, Value> = docs
+                .iter()
+                .map(|(path, doc)| {
+                    let hash = format!(
+                        "{:016X}",
+                        xxhash_rust::xxh3::xxh3_64(doc.to_string().as_bytes())
+                    );
+                    (
+                        path.clone(),
+                        json!({"serverRelativeURL": format!("/openapi/v3/{path}?hash={hash}")}),
+                    )
+                })
+                .collect();
+            json_response(StatusCode::OK, &json!({"paths": paths}))
+        }
+        _ => match docs.get(&rest.join("/")) {
+            Some(doc) => json_response(StatusCode::OK, doc),
+            None => status_error(
+                404,
+                "NotFound",
+                "the server could not find the requested resource",
+            ),
+        },
+    }
+}
+
+/// Every group/version document a simulator of `version` serves, by its path (`api/v1`,
+/// `apis/apps/v1`).
+fn documents(version: Minor, git_version: &str) -> BTreeMap<String, Value> {
+    let mut docs: BTreeMap<String, Value> = BTreeMap::new();
+    for r in api::RESOURCES.iter().filter(|r| r.served_by(version)) {
+        let path = if r.group.is_empty() {
+            format!("api/{}", r.version)
+        } else {
+            format!("apis/{}/{}", r.group, r.version)
+        };
+        let doc = docs.entry(path).or_insert_with(|| {
+            json!({
+                "openapi": "3.0.0",
+                "info": {"title": "Kubernetes", "version": git_version},
+                "paths": {},
+                "components": {"schemas": {}},
+            })
+        });
+        doc["components"]["schemas"][schema_name(r)] = kind_schema(version, r);
+        add_paths(doc, r);
+    }
+    docs
+}
+
+/// The list and get paths of a resource, each operation tagged with its kind (what
+/// `kubectl explain` looks a resource up by).
+fn add_paths(doc: &mut Value, r: &ApiResource) {
+    let prefix = if r.group.is_empty() {
+        format!("/api/{}", r.version)
+    } else {
+        format!("/apis/{}/{}", r.group, r.version)
+    };
+    let list = if r.namespaced {
+        format!("{prefix}/namespaces/{{namespace}}/{}", r.resource)
+    } else {
+        format!("{prefix}/{}", r.resource)
+    };
+    let gvk = json!({"group": r.group, "kind": r.kind, "version": r.version});
+    let operation = |action: &str| {
+        json!({
+            "x-kubernetes-action": action,
+            "x-kubernetes-group-version-kind": gvk,
+            "responses": {"200": {"description": "OK", "content": {"application/json": {"schema": {"$ref": format!("#/components/schemas/{}", schema_name(r))}}}}},
+        })
+    };
+    if r.verbs.contains(&"list") {
+        doc["paths"][list.as_str()] = json!({"get": operation("list")});
+        doc["paths"][format!("{list}/{{name}}")] = json!({"get": operation("get")});
+    } else {
+        doc["paths"][list.as_str()] = json!({"post": operation("post")});
+    }
+}
+
+fn schema_name(r: &ApiResource) -> String {
+    let group = match r.group {
+        "" => "core",
+        "apps" => "apps",
+        g => g,
+    };
+    format!("io.k8s.api.{group}.{}.{}", r.version, r.kind)
+}
+
+fn kind_schema(version: Minor, r: &ApiResource) -> Value {
+    let mut properties = json!({
+        "apiVersion": {"type": "string", "description": "APIVersion defines the versioned schema of this representation of an object."},
+        "kind": {"type": "string", "description": "Kind is a string value representing the REST resource this object represents."},
+        "metadata": {"type": "object", "description": "Standard object's metadata."},
+    });
+    for (path, field) in schema::fields(version, r.resource) {
+        let mut at = &mut properties;
+        let Some((last, parents)) = path.split_last() else {
+            continue;
+        };
+        for p in parents {
+            let entry = &mut at[*p];
+            if entry.get("type").is_none() {
+                *entry = json!({"type": "object", "properties": {}});
+            }
+            at = &mut entry["properties"];
+        }
+        at[*last] = field;
+    }
+    json!({
+        "description": format!("{} of the simulated apiserver.", r.kind),
+        "type": "object",
+        "properties": properties,
+        "x-kubernetes-group-version-kind": [{"group": r.group, "kind": r.kind, "version": r.version}],
+    })
+}
