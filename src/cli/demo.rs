@@ -133,10 +133,12 @@ kubeconfig: {kc}
 Try, in another terminal:
 
   {k} get namespaces
-  {k} apply --validate=false -f {manifest}   # the simulators serve no OpenAPI document to validate against
+  {k} apply --validate=false -f {manifest}   # the simulators serve no OpenAPI v2 for kubectl's client-side validation
   {k} patch configmap settings -n team-a --type merge -p '{{\"data\":{{\"color\":\"blue\"}}}}'
   {k} get configmaps -A -w
   {k} get --raw /version                      # /version is in no namespace: reads.default (1.29) answers
+  {k} api-resources | grep widgets            # discovery merged across versions: widgets only 1.30 serves
+  {k} get widgets -A                          # sent to 1.30, the one version that serves it
   curl -s http://{admin}/debug/routes           # the live route table
   curl -s http://{admin}/metrics | grep skewgate_requests_total
   {exe} explain --routes {routes} PATCH /api/v1/namespaces/team-a/configmaps/settings
