@@ -56,6 +56,7 @@ impl AdminSource for Proxy {
                     "version": b.version.map(|(a, b)| format!("v{a}.{b}")),
                     "endpoints": endpoints,
                     "served": b.served.load().as_ref().map(|s| s.len()),
+                    "discovery_error": b.discovery_error(),
                 })
             })
             .collect();

@@ -75,6 +75,14 @@ impl BackendPool {
             .min_by_key(|e| e.active_streams())
     }
 
+    /// The last discovery error, if the last refresh failed.
+    pub fn discovery_error(&self) -> Option<String> {
+        self.discovery_error
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
     /// Records the last discovery error (`None` after a success); returns whether it changed.
     pub fn set_discovery_error(&self, error: Option<String>) -> bool {
         let mut last = self
