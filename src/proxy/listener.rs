@@ -10,14 +10,12 @@ use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::{GracefulShutdown, Watcher};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
+use super::detect::detect_h2;
 use super::{Proxy, service};
 use crate::identity::Identity;
-
-/// The HTTP/2 connection preface a prior-knowledge client sends first.
-const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
 /// Accepts clients until `stop` fires, then stops accepting, ends watches cleanly, lets in-flight
 /// requests finish for the grace period, and returns.
@@ -54,7 +52,10 @@ pub async fn serve(proxy: Arc<Proxy>, listener: TcpListener, stop: CancellationT
         let watcher = graceful.watcher();
         tokio::spawn(async move {
             let Some(tls) = proxy.settings.tls.as_ref().map(|t| t.config()) else {
-                let Ok(is_h2) = is_h2_prior_knowledge(&stream).await else {
+                // The first request's deadline covers protocol detection too.
+                let detected =
+                    tokio::time::timeout(proxy.settings.first_request_timeout, detect_h2(stream));
+                let Ok(Ok((is_h2, stream))) = detected.await else {
                     return;
                 };
                 let conn = Connection {
@@ -141,19 +142,40 @@ impl Connection {
             .with_label_values(&[protocol]);
         gauge.inc();
         let svc_proxy = proxy.clone();
+        let first_request = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let seen = first_request.clone();
         let service = service_fn(move |req| {
             let (proxy, identity) = (svc_proxy.clone(), identity.clone());
+            seen.store(true, std::sync::atomic::Ordering::Relaxed);
             async move { Ok::<_, Infallible>(service::handle(proxy, remote, identity, req).await) }
         });
-        let result = if is_h2 {
-            watcher
-                .watch(h2.serve_connection(io, service))
-                .await
-                .map_err(Into::into)
-        } else {
-            watcher
-                .watch(h1.serve_connection_with_upgrades(io, service))
-                .await
+        let served = async {
+            if is_h2 {
+                watcher
+                    .watch(h2.serve_connection(io, service))
+                    .await
+                    .map_err(Into::into)
+            } else {
+                watcher
+                    .watch(h1.serve_connection_with_upgrades(io, service))
+                    .await
+            }
+        };
+        // A client that connects (and completes TLS) but sends no request is closed, as a
+        // cleartext one is: it would hold a descriptor and its buffers for nothing.
+        let deadline = proxy.settings.first_request_timeout;
+        let idle = async {
+            tokio::time::sleep(deadline).await;
+            if first_request.load(std::sync::atomic::Ordering::Relaxed) {
+                std::future::pending::<()>().await;
+            }
+        };
+        let result = tokio::select! {
+            r = served => r,
+            () = idle => {
+                tracing::debug!(%remote, "no request within the first-request timeout; closing");
+                Ok(())
+            }
         };
         if let Err(e) = result {
             tracing::debug!(%remote, error = %e, "client connection ended with an error");
@@ -189,27 +211,5 @@ fn reason_of(e: &std::io::Error) -> &'static str {
         "eof"
     } else {
         "protocol"
-    }
-}
-
-/// Peeks at the first bytes: the HTTP/2 preface means h2c with prior knowledge.
-async fn is_h2_prior_knowledge(stream: &TcpStream) -> std::io::Result<bool> {
-    let mut buf = [0u8; 24];
-    loop {
-        let n = tokio::time::timeout(Duration::from_secs(30), stream.peek(&mut buf))
-            .await
-            .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "no request"))??;
-        if n == 0 {
-            return Err(std::io::ErrorKind::UnexpectedEof.into());
-        }
-        if !H2_PREFACE.starts_with(&buf[..n]) {
-            return Ok(false);
-        }
-        if n == H2_PREFACE.len() {
-            return Ok(true);
-        }
-        // A partial preface: wait for more bytes.
-        stream.readable().await?;
-        tokio::time::sleep(Duration::from_millis(1)).await;
     }
 }

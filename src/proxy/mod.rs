@@ -2,6 +2,7 @@
 
 mod body;
 mod debug;
+mod detect;
 mod discovery;
 mod listener;
 mod routing;
@@ -47,6 +48,9 @@ pub struct ProxySettings {
     pub tls: Option<Arc<ServingTls>>,
     /// How long a client may take to complete its TLS handshake.
     pub handshake_timeout: Duration,
+    /// How long a connection may stay open without sending its first request (protocol detection
+    /// included).
+    pub first_request_timeout: Duration,
     /// The identity header names removed from clients and set upstream.
     pub identity_headers: IdentityHeaders,
 }
@@ -62,6 +66,7 @@ impl Default for ProxySettings {
             clock: Arc::new(SystemClock),
             tls: None,
             handshake_timeout: Duration::from_secs(10),
+            first_request_timeout: Duration::from_secs(30),
             identity_headers: IdentityHeaders::default(),
         }
     }

@@ -1,0 +1,96 @@
+//! Misbehaving clients beside well-behaved ones: a client that stalls, half-sends, resets or sends
+//! too much must never stall, reset or cut off another client, nor hold skewgate's resources.
+
+mod common;
+#[path = "common/pki.rs"]
+mod pki;
+
+use std::time::Duration;
+
+use common::*;
+use skewgate::proxy::ProxySettings;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+const DEFAULTS: &str = "writes:\n  default: old\nreads:\n  default: old\n";
+
+/// Whether skewgate closes `stream` (EOF or reset) within `secs`: a liveness bound for a hang, not
+/// a timing threshold.
+async fn closed_by_server(stream: &mut TcpStream, secs: u64) -> bool {
+    let mut buf = [0u8; 256];
+    let read = async {
+        loop {
+            match stream.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(_) => {}
+            }
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(secs), read)
+        .await
+        .is_ok()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_sends_part_of_the_h2_preface_and_closes_is_closed() {
+    let sims = sims().await;
+    let gate = gate(&routes(&sims, DEFAULTS)).await;
+    let mut partial = Vec::new();
+    for sent in [&b"P"[..], b"PRI", b"PRI * HTTP/2.0\r\n"] {
+        let mut s = TcpStream::connect(gate.server.addr).await.expect("connect");
+        s.write_all(sent).await.expect("write");
+        s.shutdown().await.expect("half-close");
+        partial.push(s);
+    }
+    for s in &mut partial {
+        assert!(closed_by_server(s, 10).await, "left open (CLOSE-WAIT)");
+    }
+    // Everyone else is served as before.
+    let resp = h2()
+        .get(format!("{}/version", gate.url()))
+        .send()
+        .await
+        .expect("h2c");
+    assert_eq!(resp.status(), 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_sends_no_request_is_closed_after_the_first_request_timeout() {
+    let p = pki::pki();
+    let sims = sims().await;
+    let routes_file = temp_dir("idle").join("routes.yaml");
+    std::fs::write(&routes_file, routes(&sims, DEFAULTS)).expect("routes");
+    let settings = ProxySettings {
+        first_request_timeout: Duration::from_millis(300),
+        ..pki::settings(&p, true)
+    };
+    let gate = gate_on(&routes_file, settings).await;
+
+    // After a completed TLS handshake.
+    let tcp = TcpStream::connect(gate.server.addr).await.expect("connect");
+    let name = rustls_pki_types::ServerName::try_from("127.0.0.1").expect("name");
+    let mut tls = tokio_rustls::TlsConnector::from(pki::client_config(&p.ca, None, &[b"h2"]))
+        .connect(name, tcp)
+        .await
+        .expect("handshake");
+    let mut buf = [0u8; 64];
+    let read = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            match tls.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(_) => {}
+            }
+        }
+    });
+    assert!(
+        read.await.is_ok(),
+        "a TLS client that sends nothing is kept open"
+    );
+
+    // A client that sends its request in time is served.
+    let alice = pki::client_config(&p.ca, Some(&p.alice), &[b"h2"]);
+    let (status, _, _) = pki::tls_call(gate.server.addr, alice, true, "GET", "/version", &[], None)
+        .await
+        .expect("served");
+    assert_eq!(status, 200);
+}
