@@ -94,3 +94,91 @@ async fn a_client_that_sends_no_request_is_closed_after_the_first_request_timeou
         .expect("served");
     assert_eq!(status, 200);
 }
+
+/// Fills the store with `n` configmaps of `size` bytes each, directly on the simulator.
+async fn big_configmaps(sims: &Sims, n: usize, size: usize) {
+    let client = h2();
+    let data = "x".repeat(size);
+    for i in 0..n {
+        let body = serde_json::json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": format!("big-{i}"), "namespace": "default"},
+            "data": {"blob": data},
+        });
+        let resp = client
+            .post(format!(
+                "{}/api/v1/namespaces/default/configmaps",
+                sims.old.url()
+            ))
+            .json(&body)
+            .send()
+            .await
+            .expect("create");
+        assert_eq!(resp.status(), 201);
+    }
+}
+
+/// An h2c client that asks for `lists` large LISTs with a zero receive window and never reads.
+async fn non_reader(addr: std::net::SocketAddr, lists: usize) -> Vec<h2::client::ResponseFuture> {
+    let tcp = TcpStream::connect(addr).await.expect("connect");
+    let (send, conn) = h2::client::Builder::new()
+        .initial_window_size(0)
+        .handshake::<_, bytes::Bytes>(tcp)
+        .await
+        .expect("h2 handshake");
+    tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    let mut send = send.ready().await.expect("ready");
+    let mut pending = Vec::new();
+    for _ in 0..lists {
+        let req = http::Request::get(format!(
+            "http://{addr}/api/v1/namespaces/default/configmaps"
+        ))
+        .body(())
+        .expect("request");
+        let (resp, _) = send.send_request(req, true).expect("send");
+        pending.push(resp);
+        send = send.ready().await.expect("ready");
+    }
+    pending
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clients_that_do_not_read_never_stall_others_on_the_shared_connection() {
+    let sims = sims().await;
+    // 40 x 100 KB: each LIST is 4 MB, more than a stream's window.
+    big_configmaps(&sims, 40, 100_000).await;
+    let routes_file = temp_dir("nonreader").join("routes.yaml");
+    std::fs::write(&routes_file, routes(&sims, DEFAULTS)).expect("routes");
+    // One worker: every client shares its upstream connection.
+    let settings = ProxySettings {
+        workers: 1,
+        ..ProxySettings::default()
+    };
+    let gate = gate_on(&routes_file, settings).await;
+    let mut attackers = Vec::new();
+    for _ in 0..3 {
+        attackers.push(non_reader(gate.server.addr, 6).await);
+    }
+    // Let the upstream send what the windows allow.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    for client in [h1(), h2()] {
+        let victim = async {
+            let resp = client
+                .get(format!(
+                    "{}/api/v1/namespaces/default/configmaps",
+                    gate.url()
+                ))
+                .send()
+                .await
+                .expect("list");
+            resp.bytes().await.expect("body").len()
+        };
+        let len = tokio::time::timeout(Duration::from_secs(20), victim)
+            .await
+            .expect("a victim's LIST stalled behind clients that do not read");
+        assert!(len > 4_000_000, "{len}");
+    }
+    drop(attackers);
+}

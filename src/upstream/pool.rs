@@ -70,6 +70,16 @@ pub enum EndpointState {
     Down = 2,
 }
 
+/// How much of one response the apiserver may send ahead of the client reading it: the most an
+/// upstream stream buffers in skewgate.
+const STREAM_WINDOW: u32 = 1 << 20;
+
+/// The connection's window is the largest HTTP/2 allows (2^31 - 1), far above what all its streams
+/// may buffer (streams x `STREAM_WINDOW`), so that unread data of some streams (a client that does
+/// not read, a slow watcher) never holds back the others: backpressure is per stream only. Memory
+/// stays bounded by the per-stream window.
+const CONNECTION_WINDOW: u32 = (1 << 31) - 1;
+
 /// Which credentials a connection presents to the apiserver.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Credential {
@@ -351,8 +361,8 @@ impl EndpointPool {
     {
         h2::client::Builder::new()
             .initial_max_send_streams(self.settings.initial_max_streams)
-            .initial_window_size(1 << 20)
-            .initial_connection_window_size(8 << 20)
+            .initial_window_size(STREAM_WINDOW)
+            .initial_connection_window_size(CONNECTION_WINDOW)
             .handshake::<_, Bytes>(io)
             .await
             .map_err(|e| {
