@@ -135,3 +135,52 @@ async fn metrics_move_with_the_requests_made() {
     assert_eq!(debug["writes"]["pins"][0]["name"], "team-a");
     assert_eq!(debug["backends"][0]["endpoints"][0]["state"], "ready");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_that_may_have_been_applied_is_not_invited_to_retry() {
+    let sims = sims().await;
+    // A pinned write gets fence - 2s = 1s upstream; the apiserver takes 2s to apply it.
+    let gate = gate(&routes(
+        &sims,
+        "writes:\n  default: old\n  fence: 3s\n  pins:\n    - {name: team-a, namespaces: [team-a], backend: old}\nreads:\n  default: old\n",
+    ))
+    .await;
+    let client = h2();
+    let cm = serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", "namespace": "team-a"}, "data": {"a": "1"}});
+    let created = client
+        .post(format!(
+            "{}/api/v1/namespaces/team-a/configmaps",
+            gate.url()
+        ))
+        .json(&cm)
+        .send()
+        .await
+        .expect("create");
+    assert_eq!(created.status(), 201);
+    sims.old
+        .controls
+        .write_delay
+        .store(2000, std::sync::atomic::Ordering::Relaxed);
+    let r = client
+        .put(format!(
+            "{}/api/v1/namespaces/team-a/configmaps/c",
+            gate.url()
+        ))
+        .json(&cm)
+        .send()
+        .await
+        .expect("update");
+    assert_eq!(r.status(), 504);
+    assert!(
+        r.headers().get("retry-after").is_none(),
+        "{:?}",
+        r.headers()
+    );
+    let status: Value = r.json().await.expect("Status");
+    assert!(
+        status["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("may have been applied")),
+        "{status}"
+    );
+}

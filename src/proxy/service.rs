@@ -43,6 +43,7 @@ pub async fn handle(
     let start = Instant::now();
     let routing = proxy.routing();
     let (mut parts, body) = req.into_parts();
+    let safe = parts.method == Method::GET || parts.method == Method::HEAD;
     // Exec, attach and port-forward ask HTTP/1.1 to switch protocols.
     let upgrade = parts.headers.get(header::UPGRADE).cloned();
     let groups = identity
@@ -151,6 +152,7 @@ pub async fn handle(
                 Err(error) => ProxyError::Upstream {
                     backend: backend.name.clone(),
                     error,
+                    safe,
                 }
                 .into_response(),
             },
@@ -177,6 +179,7 @@ pub async fn handle(
                 ProxyError::Upstream {
                     backend: backend.name.clone(),
                     error,
+                    safe,
                 }
                 .into_response(),
             );
@@ -235,6 +238,7 @@ pub async fn handle(
                 ProxyError::Upstream {
                     backend: backend.name.clone(),
                     error,
+                    safe,
                 }
                 .into_response(),
             )

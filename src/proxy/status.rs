@@ -23,6 +23,9 @@ pub enum ProxyError {
         backend: String,
         /// What failed.
         error: UpstreamError,
+        /// Whether the request is safe to repeat (GET, HEAD): a write that may have reached the
+        /// apiserver is answered without `Retry-After`.
+        safe: bool,
     },
 }
 
@@ -35,7 +38,25 @@ impl ProxyError {
                 format!("skewgate: backend {backend:?} has no endpoint ready to serve: {why}"),
                 true,
             ),
-            ProxyError::Upstream { backend, error } => match error {
+            ProxyError::Upstream {
+                backend,
+                error,
+                safe,
+            } if !safe && error.may_have_reached_apiserver() => {
+                let (code, reason) = match error {
+                    UpstreamError::Timeout => (StatusCode::GATEWAY_TIMEOUT, "Timeout"),
+                    _ => (StatusCode::BAD_GATEWAY, "InternalError"),
+                };
+                (
+                    code,
+                    reason,
+                    format!(
+                        "skewgate: backend {backend:?} failed after the request was sent ({error}); the write may have been applied: read the object before you retry"
+                    ),
+                    false,
+                )
+            }
+            ProxyError::Upstream { backend, error, .. } => match error {
                 UpstreamError::Unavailable(_) | UpstreamError::Connect(_) => (
                     StatusCode::SERVICE_UNAVAILABLE,
                     "ServiceUnavailable",
@@ -48,7 +69,7 @@ impl ProxyError {
                     format!("skewgate: backend {backend:?} did not answer in time"),
                     true,
                 ),
-                UpstreamError::Protocol(_) => (
+                UpstreamError::Protocol(_) | UpstreamError::AfterSend(_) => (
                     StatusCode::BAD_GATEWAY,
                     "InternalError",
                     format!("skewgate: backend {backend:?} failed before answering: {error}"),

@@ -26,9 +26,13 @@ pub enum UpstreamError {
     /// A connection could not be opened.
     #[error("cannot connect: {0}")]
     Connect(String),
-    /// The apiserver reset the stream or the connection failed before the response started.
+    /// The request could not be handed to the apiserver (the connection was closing or broken).
     #[error("the apiserver connection failed: {0}")]
     Protocol(String),
+    /// The apiserver reset the stream or the connection failed after the request was sent and
+    /// before the response started: the apiserver may have acted on it.
+    #[error("the apiserver connection failed after the request was sent: {0}")]
+    AfterSend(String),
     /// No response head arrived in time.
     #[error("the apiserver did not answer in time")]
     Timeout,
@@ -40,12 +44,17 @@ impl UpstreamError {
         UpstreamError::Protocol(e.to_string())
     }
 
+    /// Whether the request may have reached the apiserver (and been acted on) before this failure.
+    pub fn may_have_reached_apiserver(&self) -> bool {
+        matches!(self, UpstreamError::AfterSend(_) | UpstreamError::Timeout)
+    }
+
     /// A bounded label for metrics.
     pub fn reason(&self) -> &'static str {
         match self {
             UpstreamError::Unavailable(_) => "unavailable",
             UpstreamError::Connect(_) => "connect",
-            UpstreamError::Protocol(_) => "reset",
+            UpstreamError::Protocol(_) | UpstreamError::AfterSend(_) => "reset",
             UpstreamError::Timeout => "timeout",
         }
     }

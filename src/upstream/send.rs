@@ -56,7 +56,7 @@ where
         if e.is_go_away() || e.is_io() {
             slot.retire_connection();
         }
-        UpstreamError::from_h2(&e)
+        UpstreamError::AfterSend(e.to_string())
     })?;
     let (parts, recv) = response.into_parts();
     let body = UpstreamBody {
