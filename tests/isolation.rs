@@ -182,3 +182,112 @@ async fn clients_that_do_not_read_never_stall_others_on_the_shared_connection() 
     }
     drop(attackers);
 }
+
+/// Sends raw HTTP/1.1 bytes and reads the answer until the server closes: its status code and body.
+async fn raw_h1(addr: std::net::SocketAddr, request: &[u8]) -> (u16, String) {
+    let mut s = TcpStream::connect(addr).await.expect("connect");
+    s.write_all(request).await.expect("write");
+    let mut out = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut out)).await;
+    let text = String::from_utf8_lossy(&out).into_owned();
+    let code = text
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let body = text.split("\r\n\r\n").nth(1).unwrap_or("").to_owned();
+    (code, body)
+}
+
+/// Every header name in a `/debug/headers` answer (head and trailers) that names an identity.
+fn identity_names(doc: &serde_json::Value) -> Vec<String> {
+    let mut names = Vec::new();
+    for part in [doc, &doc["trailers"]] {
+        for k in part.as_object().into_iter().flat_map(|o| o.keys()) {
+            if k.replace('_', "-").starts_with("x-remote-") {
+                names.push(k.clone());
+            }
+        }
+    }
+    names
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn identity_headers_in_trailers_or_with_underscores_never_reach_the_apiserver() {
+    let sims = sims().await;
+    let gate = gate(&routes(&sims, DEFAULTS)).await;
+
+    // HTTP/1.1 chunked trailers, and an underscore spelling in the head.
+    let request = b"POST /debug/headers HTTP/1.1\r\nHost: x\r\nConnection: close\r\nX_Remote_User: evil\r\nTransfer-Encoding: chunked\r\nTrailer: X-Remote-User, X-Remote-Group, X-Checksum\r\n\r\n5\r\nhello\r\n0\r\nX-Remote-User: evil\r\nX-Remote-Group: system:masters\r\nX-Checksum: 1\r\n\r\n";
+    let (code, body) = raw_h1(gate.server.addr, request).await;
+    assert_eq!(code, 200, "{body}");
+    let json = body.lines().find(|l| l.starts_with('{')).unwrap_or("null");
+    let doc: serde_json::Value = serde_json::from_str(json).expect("JSON");
+    assert_eq!(identity_names(&doc), Vec::<String>::new(), "{doc}");
+    assert_eq!(
+        doc["trailers"]["x-checksum"][0], "1",
+        "other trailers pass: {doc}"
+    );
+
+    // HTTP/2 trailers.
+    let tcp = TcpStream::connect(gate.server.addr).await.expect("connect");
+    let (send, conn) = h2::client::handshake(tcp).await.expect("h2");
+    tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    let mut send = send.ready().await.expect("ready");
+    let req = http::Request::post(format!("http://{}/debug/headers", gate.server.addr))
+        .header("x_remote_group", "system:masters")
+        .body(())
+        .expect("request");
+    let (resp, mut stream) = send.send_request(req, false).expect("send");
+    stream
+        .send_data(bytes::Bytes::from_static(b"hello"), false)
+        .expect("data");
+    let mut trailers = http::HeaderMap::new();
+    trailers.insert("x-remote-user", "evil".parse().expect("value"));
+    trailers.insert("x-remote-group", "system:masters".parse().expect("value"));
+    trailers.insert("x_remote_extra_scopes", "all".parse().expect("value"));
+    trailers.insert("x-checksum", "2".parse().expect("value"));
+    stream.send_trailers(trailers).expect("trailers");
+    let resp = resp.await.expect("response");
+    assert_eq!(resp.status(), 200);
+    let mut body = resp.into_body();
+    let mut bytes = Vec::new();
+    while let Some(chunk) = body.data().await {
+        let chunk = chunk.expect("chunk");
+        let _ = body.flow_control().release_capacity(chunk.len());
+        bytes.extend_from_slice(&chunk);
+    }
+    let doc: serde_json::Value = serde_json::from_slice(&bytes).expect("JSON");
+    assert_eq!(identity_names(&doc), Vec::<String>::new(), "{doc}");
+    assert_eq!(doc["trailers"]["x-checksum"][0], "2", "{doc}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_request_bodies_are_400_and_never_abort_a_rollout() {
+    let sims = sims().await;
+    let gate = gate(&routes(
+        &sims,
+        "writes:\n  default: old\nreads:\n  default: old\n  rollouts:\n    - {name: to-new, to: new, stickyBy: user, percent: 100, abort: {errorRatio: 0.1, window: 1m, minRequests: 10}}\n",
+    ))
+    .await;
+    let bad = b"GET /debug/headers HTTP/1.1\r\nHost: x\r\nConnection: close\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\nzz\r\n";
+    for _ in 0..30 {
+        let (code, body) = raw_h1(gate.server.addr, bad).await;
+        assert_eq!(code, 400, "{body}");
+    }
+    let m = gate.metrics().await;
+    assert_eq!(
+        metric(&m, "skewgate_rollout_aborted{rollout=\"to-new\"}"),
+        0.0,
+        "{m}"
+    );
+    assert_eq!(metric(&m, "skewgate_upstream_errors_total"), 0.0, "{m}");
+    let resp = h1()
+        .get(format!("{}/api/v1/namespaces", gate.url()))
+        .send()
+        .await
+        .expect("read");
+    assert_eq!(served_by(&resp), NEW);
+}

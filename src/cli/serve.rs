@@ -83,7 +83,7 @@ pub fn run(args: ServeArgs) -> Result<ExitCode> {
             shutdown_grace: args.shutdown_grace,
             workers: args.workers.unwrap_or(ProxySettings::default().workers),
             tls,
-            identity_headers,
+            identity_headers: std::sync::Arc::new(identity_headers),
             pool: PoolSettings {
                 ping_interval: args.upstream_ping_interval,
                 tls: upstream_tls,

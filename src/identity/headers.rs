@@ -74,27 +74,45 @@ impl IdentityHeaders {
         })
     }
 
-    /// Removes every identity header (every value of each), whatever the client sent.
+    /// Removes every identity header (every value of each), whatever the client sent, and every
+    /// header whose name is one of them spelt with underscores (`X_Remote_User`), which some
+    /// servers fold into the dashed form. Used on request heads and on trailers.
     pub fn strip(&self, headers: &mut HeaderMap) {
         for name in self.user.iter().chain(&self.group).chain(&self.uid) {
             headers.remove(name);
         }
-        if headers.keys().any(|k| self.is_extra(k)) {
-            let extras: Vec<HeaderName> = headers
+        if headers.keys().any(|k| self.is_other_identity(k)) {
+            let others: Vec<HeaderName> = headers
                 .keys()
-                .filter(|k| self.is_extra(k))
+                .filter(|k| self.is_other_identity(k))
                 .cloned()
                 .collect();
-            for name in extras {
+            for name in others {
                 headers.remove(&name);
             }
         }
     }
 
-    fn is_extra(&self, name: &HeaderName) -> bool {
+    /// An extra header, or an identity header spelt with underscores.
+    fn is_other_identity(&self, name: &HeaderName) -> bool {
+        let name = name.as_str();
+        if !name.contains('_') {
+            return self.is_extra(name);
+        }
+        let dashed = name.replace('_', "-");
+        self.is_extra(&dashed)
+            || self
+                .user
+                .iter()
+                .chain(&self.group)
+                .chain(&self.uid)
+                .any(|n| n.as_str() == dashed)
+    }
+
+    fn is_extra(&self, name: &str) -> bool {
         self.extra_prefixes
             .iter()
-            .any(|p| name.as_str().starts_with(p.as_str()))
+            .any(|p| name.starts_with(p.as_str()))
     }
 }
 
@@ -162,6 +180,24 @@ mod tests {
             .map(|v| v.to_str().unwrap())
             .collect();
         assert_eq!(groups, ["devs", "ops"]);
+    }
+
+    #[test]
+    fn underscore_spellings_of_identity_headers_never_pass() {
+        let names = IdentityHeaders::default();
+        let mut h = HeaderMap::new();
+        for k in [
+            "x_remote_user",
+            "x-remote_group",
+            "x_remote_extra_scopes",
+            "x_remote_uid",
+        ] {
+            h.insert(HeaderName::from_static(k), HeaderValue::from_static("evil"));
+        }
+        h.insert("x_forwarded_proto", HeaderValue::from_static("https"));
+        names.strip(&mut h);
+        let left: Vec<&str> = h.keys().map(|k| k.as_str()).collect();
+        assert_eq!(left, ["x_forwarded_proto"]);
     }
 
     #[test]

@@ -5,6 +5,7 @@ mod debug;
 mod detect;
 mod discovery;
 mod listener;
+mod request_body;
 mod routing;
 mod server;
 mod service;
@@ -52,7 +53,7 @@ pub struct ProxySettings {
     /// included).
     pub first_request_timeout: Duration,
     /// The identity header names removed from clients and set upstream.
-    pub identity_headers: IdentityHeaders,
+    pub identity_headers: Arc<IdentityHeaders>,
 }
 
 impl Default for ProxySettings {
@@ -67,7 +68,7 @@ impl Default for ProxySettings {
             tls: None,
             handshake_timeout: Duration::from_secs(10),
             first_request_timeout: Duration::from_secs(30),
-            identity_headers: IdentityHeaders::default(),
+            identity_headers: Arc::new(IdentityHeaders::default()),
         }
     }
 }

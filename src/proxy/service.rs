@@ -12,6 +12,7 @@ use hyper::body::Incoming;
 use super::Proxy;
 use super::body::ProxyBody;
 use super::discovery::{DiscoveryPath, discovery_path};
+use super::request_body::ClientBody;
 use super::routing::Routing;
 use super::status::{ProxyError, status_response};
 use super::upgrade;
@@ -186,6 +187,7 @@ pub async fn handle(
         }
     };
     let head = Request::from_parts(parts, ());
+    let (body, client_fault) = ClientBody::new(body, proxy.settings.identity_headers.clone());
 
     let sent = if long_running {
         send(endpoint, credential, head, body).await
@@ -207,11 +209,25 @@ pub async fn handle(
             Err(_) => Err(UpstreamError::Timeout),
         }
     };
-    routing.record_outcome(
-        &decision,
-        sent.as_ref().map_or(true, |r| r.status().is_server_error()),
-    );
+    // A request whose own body failed (bad chunked framing, the client reset or gone) failed by the
+    // client's doing: it counts against no backend and no rollout.
+    let client_failed = sent.is_err() && client_fault.happened();
+    if !client_failed {
+        routing.record_outcome(
+            &decision,
+            sent.as_ref().map_or(true, |r| r.status().is_server_error()),
+        );
+    }
     match sent {
+        Err(error) if client_failed => {
+            tracing::debug!(%remote, %error, "the client's request body failed");
+            answer(status_response(
+                StatusCode::BAD_REQUEST,
+                "BadRequest",
+                "skewgate: the request body could not be read (malformed framing, or the client stopped sending it)",
+                false,
+            ))
+        }
         Ok(resp) => {
             if let Some((path, accept, if_none_match)) = &merged_answer
                 && resp.status() == StatusCode::OK

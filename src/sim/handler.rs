@@ -42,8 +42,8 @@ pub async fn handle(sim: Arc<SimState>, req: Request<Incoming>) -> Response<SimB
         }
         ["version"] => json_response(StatusCode::OK, &sim.version_json()),
         ["readyz"] | ["livez"] | ["healthz"] => text(StatusCode::OK, "ok"),
-        // A fixture for tests: the request's headers, as the apiserver received them.
-        ["debug", "headers"] => json_response(StatusCode::OK, &headers_json(req.headers())),
+        // A fixture for tests: the request's headers (and trailers), as the apiserver received them.
+        ["debug", "headers"] => debug_headers(req).await,
         ["apis", "authentication.k8s.io", "v1", "selfsubjectreviews"]
             if req.method() == Method::POST =>
         {
@@ -83,6 +83,23 @@ fn self_subject_review(req: &Request<Incoming>) -> Response<SimBody> {
             "status": {"userInfo": {"username": user.name, "groups": user.groups, "extra": extra}},
         }),
     )
+}
+
+async fn debug_headers(req: Request<Incoming>) -> Response<SimBody> {
+    let mut doc = headers_json(req.headers());
+    let mut trailers = http::HeaderMap::new();
+    let mut body = req.into_body();
+    while let Some(frame) = body.frame().await {
+        match frame.map(|f| f.into_trailers()) {
+            Ok(Ok(t)) => trailers.extend(t),
+            Ok(Err(_)) => {}
+            Err(e) => return status_error(400, "BadRequest", &format!("body: {e}")),
+        }
+    }
+    if let Value::Object(map) = &mut doc {
+        map.insert("trailers".to_owned(), headers_json(&trailers));
+    }
+    json_response(StatusCode::OK, &doc)
 }
 
 fn headers_json(headers: &http::HeaderMap) -> Value {
