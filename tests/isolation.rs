@@ -291,3 +291,59 @@ async fn malformed_request_bodies_are_400_and_never_abort_a_rollout() {
         .expect("read");
     assert_eq!(served_by(&resp), NEW);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_client_cannot_take_all_the_capacity() {
+    let sims = sims().await;
+    let routes_file = temp_dir("limits").join("routes.yaml");
+    std::fs::write(&routes_file, routes(&sims, DEFAULTS)).expect("routes");
+    let settings = ProxySettings {
+        max_requests_per_client: 4,
+        ..ProxySettings::default()
+    };
+    let gate = gate_on(&routes_file, settings).await;
+    sims.old
+        .controls
+        .write_delay
+        .store(500, std::sync::atomic::Ordering::Relaxed);
+    let greedy = h2();
+    // Watches are long-running: they do not count.
+    let mut watches = Vec::new();
+    for _ in 0..5 {
+        let w = greedy
+            .get(format!("{}/api/v1/configmaps?watch=true", gate.url()))
+            .send()
+            .await
+            .expect("watch");
+        assert_eq!(w.status(), 200);
+        watches.push(w);
+    }
+    let create = |client: reqwest::Client, i: usize| {
+        let url = format!("{}/api/v1/namespaces/default/configmaps", gate.url());
+        async move {
+            let cm = serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": format!("cm-{i}")}});
+            let r = client.post(url).json(&cm).send().await.expect("create");
+            (r.status().as_u16(), r.headers().contains_key("retry-after"))
+        }
+    };
+    let burst: Vec<_> = (0..10)
+        .map(|i| tokio::spawn(create(greedy.clone(), i)))
+        .collect();
+    // Another client (another address) is served meanwhile.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let other = reqwest::Client::builder()
+        .local_address("127.0.0.2".parse::<std::net::IpAddr>().expect("ip"))
+        .build()
+        .expect("client");
+    assert_eq!(create(other, 100).await.0, 201);
+    let mut codes = Vec::new();
+    for b in burst {
+        codes.push(b.await.expect("join"));
+    }
+    let created = codes.iter().filter(|(c, _)| *c == 201).count();
+    let refused = codes
+        .iter()
+        .filter(|(c, retry)| *c == 429 && *retry)
+        .count();
+    assert_eq!((created, refused), (4, 6), "{codes:?}");
+}

@@ -39,7 +39,15 @@ async fn client_connection(addr: std::net::SocketAddr, n: usize) -> usize {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn five_hundred_client_connections_share_a_handful_of_upstream_connections() {
     let sims = sims().await;
-    let gate = gate(&routes(&sims, DEFAULT_OLD)).await;
+    // The 500 connections stand for 500 kubelets, each a client of its own; here they all come from
+    // one address, which the per-client limit would take for one client.
+    let routes_file = temp_dir("pooling").join("routes.yaml");
+    std::fs::write(&routes_file, routes(&sims, DEFAULT_OLD)).expect("routes");
+    let settings = skewgate::proxy::ProxySettings {
+        max_requests_per_client: 0,
+        ..Default::default()
+    };
+    let gate = gate_on(&routes_file, settings).await;
     let addr = gate.server.addr;
     let before = sims.old.accepted_connections();
     let tasks: Vec<_> = (0..500)

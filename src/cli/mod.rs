@@ -104,6 +104,10 @@ pub struct ServeArgs {
     /// system:discovery roles, which every authenticated user has by default. Empty: none.
     #[arg(long, default_value = "skewgate")]
     pub proxy_user: String,
+    /// Requests in flight per client (its verified user, else its address), watches and other
+    /// long-running requests not counted; past it, 429 with Retry-After. 0: no limit.
+    #[arg(long, default_value_t = 100)]
+    pub max_requests_per_client: usize,
     /// Headers that carry the user upstream, and are removed from clients (default X-Remote-User).
     #[arg(long, value_delimiter = ',')]
     pub requestheader_username_headers: Vec<String>,

@@ -4,6 +4,7 @@ mod body;
 mod debug;
 mod detect;
 mod discovery;
+mod limits;
 mod listener;
 mod request_body;
 mod routing;
@@ -52,6 +53,9 @@ pub struct ProxySettings {
     /// How long a connection may stay open without sending its first request (protocol detection
     /// included).
     pub first_request_timeout: Duration,
+    /// Requests in flight per client (its verified user, else its address), long-running ones not
+    /// counted; past it, 429. 0: no limit.
+    pub max_requests_per_client: usize,
     /// The identity header names removed from clients and set upstream.
     pub identity_headers: Arc<IdentityHeaders>,
 }
@@ -68,6 +72,7 @@ impl Default for ProxySettings {
             tls: None,
             handshake_timeout: Duration::from_secs(10),
             first_request_timeout: Duration::from_secs(30),
+            max_requests_per_client: 100,
             identity_headers: Arc::new(IdentityHeaders::default()),
         }
     }
@@ -96,6 +101,8 @@ pub struct Proxy {
     pub stop_long_running: CancellationToken,
     /// Which backend each object's in-flight writes are on.
     pub writes: Arc<WriteLedger>,
+    /// Requests in flight per client.
+    pub limits: Arc<limits::ClientLimits>,
 }
 
 impl Proxy {
@@ -118,9 +125,10 @@ impl Proxy {
             routing: ArcSwap::from_pointee(routing),
             upstreams,
             metrics,
-            settings,
             stop_long_running,
             writes: Arc::new(WriteLedger::default()),
+            limits: limits::ClientLimits::new(settings.max_requests_per_client),
+            settings,
         })
     }
 

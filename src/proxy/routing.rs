@@ -8,6 +8,7 @@ use prometheus::{Histogram, IntCounter, IntGauge};
 use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 
 use super::discovery::MergedDiscovery;
+use super::limits::ClientPermit;
 use crate::classify::{Client, Verb, classify};
 use crate::config::{BackendId, RouteTable};
 use crate::metrics::{COMMON_CODES, Metrics, Slots, code_slot};
@@ -349,6 +350,7 @@ impl Routing {
             watches,
             duration,
             start,
+            permit: None,
         }
     }
 }
@@ -382,6 +384,14 @@ pub struct RequestTracker {
     watches: Option<IntGauge>,
     duration: Option<Histogram>,
     start: Instant,
+    permit: Option<ClientPermit>,
+}
+
+impl RequestTracker {
+    /// Keeps the client's place among its requests in flight until the response ends.
+    pub fn hold(&mut self, permit: Option<ClientPermit>) {
+        self.permit = permit;
+    }
 }
 
 impl Drop for RequestTracker {

@@ -12,6 +12,7 @@ use hyper::body::Incoming;
 use super::Proxy;
 use super::body::ProxyBody;
 use super::discovery::{DiscoveryPath, discovery_path};
+use super::limits::ClientKey;
 use super::request_body::ClientBody;
 use super::routing::Routing;
 use super::status::{ProxyError, status_response};
@@ -87,12 +88,32 @@ pub async fn handle(
             .with_label_values(&[t.backend_name(from), t.backend_name(decision.backend)])
             .inc();
     }
-    let tracker = routing.track(&decision, verb, long_running, start);
+    let mut tracker = routing.track(&decision, verb, long_running, start);
     let backend = &routing.backends[decision.backend];
     let answer = |resp: Response<ProxyBody>| {
         routing.count_response(&decision, verb, resp.status().as_u16());
         resp
     };
+    if !long_running {
+        let client = match &identity {
+            Some(id) => ClientKey::User(&id.user),
+            None => ClientKey::Address(remote.ip()),
+        };
+        match proxy.limits.try_acquire(client) {
+            Ok(permit) => tracker.hold(permit),
+            Err(_) => {
+                return answer(status_response(
+                    StatusCode::TOO_MANY_REQUESTS,
+                    "TooManyRequests",
+                    &format!(
+                        "skewgate: {client} has {} requests in flight, the most one client may have; retry",
+                        proxy.limits.limit()
+                    ),
+                    true,
+                ));
+            }
+        }
+    }
     let Some(endpoint) = backend.pick() else {
         proxy
             .metrics
