@@ -347,3 +347,73 @@ async fn one_client_cannot_take_all_the_capacity() {
         .count();
     assert_eq!((created, refused), (4, 6), "{codes:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn headers_larger_than_the_apiserver_accepts_are_431_and_cut_off_no_one() {
+    use futures_util::StreamExt;
+    let store = skewgate::sim::Store::new();
+    let config = |v: &str| skewgate::sim::SimConfig {
+        max_header_list_size: Some(16 * 1024),
+        ..skewgate::sim::SimConfig::new(v)
+    };
+    let sims = Sims {
+        old: skewgate::sim::start(config(OLD), store.clone(), loopback())
+            .await
+            .expect("sim"),
+        new: skewgate::sim::start(config(NEW), store.clone(), loopback())
+            .await
+            .expect("sim"),
+        store,
+    };
+    let routes_file = temp_dir("headers").join("routes.yaml");
+    std::fs::write(&routes_file, routes(&sims, DEFAULTS)).expect("routes");
+    let settings = ProxySettings {
+        workers: 1,
+        ..ProxySettings::default()
+    };
+    let gate = gate_on(&routes_file, settings).await;
+    // A watch on the worker's upstream connection.
+    let watch = h2()
+        .get(format!(
+            "{}/api/v1/namespaces/default/configmaps?watch=true",
+            gate.url()
+        ))
+        .send()
+        .await
+        .expect("watch");
+    let mut events = watch.bytes_stream();
+
+    let big = "a".repeat(64 * 1024);
+    for client in [h1(), h2()] {
+        let r = client
+            .get(format!(
+                "{}/api/v1/namespaces/default/configmaps",
+                gate.url()
+            ))
+            .header("x-big", big.as_str())
+            .send()
+            .await
+            .expect("answer");
+        assert_eq!(r.status(), 431);
+        let status: serde_json::Value = r.json().await.expect("Status");
+        assert_eq!(status["kind"], "Status");
+    }
+    // The watch lives on: it sees the next change.
+    let cm = serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "after", "namespace": "default"}});
+    let created = h2()
+        .post(format!(
+            "{}/api/v1/namespaces/default/configmaps",
+            gate.url()
+        ))
+        .json(&cm)
+        .send()
+        .await
+        .expect("create");
+    assert_eq!(created.status(), 201);
+    let event = tokio::time::timeout(Duration::from_secs(10), events.next())
+        .await
+        .expect("the watch stalled")
+        .expect("the watch ended")
+        .expect("chunk");
+    assert!(String::from_utf8_lossy(&event).contains("\"after\""));
+}

@@ -33,7 +33,10 @@ pub async fn serve(proxy: Arc<Proxy>, listener: TcpListener, stop: CancellationT
         .keep_alive_interval(Duration::from_secs(30))
         .keep_alive_timeout(Duration::from_secs(15))
         .initial_stream_window_size(1 << 20)
-        .initial_connection_window_size(8 << 20);
+        .initial_connection_window_size(8 << 20)
+        // As kube-apiserver (MaxHeaderBytes 1 MiB); what the apiserver behind accepts is checked
+        // per request, and answered 431 with a Status rather than a GOAWAY.
+        .max_header_list_size(1 << 20);
     loop {
         let (stream, remote) = tokio::select! {
             accepted = listener.accept() => match accepted {

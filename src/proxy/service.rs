@@ -232,7 +232,10 @@ pub async fn handle(
     };
     // A request whose own body failed (bad chunked framing, the client reset or gone) failed by the
     // client's doing: it counts against no backend and no rollout.
-    let client_failed = sent.is_err() && client_fault.happened();
+    let client_failed = match &sent {
+        Err(e) => e.is_client_error() || client_fault.happened(),
+        Ok(_) => false,
+    };
     if !client_failed {
         routing.record_outcome(
             &decision,
@@ -240,6 +243,14 @@ pub async fn handle(
         );
     }
     match sent {
+        Err(error) if error.is_client_error() => answer(
+            ProxyError::Upstream {
+                backend: backend.name.clone(),
+                error,
+                safe,
+            }
+            .into_response(),
+        ),
         Err(error) if client_failed => {
             tracing::debug!(%remote, %error, "the client's request body failed");
             answer(status_response(

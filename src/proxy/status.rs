@@ -75,6 +75,12 @@ impl ProxyError {
                     format!("skewgate: backend {backend:?} failed before answering: {error}"),
                     true,
                 ),
+                UpstreamError::HeadersTooLarge { .. } => (
+                    StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+                    "RequestHeaderFieldsTooLarge",
+                    format!("skewgate: {error}; nothing was sent"),
+                    false,
+                ),
             },
         }
     }

@@ -47,6 +47,8 @@ pub struct SimConfig {
     /// Certificate authenticators need `tls` from `SimAuth::tls_config`, which takes any client
     /// certificate and leaves its verification to them.
     pub auth: Option<Arc<SimAuth>>,
+    /// SETTINGS_MAX_HEADER_LIST_SIZE on its HTTP/2 connections, if not hyper's default.
+    pub max_header_list_size: Option<u32>,
 }
 
 impl SimConfig {
@@ -57,6 +59,7 @@ impl SimConfig {
             max_concurrent_streams: 100,
             tls: None,
             auth: None,
+            max_header_list_size: None,
         }
     }
 }
@@ -213,6 +216,9 @@ async fn serve(
     builder
         .http2()
         .max_concurrent_streams(config.max_concurrent_streams);
+    if let Some(max) = config.max_header_list_size {
+        builder.http2().max_header_list_size(max);
+    }
     let mut connections = JoinSet::new();
     loop {
         let (stream, _) = tokio::select! {

@@ -4,6 +4,7 @@ mod discovery;
 mod health;
 mod pool;
 mod send;
+mod settings;
 pub mod worker;
 
 use std::collections::HashMap;
@@ -36,12 +37,25 @@ pub enum UpstreamError {
     /// No response head arrived in time.
     #[error("the apiserver did not answer in time")]
     Timeout,
+    /// The request's header list is larger than the apiserver accepts; it was not sent.
+    #[error("the request headers take {size} bytes, the apiserver accepts {limit}")]
+    HeadersTooLarge {
+        /// The header list's size, as HTTP/2 counts it.
+        size: usize,
+        /// The most the apiserver (or skewgate) accepts.
+        limit: usize,
+    },
 }
 
 impl UpstreamError {
     /// The error of a failed HTTP/2 exchange.
     pub fn from_h2(e: &h2::Error) -> UpstreamError {
         UpstreamError::Protocol(e.to_string())
+    }
+
+    /// Whether the client caused the failure (and no backend is to blame).
+    pub fn is_client_error(&self) -> bool {
+        matches!(self, UpstreamError::HeadersTooLarge { .. })
     }
 
     /// Whether the request may have reached the apiserver (and been acted on) before this failure.
@@ -56,6 +70,7 @@ impl UpstreamError {
             UpstreamError::Connect(_) => "connect",
             UpstreamError::Protocol(_) | UpstreamError::AfterSend(_) => "reset",
             UpstreamError::Timeout => "timeout",
+            UpstreamError::HeadersTooLarge { .. } => "headers_too_large",
         }
     }
 }

@@ -11,7 +11,7 @@
 //! workers (health checks) uses one more shard.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
@@ -21,6 +21,7 @@ use prometheus::IntGauge;
 use tokio::net::TcpStream;
 
 use super::UpstreamError;
+use super::settings::{HeaderListLimit, SettingsReader};
 use crate::config::Endpoint;
 
 /// Tunables of every pool.
@@ -40,6 +41,9 @@ pub struct PoolSettings {
     /// The user skewgate's own requests (health checks, discovery) name upstream, and the request
     /// header that carries it: on a front-proxy connection a request without a user is a 401.
     pub own_user: Option<(http::HeaderName, http::HeaderValue)>,
+    /// The largest request header list sent upstream (HTTP/2 measure), besides the limit each
+    /// apiserver connection advertises: kube-apiserver's own `MaxHeaderBytes` is 1 MiB.
+    pub max_header_list_size: usize,
 }
 
 impl Default for PoolSettings {
@@ -54,6 +58,7 @@ impl Default for PoolSettings {
                 http::HeaderName::from_static("x-remote-user"),
                 http::HeaderValue::from_static("skewgate"),
             )),
+            max_header_list_size: 1 << 20,
         }
     }
 }
@@ -94,6 +99,8 @@ pub enum Credential {
 /// One upstream HTTP/2 connection.
 pub(crate) struct Conn {
     send: SendRequest<Bytes>,
+    /// The header list size the apiserver accepts on this connection.
+    header_limit: HeaderListLimit,
     active: AtomicUsize,
     closed: AtomicBool,
 }
@@ -154,6 +161,11 @@ impl StreamSlot {
     /// A handle to send one request on the slot's connection.
     pub(crate) fn sender(&self) -> SendRequest<Bytes> {
         self.conn.send.clone()
+    }
+
+    /// The largest header list the slot's connection accepts (`u32::MAX` until the peer says).
+    pub(crate) fn header_list_limit(&self) -> usize {
+        self.conn.header_limit.load(Ordering::Relaxed) as usize
     }
 
     /// Marks the slot's connection as unusable for new streams (after GOAWAY or a send failure).
@@ -322,9 +334,11 @@ impl EndpointPool {
                 .await
                 .map_err(|e| UpstreamError::Connect(format!("{}: {e}", ep.url)))?;
             let _ = tcp.set_nodelay(true);
+            let limit = HeaderListLimit::new(AtomicU32::new(u32::MAX));
             if !ep.tls {
-                let (send, connection) = self.h2_handshake(tcp).await?;
-                return Ok(self.adopt(send, connection));
+                let io = SettingsReader::new(tcp, limit.clone());
+                let (send, connection) = self.h2_handshake(io).await?;
+                return Ok(self.adopt(send, connection, limit));
             }
             let Some(config) = self.tls(credential) else {
                 return Err(UpstreamError::Connect(format!(
@@ -344,8 +358,9 @@ impl EndpointPool {
                     ep.url
                 )));
             }
-            let (send, connection) = self.h2_handshake(tls).await?;
-            Ok(self.adopt(send, connection))
+            let io = SettingsReader::new(tls, limit.clone());
+            let (send, connection) = self.h2_handshake(io).await?;
+            Ok(self.adopt(send, connection, limit))
         };
         tokio::time::timeout(self.settings.connect_timeout, connect)
             .await
@@ -376,12 +391,14 @@ impl EndpointPool {
         self: &Arc<Self>,
         send: SendRequest<Bytes>,
         mut connection: h2::client::Connection<T, Bytes>,
+        header_limit: HeaderListLimit,
     ) -> Arc<Conn>
     where
         T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
     {
         let conn = Arc::new(Conn {
             send,
+            header_limit,
             active: AtomicUsize::new(0),
             closed: AtomicBool::new(false),
         });

@@ -45,6 +45,15 @@ where
             }
         }
     };
+    // An apiserver fails a header list larger than it accepts, and may take the whole connection
+    // (every other client's streams) with it: such a request is refused here, unsent.
+    let limit = slot
+        .header_list_limit()
+        .min(pool.settings().max_header_list_size);
+    let size = super::settings::header_list_size(&head);
+    if size > limit {
+        return Err(UpstreamError::HeadersTooLarge { size, limit });
+    }
     let (response, stream) = sender.send_request(head, end_of_stream).map_err(|e| {
         slot.retire_connection();
         UpstreamError::from_h2(&e)
