@@ -417,3 +417,81 @@ async fn headers_larger_than_the_apiserver_accepts_are_431_and_cut_off_no_one() 
         .expect("chunk");
     assert!(String::from_utf8_lossy(&event).contains("\"after\""));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rapid_reset_is_cut_off_and_never_reaches_the_apiserver_in_bulk() {
+    let sims = sims().await;
+    let gate = gate(&routes(&sims, DEFAULTS)).await;
+    let accepted_before = sims.old.accepted_connections();
+    let before = sims
+        .old
+        .controls
+        .requests
+        .load(std::sync::atomic::Ordering::Relaxed);
+    // The apiserver takes a while: the resets land while the requests are in flight.
+    sims.old
+        .controls
+        .write_delay
+        .store(50, std::sync::atomic::Ordering::Relaxed);
+
+    // HEADERS, then RST_STREAM once skewgate has sent the request on, one stream after another
+    // (CVE-2023-44487 paced so that h2's limit on streams reset before they are accepted never
+    // sees it).
+    let tcp = TcpStream::connect(gate.server.addr).await.expect("connect");
+    let (send, conn) = h2::client::handshake(tcp).await.expect("h2");
+    let conn = tokio::spawn(async move {
+        let ended = conn.await;
+        println!("abusive connection ended: {ended:?}");
+    });
+    let mut send = send;
+    let mut sent = 0;
+    for i in 0..1000 {
+        send = match send.ready().await {
+            Ok(s) => s,
+            Err(_) => break,
+        };
+        let req = http::Request::post(format!(
+            "http://{}/api/v1/namespaces/ns-{}/configmaps",
+            gate.server.addr,
+            i % 10
+        ))
+        .body(())
+        .expect("request");
+        let Ok((resp, mut stream)) = send.send_request(req, true) else {
+            break;
+        };
+        tokio::time::sleep(Duration::from_millis(2)).await;
+        stream.send_reset(h2::Reason::CANCEL);
+        drop(resp);
+        sent += 1;
+    }
+    // skewgate closes the abuser's connection.
+    let closed = tokio::time::timeout(Duration::from_secs(10), conn).await;
+    assert!(
+        closed.is_ok(),
+        "the abusive connection is still open after {sent} resets"
+    );
+
+    // The apiserver saw a bounded share of them, on few new connections; others are served.
+    let reached = sims
+        .old
+        .controls
+        .requests
+        .load(std::sync::atomic::Ordering::Relaxed)
+        - before;
+    let opened = sims.old.accepted_connections() - accepted_before;
+    println!(
+        "{sent} HEADERS+RST_STREAM sent; {reached} reached the apiserver on {opened} new connection(s)"
+    );
+    assert!(
+        reached <= 300,
+        "{reached} of {sent} reset requests reached the apiserver"
+    );
+    assert!(opened <= 4, "{opened} new upstream connections");
+    let resp = h2()
+        .get(format!("{}/api/v1/namespaces", gate.url()))
+        .send()
+        .await
+        .expect("victim");
+    assert_eq!(resp.status(), 200);
+}

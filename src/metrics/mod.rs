@@ -36,6 +36,8 @@ pub struct Metrics {
     pub endpoint_ready: IntGaugeVec,
     /// `skewgate_tls_handshake_errors_total{reason}`.
     pub tls_handshake_errors: IntCounterVec,
+    /// `skewgate_client_connections_closed_total{reason}`: connections skewgate closed for abuse.
+    pub client_connections_closed: IntCounterVec,
     /// `skewgate_fallbacks_total{from,to}`.
     pub fallbacks: IntCounterVec,
     /// `skewgate_pin_moves_total{pin}`.
@@ -118,6 +120,11 @@ impl Metrics {
             tls_handshake_errors: counter(
                 "skewgate_tls_handshake_errors_total",
                 "Client TLS handshakes that failed, by reason (timeout, not_tls, bad_certificate, eof, protocol).",
+                &["reason"],
+            ),
+            client_connections_closed: counter(
+                "skewgate_client_connections_closed_total",
+                "Client connections skewgate closed for misbehaving, by reason (premature_resets).",
                 &["reason"],
             ),
             fallbacks: counter(

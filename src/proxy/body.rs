@@ -9,6 +9,7 @@ use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use tokio_util::sync::WaitForCancellationFutureOwned;
 
+use super::resets::StreamGuard;
 use super::routing::RequestTracker;
 use crate::upstream::UpstreamBody;
 
@@ -16,6 +17,7 @@ use crate::upstream::UpstreamBody;
 pub struct ProxyBody {
     inner: Inner,
     tracker: Option<RequestTracker>,
+    stream: Option<StreamGuard>,
 }
 
 enum Inner {
@@ -36,6 +38,7 @@ impl ProxyBody {
         ProxyBody {
             inner: Inner::Full(Some(bytes)),
             tracker: None,
+            stream: None,
         }
     }
 
@@ -52,7 +55,14 @@ impl ProxyBody {
                 stop: stop.map(Box::pin),
             },
             tracker: None,
+            stream: None,
         }
+    }
+
+    /// Attaches the client stream's guard, which learns whether the client waited for the end.
+    pub fn with_stream(mut self, stream: StreamGuard) -> ProxyBody {
+        self.stream = Some(stream);
+        self
     }
 
     /// Attaches the request's tracker, dropped when the body ends.
@@ -93,8 +103,21 @@ impl Body for ProxyBody {
                 }
             }
         };
-        if let Poll::Ready(None) = polled {
-            this.tracker = None;
+        let ended = match &polled {
+            Poll::Ready(None) => true,
+            // A failure on the apiserver's side is no premature reset of the client's.
+            Poll::Ready(Some(Err(_))) => true,
+            // hyper does not poll again once the body says it is at its end.
+            Poll::Ready(Some(Ok(_))) => this.is_end_stream(),
+            Poll::Pending => false,
+        };
+        if ended {
+            if let Some(s) = &mut this.stream {
+                s.done();
+            }
+            if let Poll::Ready(None) = polled {
+                this.tracker = None;
+            }
         }
         polled
     }

@@ -14,6 +14,7 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use super::detect::detect_h2;
+use super::resets::ResetBudget;
 use super::{Proxy, service};
 use crate::identity::Identity;
 
@@ -147,10 +148,17 @@ impl Connection {
         let svc_proxy = proxy.clone();
         let first_request = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let seen = first_request.clone();
+        let resets = ResetBudget::new();
+        let streams = resets.clone();
         let service = service_fn(move |req| {
             let (proxy, identity) = (svc_proxy.clone(), identity.clone());
             seen.store(true, std::sync::atomic::Ordering::Relaxed);
-            async move { Ok::<_, Infallible>(service::handle(proxy, remote, identity, req).await) }
+            // Dropped with this future if the client resets the stream before the response.
+            let stream = streams.open();
+            async move {
+                let resp = service::handle(proxy, remote, identity, req).await;
+                Ok::<_, Infallible>(resp.map(|body| body.with_stream(stream)))
+            }
         });
         let served = async {
             if is_h2 {
@@ -177,6 +185,11 @@ impl Connection {
             r = served => r,
             () = idle => {
                 tracing::debug!(%remote, "no request within the first-request timeout; closing");
+                Ok(())
+            }
+            () = resets.exceeded() => {
+                tracing::warn!(%remote, "closing a client connection that reset most of its streams as soon as it opened them (HTTP/2 rapid reset)");
+                proxy.metrics.client_connections_closed.with_label_values(&["premature_resets"]).inc();
                 Ok(())
             }
         };

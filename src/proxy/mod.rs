@@ -7,6 +7,7 @@ mod discovery;
 mod limits;
 mod listener;
 mod request_body;
+mod resets;
 mod routing;
 mod server;
 mod service;

@@ -71,6 +71,8 @@ pub struct SimControls {
     pub write_delay: AtomicU64,
     /// Reads that fail with 500, per thousand (0: none), spread evenly.
     pub fail_reads_per_mille: AtomicU32,
+    /// Requests received so far.
+    pub requests: AtomicU64,
     reads: AtomicU64,
 }
 
@@ -266,6 +268,7 @@ async fn serve_connection<I>(
     let service = service_fn(move |mut req: http::Request<hyper::body::Incoming>| {
         let (state, auth, conn) = (state.clone(), auth.clone(), conn.clone());
         async move {
+            state.controls.requests.fetch_add(1, Ordering::Relaxed);
             let version = state.version_header.clone();
             let mut resp = match auth::admit(auth.as_deref(), (*conn).as_ref(), &req) {
                 Ok(user) => {

@@ -1,0 +1,103 @@
+//! Premature resets per client connection (HTTP/2 rapid reset, CVE-2023-44487). Each request a
+//! client opens is sent upstream on a connection shared with other clients; one that it resets at
+//! once costs the apiserver a request and the shared connection a reset, and an apiserver that sees
+//! too many resets closes that connection for everyone on it. So, as Envoy does, a stream the client
+//! gives up on before its response ended and within a second of opening it counts as premature, and a
+//! connection that has opened at least 100 streams, more than half of them premature, is closed.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use tokio_util::sync::CancellationToken;
+
+/// Streams opened before the ratio is judged.
+const MIN_STREAMS: u32 = 100;
+/// A stream given up on later than this is a client changing its mind, not an attack.
+const PREMATURE: Duration = Duration::from_secs(1);
+
+/// One client connection's streams and premature resets.
+#[derive(Debug, Default)]
+pub struct ResetBudget {
+    streams: AtomicU32,
+    premature: AtomicU32,
+    exceeded: CancellationToken,
+}
+
+impl ResetBudget {
+    /// A budget for a new connection.
+    pub fn new() -> Arc<ResetBudget> {
+        Arc::new(ResetBudget::default())
+    }
+
+    /// Counts a new stream; the guard says at its drop whether it ended prematurely.
+    pub fn open(self: &Arc<Self>) -> StreamGuard {
+        self.streams.fetch_add(1, Ordering::Relaxed);
+        StreamGuard {
+            budget: self.clone(),
+            started: Instant::now(),
+            done: false,
+        }
+    }
+
+    /// Resolves when the connection has used up its budget.
+    pub async fn exceeded(&self) {
+        self.exceeded.cancelled().await
+    }
+
+    fn premature(&self) {
+        let premature = self.premature.fetch_add(1, Ordering::Relaxed) + 1;
+        let streams = self.streams.load(Ordering::Relaxed);
+        if streams >= MIN_STREAMS && premature * 2 > streams {
+            self.exceeded.cancel();
+        }
+    }
+}
+
+/// One stream of a client connection; dropped before `done()` within a second, it is premature.
+#[derive(Debug)]
+pub struct StreamGuard {
+    budget: Arc<ResetBudget>,
+    started: Instant,
+    done: bool,
+}
+
+impl StreamGuard {
+    /// The stream's response has ended (or failed on the apiserver's side).
+    pub fn done(&mut self) {
+        self.done = true;
+    }
+}
+
+impl Drop for StreamGuard {
+    fn drop(&mut self) {
+        if !self.done && self.started.elapsed() < PREMATURE {
+            self.budget.premature();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_connection_that_resets_most_of_its_streams_is_over_budget() {
+        let budget = ResetBudget::new();
+        for i in 0..200 {
+            let mut g = budget.open();
+            if i % 3 == 0 {
+                g.done();
+            }
+        }
+        assert!(budget.exceeded.is_cancelled());
+        let polite = ResetBudget::new();
+        for i in 0..200 {
+            let mut g = polite.open();
+            if i % 3 != 0 {
+                g.done();
+            }
+        }
+        assert!(!polite.exceeded.is_cancelled());
+    }
+}
