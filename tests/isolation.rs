@@ -183,12 +183,32 @@ async fn clients_that_do_not_read_never_stall_others_on_the_shared_connection() 
     drop(attackers);
 }
 
-/// Sends raw HTTP/1.1 bytes and reads the answer until the server closes: its status code and body.
+/// Sends raw HTTP/1.1 bytes and reads one answer (to its Content-Length, or until the server
+/// closes): its status code and body.
 async fn raw_h1(addr: std::net::SocketAddr, request: &[u8]) -> (u16, String) {
     let mut s = TcpStream::connect(addr).await.expect("connect");
     s.write_all(request).await.expect("write");
     let mut out = Vec::new();
-    let _ = tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut out)).await;
+    let read = async {
+        let mut buf = [0u8; 4096];
+        loop {
+            match s.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => out.extend_from_slice(&buf[..n]),
+            }
+            let text = String::from_utf8_lossy(&out).to_ascii_lowercase();
+            if let Some(end) = text.find("\r\n\r\n") {
+                let length = text[..end]
+                    .lines()
+                    .find_map(|l| l.strip_prefix("content-length:"))
+                    .and_then(|v| v.trim().parse::<usize>().ok());
+                if length.is_some_and(|n| out.len() >= end + 4 + n) {
+                    return;
+                }
+            }
+        }
+    };
+    let _ = tokio::time::timeout(Duration::from_secs(10), read).await;
     let text = String::from_utf8_lossy(&out).into_owned();
     let code = text
         .split(' ')
@@ -494,4 +514,68 @@ async fn rapid_reset_is_cut_off_and_never_reaches_the_apiserver_in_bulk() {
         .await
         .expect("victim");
     assert_eq!(resp.status(), 200);
+}
+
+/// An endpoint that accepts connections and never answers, as a frozen (SIGSTOPped) apiserver.
+async fn black_hole() -> (String, tokio::task::JoinHandle<()>) {
+    let listener = tokio::net::TcpListener::bind(loopback())
+        .await
+        .expect("bind");
+    let url = format!("http://{}", listener.local_addr().expect("addr"));
+    let task = tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((s, _)) = listener.accept().await {
+            held.push(s);
+        }
+    });
+    (url, task)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_endpoint_is_avoided_and_upgrades_to_it_time_out() {
+    let sims = sims().await;
+    let (frozen, _hole) = black_hole().await;
+    let text = format!(
+        "apiVersion: skewgate.io/v1alpha1\nkind: RouteTable\nbackends:\n  - {{name: old, endpoints: [\"{frozen}\", \"{}\"]}}\n  - {{name: frozen, endpoints: [\"{frozen}\"]}}\nwrites:\n  default: old\n  pins:\n    - {{name: frozen-ns, namespaces: [frozen], backend: frozen}}\nreads:\n  default: old\n",
+        sims.old.url()
+    );
+    let routes_file = temp_dir("frozen").join("routes.yaml");
+    std::fs::write(&routes_file, text).expect("routes");
+    let settings = ProxySettings {
+        response_timeout: Duration::from_secs(2),
+        ..ProxySettings::default()
+    };
+    let gate = gate_on(&routes_file, settings).await;
+    let ready = eventually(10, || async {
+        let routes = gate.debug_routes().await;
+        routes["backends"][0]["endpoints"][1]["state"] == "ready"
+    })
+    .await;
+    assert!(ready, "the live endpoint passes its health check");
+    // Every read goes to the endpoint that answers, none to the frozen one.
+    let client = h2();
+    for _ in 0..20 {
+        let r = client
+            .get(format!(
+                "{}/api/v1/namespaces/default/configmaps",
+                gate.url()
+            ))
+            .send()
+            .await
+            .expect("read");
+        assert_eq!(r.status(), 200);
+    }
+    // An exec to a frozen apiserver is answered, not left hanging.
+    let exec = b"GET /api/v1/namespaces/frozen/pods/p/exec?command=sh HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n";
+    let (code, body) = raw_h1(gate.server.addr, exec).await;
+    assert!(code == 504 || code == 503, "{code} {body}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upgrade_request_with_a_body_is_refused() {
+    let sims = sims().await;
+    let gate = gate(&routes(&sims, DEFAULTS)).await;
+    let request = b"POST /api/v1/namespaces/default/pods/p/exec?command=cat HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: SPDY/3.1\r\nContent-Length: 5\r\n\r\nhello";
+    let (code, body) = raw_h1(gate.server.addr, request).await;
+    assert_eq!(code, 400, "{body}");
 }

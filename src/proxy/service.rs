@@ -167,9 +167,19 @@ pub async fn handle(
         Credential::Anonymous
     };
     if let Some(protocol) = upgrade {
+        // The tunnel carries no request body: one announced would leave the apiserver waiting.
+        if !http_body::Body::is_end_stream(&body) {
+            return answer(status_response(
+                StatusCode::BAD_REQUEST,
+                "BadRequest",
+                "skewgate: an upgrade request (exec, attach, port-forward) carries no body",
+                false,
+            ));
+        }
         let tls = endpoint.tls(credential);
+        let head_timeout = proxy.settings.response_timeout;
         return answer(
-            match upgrade::tunnel(endpoint, tls, parts, protocol).await {
+            match upgrade::tunnel(endpoint, tls, parts, protocol, head_timeout).await {
                 Ok(resp) => resp,
                 Err(error) => ProxyError::Upstream {
                     backend: backend.name.clone(),

@@ -2,6 +2,8 @@
 //! the chosen endpoint on a connection of its own (HTTP/1.1, the only protocol that upgrades), and
 //! once both sides have switched protocols, bytes are copied both ways until either side closes.
 
+use std::time::Duration;
+
 use bytes::Bytes;
 use http::header::{self, HeaderValue};
 use http::request::Parts;
@@ -18,18 +20,27 @@ use crate::upstream::{EndpointPool, UpstreamError};
 const MAX_REFUSAL: usize = 1 << 20;
 
 /// Sends an upgrade request (headers already prepared for upstream) and, when the apiserver
-/// switches protocols, tunnels the client's connection to it.
+/// switches protocols, tunnels the client's connection to it. Connecting (TCP and TLS) may take the
+/// pool's connect timeout, the apiserver's answer `head_timeout`: an apiserver that accepts
+/// connections but does not answer (a frozen process) never holds a client forever.
 pub async fn tunnel(
     endpoint: &EndpointPool,
     tls: Option<std::sync::Arc<rustls::ClientConfig>>,
     mut parts: Parts,
     upgrade: HeaderValue,
+    head_timeout: Duration,
 ) -> Result<Response<ProxyBody>, UpstreamError> {
     let ep = &endpoint.endpoint;
+    let connect_timeout = endpoint.settings().connect_timeout;
+    let timed_out = || UpstreamError::Connect(format!("{}: connect timed out", ep.url));
     let client_side = parts.extensions.remove::<OnUpgrade>();
-    let tcp = TcpStream::connect((ep.host.as_str(), ep.port))
-        .await
-        .map_err(|e| UpstreamError::Connect(format!("{}: {e}", ep.url)))?;
+    let tcp = tokio::time::timeout(
+        connect_timeout,
+        TcpStream::connect((ep.host.as_str(), ep.port)),
+    )
+    .await
+    .map_err(|_| timed_out())?
+    .map_err(|e| UpstreamError::Connect(format!("{}: {e}", ep.url)))?;
     let _ = tcp.set_nodelay(true);
     parts
         .headers
@@ -59,13 +70,15 @@ pub async fn tunnel(
         config.alpn_protocols = vec![b"http/1.1".to_vec()];
         let name = rustls_pki_types::ServerName::try_from(ep.server_name.clone())
             .map_err(|e| UpstreamError::Connect(format!("{}: server name: {e}", ep.url)))?;
-        let stream = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config))
-            .connect(name, tcp)
+        let connect =
+            tokio_rustls::TlsConnector::from(std::sync::Arc::new(config)).connect(name, tcp);
+        let stream = tokio::time::timeout(connect_timeout, connect)
             .await
+            .map_err(|_| timed_out())?
             .map_err(|e| UpstreamError::Connect(format!("{}: TLS: {e}", ep.url)))?;
-        exchange(TokioIo::new(stream), req).await?
+        within(head_timeout, exchange(TokioIo::new(stream), req)).await?
     } else {
-        exchange(TokioIo::new(tcp), req).await?
+        within(head_timeout, exchange(TokioIo::new(tcp), req)).await?
     };
 
     if resp.status() != StatusCode::SWITCHING_PROTOCOLS {
@@ -106,6 +119,15 @@ pub async fn tunnel(
         }
     });
     Ok(Response::from_parts(head, ProxyBody::full(Bytes::new())))
+}
+
+async fn within<T>(
+    limit: Duration,
+    f: impl std::future::Future<Output = Result<T, UpstreamError>>,
+) -> Result<T, UpstreamError> {
+    tokio::time::timeout(limit, f)
+        .await
+        .map_err(|_| UpstreamError::Timeout)?
 }
 
 async fn exchange<I>(

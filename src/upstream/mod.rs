@@ -90,13 +90,14 @@ pub struct BackendPool {
 }
 
 impl BackendPool {
-    /// The endpoint to use now: the one with the fewest open streams among those not known to be
-    /// down; `None` when every endpoint is down.
+    /// The endpoint to use now: the one with the fewest open streams among those whose health
+    /// check passed; only when none has, one not checked yet (at start); never one found down.
+    /// `None` when every endpoint is down.
     pub fn pick(&self) -> Option<&Arc<EndpointPool>> {
         self.endpoints
             .iter()
             .filter(|e| e.state() != EndpointState::Down)
-            .min_by_key(|e| e.active_streams())
+            .min_by_key(|e| (e.state() != EndpointState::Ready, e.active_streams()))
     }
 
     /// The last discovery error, if the last refresh failed.
