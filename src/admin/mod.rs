@@ -29,7 +29,13 @@ pub async fn serve(source: Arc<dyn AdminSource>, listener: TcpListener, stop: Ca
         let (stream, _) = tokio::select! {
             r = listener.accept() => match r {
                 Ok(c) => c,
-                Err(_) => continue,
+                Err(e) => {
+                    // Out of descriptors (EMFILE) or memory: a loop that retried at once would spin
+                    // a core and starve the health checks on this thread.
+                    tracing::warn!(error = %e, "admin accept failed; backing off");
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                    continue;
+                }
             },
             _ = stop.cancelled() => return,
         };

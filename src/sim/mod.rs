@@ -226,7 +226,10 @@ async fn serve(
         let (stream, _) = tokio::select! {
             r = listener.accept() => match r {
                 Ok(conn) => conn,
-                Err(_) => continue,
+                Err(_) => {
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                    continue;
+                }
             },
             _ = shutdown.cancelled() => break,
         };
