@@ -127,3 +127,51 @@ async fn three_hundred_watches_spread_over_connections_of_100_streams() {
     );
     assert!(sims.old.accepted_connections() >= 3);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_upstream_connections_are_closed_but_one_per_worker_stays_warm() {
+    // Two streams per connection: a burst of ten slow writes needs five connections.
+    let sims = sims_with(2).await;
+    sims.old
+        .controls
+        .write_delay
+        .store(300, std::sync::atomic::Ordering::Relaxed);
+    let routes_file = temp_dir("idle-upstream").join("routes.yaml");
+    std::fs::write(&routes_file, routes(&sims, DEFAULT_OLD)).expect("routes");
+    let settings = skewgate::proxy::ProxySettings {
+        workers: 1,
+        pool: skewgate::upstream::PoolSettings {
+            idle_timeout: Duration::from_millis(400),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let gate = gate_on(&routes_file, settings).await;
+    let burst: Vec<_> = (0..10)
+        .map(|i| {
+            let url = format!("{}/api/v1/namespaces/default/configmaps", gate.url());
+            tokio::spawn(async move {
+                let cm = serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": format!("b-{i}")}});
+                let r = h2().post(url).json(&cm).send().await.expect("create");
+                let status = r.status();
+                (status, r.text().await.unwrap_or_default())
+            })
+        })
+        .collect();
+    for b in burst {
+        let (status, body) = b.await.expect("join");
+        assert_eq!(status, 201, "{body}");
+    }
+    let open = |m: &str| metric(m, "skewgate_upstream_connections{backend=\"old\"");
+    let busy = open(&gate.metrics().await);
+    assert!(busy >= 5.0, "the burst needed {busy} connections");
+    // Idle: down to the worker's one and the health checks' one.
+    let settled = eventually(10, || async { open(&gate.metrics().await) <= 2.0 }).await;
+    assert!(settled, "{}", gate.metrics().await);
+    let r = h1()
+        .get(format!("{}/api/v1/namespaces", gate.url()))
+        .send()
+        .await
+        .expect("read");
+    assert_eq!(r.status(), 200);
+}

@@ -44,6 +44,12 @@ pub struct PoolSettings {
     /// The largest request header list sent upstream (HTTP/2 measure), besides the limit each
     /// apiserver connection advertises: kube-apiserver's own `MaxHeaderBytes` is 1 MiB.
     pub max_header_list_size: usize,
+    /// A connection with no stream for this long is closed, unless it is its worker's last one to
+    /// the endpoint (kept warm).
+    pub idle_timeout: Duration,
+    /// New connections per second per endpoint, at most: churn (an apiserver sending GOAWAY to
+    /// every connection, clients resetting streams) never turns into a connection storm.
+    pub max_new_connections_per_second: u32,
 }
 
 impl Default for PoolSettings {
@@ -59,6 +65,8 @@ impl Default for PoolSettings {
                 http::HeaderValue::from_static("skewgate"),
             )),
             max_header_list_size: 1 << 20,
+            idle_timeout: Duration::from_secs(90),
+            max_new_connections_per_second: 20,
         }
     }
 }
@@ -99,10 +107,14 @@ pub enum Credential {
 /// One upstream HTTP/2 connection.
 pub(crate) struct Conn {
     send: SendRequest<Bytes>,
+    /// The shard (worker) whose connection it is.
+    shard: usize,
     /// The header list size the apiserver accepts on this connection.
     header_limit: HeaderListLimit,
     active: AtomicUsize,
     closed: AtomicBool,
+    /// Whether it joined the pool (and the connections gauge).
+    counted: AtomicBool,
 }
 
 impl Conn {
@@ -137,6 +149,8 @@ pub struct EndpointPool {
     /// anonymous ones.
     shards: Box<[Shard]>,
     state: AtomicU8,
+    /// New connections in the current second.
+    connect_rate: std::sync::Mutex<ConnectRate>,
     /// Why the endpoint was last found down: what the apiserver answered, or the connect error.
     failure: arc_swap::ArcSwapOption<String>,
     streams: AtomicUsize,
@@ -197,6 +211,7 @@ impl EndpointPool {
             anonymous_tls: settings.tls.as_deref().map(without_client_certificate),
             settings,
             failure: arc_swap::ArcSwapOption::empty(),
+            connect_rate: std::sync::Mutex::new(ConnectRate::default()),
             shards: (0..2 * (super::worker::count() + 1))
                 .map(|_| Shard {
                     conns: ArcSwap::from_pointee(Vec::new()),
@@ -278,13 +293,18 @@ impl EndpointPool {
         }
     }
 
-    /// This thread's shard of connections presenting `credential`.
-    fn shard(&self, credential: Credential) -> &Shard {
+    /// This thread's shard of connections presenting `credential`, by index.
+    fn shard_index(&self, credential: Credential) -> usize {
         let per_class = self.shards.len() / 2;
         let i = super::worker::current().min(per_class - 1);
         // Over cleartext there is no certificate to leave out: one set of connections serves both.
         let anonymous = credential == Credential::Anonymous && self.endpoint.tls;
-        &self.shards[if anonymous { per_class + i } else { i }]
+        if anonymous { per_class + i } else { i }
+    }
+
+    /// This thread's shard of connections presenting `credential`.
+    fn shard(&self, credential: Credential) -> &Shard {
+        &self.shards[self.shard_index(credential)]
     }
 
     fn reserve_existing(self: &Arc<Self>, credential: Credential) -> Option<StreamSlot> {
@@ -310,6 +330,21 @@ impl EndpointPool {
         if let Some(slot) = self.reserve_existing(credential) {
             return Ok(slot);
         }
+        loop {
+            let wait = self
+                .connect_rate
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .admit(
+                    std::time::Instant::now(),
+                    self.settings.max_new_connections_per_second,
+                );
+            let Some(wait) = wait else { break };
+            tokio::time::sleep(wait).await;
+            if let Some(slot) = self.reserve_existing(credential) {
+                return Ok(slot);
+            }
+        }
         let conn = match self.connect(credential).await {
             Ok(c) => c,
             Err(e) => {
@@ -318,6 +353,14 @@ impl EndpointPool {
                 return Err(e);
             }
         };
+        if conn.closed.load(Ordering::Acquire) {
+            return Err(UpstreamError::Connect(format!(
+                "{}: the connection closed as it opened",
+                self.endpoint.url
+            )));
+        }
+        conn.counted.store(true, Ordering::Release);
+        self.connections_gauge.inc();
         conn.active.fetch_add(1, Ordering::AcqRel);
         self.shard(credential).conns.rcu(|list| {
             let mut list = Vec::clone(list);
@@ -335,10 +378,15 @@ impl EndpointPool {
                 .map_err(|e| UpstreamError::Connect(format!("{}: {e}", ep.url)))?;
             let _ = tcp.set_nodelay(true);
             let limit = HeaderListLimit::new(AtomicU32::new(u32::MAX));
+            let settled = Arc::new(tokio::sync::Notify::new());
             if !ep.tls {
-                let io = SettingsReader::new(tcp, limit.clone());
+                let io = SettingsReader::new(tcp, limit.clone(), settled.clone());
                 let (send, connection) = self.h2_handshake(io).await?;
-                return Ok(self.adopt(send, connection, limit));
+                let conn = self.adopt(send, connection, limit, credential);
+                // Open once the apiserver's SETTINGS (its stream limit) have arrived: a frozen
+                // apiserver that accepted the TCP connection never gets there.
+                settled.notified().await;
+                return Ok(conn);
             }
             let Some(config) = self.tls(credential) else {
                 return Err(UpstreamError::Connect(format!(
@@ -358,13 +406,20 @@ impl EndpointPool {
                     ep.url
                 )));
             }
-            let io = SettingsReader::new(tls, limit.clone());
+            let io = SettingsReader::new(tls, limit.clone(), settled.clone());
             let (send, connection) = self.h2_handshake(io).await?;
-            Ok(self.adopt(send, connection, limit))
+            let conn = self.adopt(send, connection, limit, credential);
+            settled.notified().await;
+            Ok(conn)
         };
         tokio::time::timeout(self.settings.connect_timeout, connect)
             .await
-            .map_err(|_| UpstreamError::Connect(format!("{}: connect timed out", ep.url)))?
+            .map_err(|_| {
+                UpstreamError::Connect(format!(
+                    "{}: no HTTP/2 connection (TCP, TLS and the apiserver's SETTINGS) within {:?}",
+                    ep.url, self.settings.connect_timeout
+                ))
+            })?
     }
 
     async fn h2_handshake<T>(
@@ -392,22 +447,25 @@ impl EndpointPool {
         send: SendRequest<Bytes>,
         mut connection: h2::client::Connection<T, Bytes>,
         header_limit: HeaderListLimit,
+        credential: Credential,
     ) -> Arc<Conn>
     where
         T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
     {
         let conn = Arc::new(Conn {
             send,
+            shard: self.shard_index(credential),
             header_limit,
             active: AtomicUsize::new(0),
             closed: AtomicBool::new(false),
+            counted: AtomicBool::new(false),
         });
-        self.connections_gauge.inc();
         let ping_pong = connection.ping_pong();
         let pool = Arc::downgrade(self);
         // Weak, so that a pool dropped on reload drops its connections' senders and they close.
         let me = Arc::downgrade(&conn);
         let (interval, timeout) = (self.settings.ping_interval, self.settings.ping_timeout);
+        let idle = idle_watch(pool.clone(), me.clone(), self.settings.idle_timeout);
         tokio::spawn(async move {
             let health = async move {
                 let Some(mut pp) = ping_pong else {
@@ -424,6 +482,8 @@ impl EndpointPool {
             let dead_by_ping = tokio::select! {
                 _ = &mut connection => false,
                 _ = health => true,
+                // Retired already: dropping the connection closes it.
+                () = idle => return,
             };
             if let (Some(pool), Some(conn)) = (pool.upgrade(), me.upgrade()) {
                 if dead_by_ping {
@@ -449,7 +509,62 @@ impl EndpointPool {
                     .collect::<Vec<_>>()
             });
         }
-        self.connections_gauge.dec();
+        if conn.counted.load(Ordering::Acquire) {
+            self.connections_gauge.dec();
+        }
+    }
+}
+
+/// Resolves once the connection has had no stream for `timeout` and has been retired; never for its
+/// worker's last connection to the endpoint, which is kept warm.
+async fn idle_watch(
+    pool: std::sync::Weak<EndpointPool>,
+    conn: std::sync::Weak<Conn>,
+    timeout: Duration,
+) {
+    let mut idle_since: Option<tokio::time::Instant> = None;
+    loop {
+        tokio::time::sleep(timeout / 4).await;
+        let (Some(pool), Some(conn)) = (pool.upgrade(), conn.upgrade()) else {
+            return std::future::pending().await;
+        };
+        if conn.active.load(Ordering::Acquire) > 0 {
+            idle_since = None;
+            continue;
+        }
+        let since = *idle_since.get_or_insert_with(tokio::time::Instant::now);
+        let others = pool.shards[conn.shard].conns.load().len() > 1;
+        // Checked and retired with no await between: on this worker no request can take a slot in
+        // between, and once retired none will.
+        if others && since.elapsed() >= timeout {
+            pool.retire(&conn);
+            return;
+        }
+    }
+}
+
+/// New connections in the current one-second window.
+#[derive(Debug, Default)]
+struct ConnectRate {
+    window: Option<std::time::Instant>,
+    count: u32,
+}
+
+impl ConnectRate {
+    /// Counts a new connection at `now` if fewer than `max` were opened this second; else how long
+    /// to wait for the next second.
+    fn admit(&mut self, now: std::time::Instant, max: u32) -> Option<Duration> {
+        let start = *self.window.get_or_insert(now);
+        let elapsed = now.saturating_duration_since(start);
+        if elapsed >= Duration::from_secs(1) {
+            self.window = Some(now);
+            self.count = 0;
+        }
+        if max == 0 || self.count < max {
+            self.count += 1;
+            return None;
+        }
+        Some(Duration::from_secs(1).saturating_sub(elapsed))
     }
 }
 
@@ -478,5 +593,22 @@ impl rustls::client::ResolvesClientCert for NoClientCertificate {
 
     fn has_certs(&self) -> bool {
         false
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn new_connections_are_bounded_per_second() {
+        let mut rate = ConnectRate::default();
+        let t0 = std::time::Instant::now();
+        for _ in 0..3 {
+            assert_eq!(rate.admit(t0, 3), None);
+        }
+        let wait = rate.admit(t0 + Duration::from_millis(400), 3);
+        assert_eq!(wait, Some(Duration::from_millis(600)));
+        assert_eq!(rate.admit(t0 + Duration::from_millis(1000), 3), None);
     }
 }

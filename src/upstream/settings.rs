@@ -28,6 +28,8 @@ pub type HeaderListLimit = Arc<AtomicU32>;
 pub struct SettingsReader<T> {
     inner: T,
     limit: HeaderListLimit,
+    /// Notified once, when the peer's first SETTINGS frame has been read whole.
+    settled: Option<Arc<tokio::sync::Notify>>,
     /// The frame header being read, and how much of it.
     header: [u8; FRAME_HEADER],
     header_len: usize,
@@ -38,11 +40,17 @@ pub struct SettingsReader<T> {
 }
 
 impl<T> SettingsReader<T> {
-    /// Wraps `inner`; `limit` is updated as SETTINGS frames arrive.
-    pub fn new(inner: T, limit: HeaderListLimit) -> SettingsReader<T> {
+    /// Wraps `inner`; `limit` is updated as SETTINGS frames arrive, and `settled` is notified when
+    /// the first one has.
+    pub fn new(
+        inner: T,
+        limit: HeaderListLimit,
+        settled: Arc<tokio::sync::Notify>,
+    ) -> SettingsReader<T> {
         SettingsReader {
             inner,
             limit,
+            settled: Some(settled),
             header: [0; FRAME_HEADER],
             header_len: 0,
             remaining: 0,
@@ -80,16 +88,23 @@ impl<T> SettingsReader<T> {
             let is_settings = h[3] == SETTINGS && h[4] & ACK == 0;
             self.settings = (is_settings && len <= MAX_SETTINGS_PAYLOAD).then(Vec::new);
             self.remaining = len;
+            if is_settings && len == 0 {
+                self.apply(&[]);
+            }
         }
     }
 
-    fn apply(&self, payload: &[u8]) {
+    fn apply(&mut self, payload: &[u8]) {
         for setting in payload.chunks_exact(6) {
             let id = u16::from_be_bytes([setting[0], setting[1]]);
             if id == MAX_HEADER_LIST_SIZE {
                 let value = u32::from_be_bytes([setting[2], setting[3], setting[4], setting[5]]);
                 self.limit.store(value, Ordering::Relaxed);
             }
+        }
+        // h2 applies the frame in the same poll that read it, before the waiter runs.
+        if let Some(settled) = self.settled.take() {
+            settled.notify_one();
         }
     }
 }
@@ -183,7 +198,8 @@ mod tests {
         bytes.extend(frame(SETTINGS, 0, &[0, 6, 0, 0, 0x20, 0]));
         for split in 1..bytes.len() {
             let limit = HeaderListLimit::new(AtomicU32::new(u32::MAX));
-            let mut r = SettingsReader::new((), limit.clone());
+            let settled = Arc::new(tokio::sync::Notify::new());
+            let mut r = SettingsReader::new((), limit.clone(), settled.clone());
             r.observe(&bytes[..split]);
             r.observe(&bytes[split..]);
             assert_eq!(limit.load(Ordering::Relaxed), 0x2000, "split at {split}");
