@@ -26,34 +26,44 @@ fn arg(name: &str, default: u64) -> u64 {
         .unwrap_or(default)
 }
 
-/// Sequential small GETs for `seconds`: their latencies in microseconds, and failures.
-async fn victim(base: String, seconds: u64) -> (Vec<u64>, u64) {
+/// Sequential small GETs for `seconds`: their latencies in microseconds, failures, and the first
+/// failure's description.
+async fn victim(base: String, seconds: u64) -> (Vec<u64>, u64, Option<String>) {
     let client = reqwest::Client::builder()
         .http2_prior_knowledge()
         .local_address("127.0.0.2".parse::<std::net::IpAddr>().ok())
         .build()
         .expect("client");
     let url = format!("{base}/api/v1/namespaces/default/configmaps/small");
-    let (mut lat, mut failed) = (Vec::new(), 0);
+    let (mut lat, mut failed, mut first) = (Vec::new(), 0, None);
     let end = Instant::now() + Duration::from_secs(seconds);
     while Instant::now() < end {
         let t = Instant::now();
-        let ok = tokio::time::timeout(Duration::from_secs(5), async {
+        let outcome = tokio::time::timeout(Duration::from_secs(5), async {
             match client.get(&url).send().await {
-                Ok(r) if r.status() == 200 => r.bytes().await.is_ok(),
-                _ => false,
+                Ok(r) if r.status() == 200 => {
+                    r.bytes().await.map(|_| ()).map_err(|e| e.to_string())
+                }
+                Ok(r) => Err(format!(
+                    "{}: {}",
+                    r.status(),
+                    r.text().await.unwrap_or_default()
+                )),
+                Err(e) => Err(format!("{e:?}")),
             }
         })
         .await
-        .unwrap_or(false);
-        if ok {
-            lat.push(t.elapsed().as_micros() as u64);
-        } else {
-            failed += 1;
+        .unwrap_or_else(|_| Err("no answer within 5 s".to_owned()));
+        match outcome {
+            Ok(()) => lat.push(t.elapsed().as_micros() as u64),
+            Err(e) => {
+                failed += 1;
+                first.get_or_insert(e);
+            }
         }
     }
     lat.sort_unstable();
-    (lat, failed)
+    (lat, failed, first)
 }
 
 fn pct(sorted: &[u64], p: f64) -> u64 {
@@ -305,6 +315,7 @@ async fn main() {
     .expect("skewgate");
     let base = format!("http://{}", server.addr);
     let _ = victim(base.clone(), 1).await;
+    let mut failures = Vec::new();
 
     let attacks: [(&str, Option<Attack>); 8] = [
         ("quiet", None),
@@ -338,7 +349,10 @@ async fn main() {
         if task.is_some() {
             tokio::time::sleep(Duration::from_millis(300)).await;
         }
-        let (lat, failed) = victim(base.clone(), seconds).await;
+        let (lat, failed, first) = victim(base.clone(), seconds).await;
+        if let Some(f) = first {
+            failures.push(format!("{name}: {f}"));
+        }
         stop.store(true, Ordering::Relaxed);
         if let Some(t) = task {
             t.abort();
@@ -353,6 +367,9 @@ async fn main() {
             count.load(Ordering::Relaxed)
         );
         tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    for f in failures {
+        println!("first victim failure under {f}");
     }
     server.shutdown().await;
 }

@@ -102,7 +102,7 @@ async fn big_configmaps(sims: &Sims, n: usize, size: usize) {
     for i in 0..n {
         let body = serde_json::json!({
             "apiVersion": "v1", "kind": "ConfigMap",
-            "metadata": {"name": format!("big-{i}"), "namespace": "default"},
+            "metadata": {"name": format!("big-{size}-{i}"), "namespace": "default"},
             "data": {"blob": data},
         });
         let resp = client

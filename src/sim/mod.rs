@@ -215,9 +215,16 @@ async fn serve(
     shutdown: CancellationToken,
 ) {
     let mut builder = auto::Builder::new(TokioExecutor::new());
+    // kube-apiserver (Go's x/net/http2) does not count resets: it runs a handler per stream up to
+    // its stream limit, queues the rest, and sends GOAWAY ENHANCE_YOUR_CALM ("too_many_early_resets")
+    // only when more than 4x the limit wait unstarted. h2's nearest knob is the bound on streams
+    // reset before they are accepted (20 by default, harsher than the apiserver); nor does Go count
+    // the resets it sends itself (h2 closes the connection after 1,024).
     builder
         .http2()
-        .max_concurrent_streams(config.max_concurrent_streams);
+        .max_concurrent_streams(config.max_concurrent_streams)
+        .max_pending_accept_reset_streams(4 * config.max_concurrent_streams as usize)
+        .max_local_error_reset_streams(None);
     if let Some(max) = config.max_header_list_size {
         builder.http2().max_header_list_size(max);
     }

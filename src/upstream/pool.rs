@@ -433,6 +433,11 @@ impl EndpointPool {
             .initial_max_send_streams(self.settings.initial_max_streams)
             .initial_window_size(STREAM_WINDOW)
             .initial_connection_window_size(CONNECTION_WINDOW)
+            // h2 counts every stream it resets for us (each one a client gave up on) and, past 1,024
+            // over the connection's life, kills the connection: every client's watches on it with
+            // it. That guard is against a hostile peer; this peer is the apiserver, and what clients
+            // may reset is bounded per client connection (`proxy::resets`).
+            .max_local_error_reset_streams(None)
             .handshake::<_, Bytes>(io)
             .await
             .map_err(|e| {
