@@ -12,7 +12,7 @@ use hyper::body::Incoming;
 use super::Proxy;
 use super::body::ProxyBody;
 use super::discovery::{DiscoveryPath, discovery_path};
-use super::limits::ClientKey;
+use super::limits::{ClientKey, ClientPermit};
 use super::request_body::ClientBody;
 use super::routing::Routing;
 use super::status::{ProxyError, status_response};
@@ -21,7 +21,7 @@ use crate::classify::{Client, classify};
 use crate::config::BackendId;
 use crate::identity::{Identity, forward_identity};
 use crate::steer::{Class, Decision, Reason, SteerRequest, WriteTicket, backend_key, object_key};
-use crate::upstream::{Credential, UpstreamError, send};
+use crate::upstream::{BackendPool, Credential, EndpointPool, UpstreamError, send};
 
 static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 
@@ -95,22 +95,11 @@ pub async fn handle(
         resp
     };
     if !long_running {
-        let client = match &identity {
-            Some(id) => ClientKey::User(&id.user),
-            None => ClientKey::Address(remote.ip()),
-        };
-        match proxy.limits.try_acquire(client) {
+        match admit_client(&proxy, identity.as_deref(), remote) {
             Ok(permit) => tracker.hold(permit),
-            Err(_) => {
-                return answer(status_response(
-                    StatusCode::TOO_MANY_REQUESTS,
-                    "TooManyRequests",
-                    &format!(
-                        "skewgate: {client} has {} requests in flight, the most one client may have; retry",
-                        proxy.limits.limit()
-                    ),
-                    true,
-                ));
+            Err(why) => {
+                let code = StatusCode::TOO_MANY_REQUESTS;
+                return answer(status_response(code, "TooManyRequests", &why, true));
             }
         }
     }
@@ -143,79 +132,26 @@ pub async fn handle(
         },
         None => None,
     };
-    // For a merged document the apiserver only decides whether the client may read discovery; its
-    // own copy (or a 304 for it) is not what the client gets.
-    let merged_answer = match merge {
-        Some(Merge::Answer(path)) => {
-            let accept = parts.headers.get(header::ACCEPT).cloned();
-            let if_none_match = parts.headers.remove(header::IF_NONE_MATCH);
-            Some((path, accept, if_none_match))
-        }
-        _ => None,
-    };
+    let merged_answer = merge.and_then(|m| MergedAnswer::take(m, &mut parts.headers));
     prepare_headers(&mut parts.headers, remote);
     forward_identity(
         &proxy.settings.identity_headers,
         &mut parts.headers,
         identity.as_deref(),
     );
-    // A client with neither a verified certificate nor a token reaches the apiserver with no
-    // credentials at all, so that the apiserver's own anonymous policy decides about it.
-    let credential = if identity.is_some() || parts.headers.contains_key(header::AUTHORIZATION) {
-        Credential::FrontProxy
-    } else {
-        Credential::Anonymous
-    };
+    let credential = credential_of(identity.as_deref(), &parts.headers);
     if let Some(protocol) = upgrade {
-        // The tunnel carries no request body: one announced would leave the apiserver waiting.
-        if !http_body::Body::is_end_stream(&body) {
-            return answer(status_response(
-                StatusCode::BAD_REQUEST,
-                "BadRequest",
-                "skewgate: an upgrade request (exec, attach, port-forward) carries no body",
-                false,
-            ));
-        }
-        let tls = endpoint.tls(credential);
-        let head_timeout = proxy.settings.response_timeout;
-        return answer(
-            match upgrade::tunnel(endpoint, tls, parts, protocol, head_timeout).await {
-                Ok(resp) => resp,
-                Err(error) => ProxyError::Upstream {
-                    backend: backend.name.clone(),
-                    error,
-                    safe,
-                }
-                .into_response(),
-            },
-        );
+        let upgrade = Upgrade {
+            credential,
+            protocol,
+            safe,
+        };
+        let resp = forward_upgrade(&proxy, backend, endpoint, upgrade, parts, body).await;
+        return answer(resp);
     }
-    let path = parts
-        .uri
-        .path_and_query()
-        .cloned()
-        .unwrap_or_else(|| PathAndQuery::from_static("/"));
-    let mut uri = http::uri::Parts::default();
-    uri.scheme = Some(if endpoint.endpoint.tls {
-        Scheme::HTTPS
-    } else {
-        Scheme::HTTP
-    });
-    uri.authority = Some(endpoint.authority.clone());
-    uri.path_and_query = Some(path);
-    parts.uri = match Uri::from_parts(uri) {
+    parts.uri = match upstream_uri(&parts.uri, endpoint) {
         Ok(u) => u,
-        Err(e) => {
-            let error = UpstreamError::Protocol(format!("cannot build the upstream URI: {e}"));
-            return answer(
-                ProxyError::Upstream {
-                    backend: backend.name.clone(),
-                    error,
-                    safe,
-                }
-                .into_response(),
-            );
-        }
+        Err(error) => return answer(upstream_failed(&backend.name, error, safe)),
     };
     let head = Request::from_parts(parts, ());
     let (body, client_fault) = ClientBody::new(body, proxy.settings.identity_headers.clone());
@@ -253,29 +189,13 @@ pub async fn handle(
         );
     }
     match sent {
-        Err(error) if error.is_client_error() => answer(
-            ProxyError::Upstream {
-                backend: backend.name.clone(),
-                error,
-                safe,
-            }
-            .into_response(),
-        ),
-        Err(error) if client_failed => {
-            tracing::debug!(%remote, %error, "the client's request body failed");
-            answer(status_response(
-                StatusCode::BAD_REQUEST,
-                "BadRequest",
-                "skewgate: the request body could not be read (malformed framing, or the client stopped sending it)",
-                false,
-            ))
-        }
+        Err(error) if client_failed => answer(client_failed_response(error, remote, safe)),
         Ok(resp) => {
-            if let Some((path, accept, if_none_match)) = &merged_answer
+            if let Some(m) = &merged_answer
                 && resp.status() == StatusCode::OK
                 && let Some(merged) = routing
                     .discovery()
-                    .and_then(|d| d.respond(*path, accept.as_ref(), if_none_match.as_ref()))
+                    .and_then(|d| d.respond(m.path, m.accept.as_ref(), m.if_none_match.as_ref()))
             {
                 return answer(merged);
             }
@@ -292,15 +212,136 @@ pub async fn handle(
                 .with_label_values(&[backend.name.as_str(), error.reason()])
                 .inc();
             tracing::debug!(backend = %backend.name, %error, "upstream request failed");
-            answer(
-                ProxyError::Upstream {
-                    backend: backend.name.clone(),
-                    error,
-                    safe,
-                }
-                .into_response(),
-            )
+            answer(upstream_failed(&backend.name, error, safe))
         }
+    }
+}
+
+/// The client's place among its requests in flight, or why it has too many already.
+fn admit_client(
+    proxy: &Proxy,
+    identity: Option<&Identity>,
+    remote: SocketAddr,
+) -> Result<Option<ClientPermit>, String> {
+    let client = match identity {
+        Some(id) => ClientKey::User(&id.user),
+        None => ClientKey::Address(remote.ip()),
+    };
+    proxy.limits.try_acquire(client).map_err(|_| {
+        format!(
+            "skewgate: {client} has {} requests in flight, the most one client may have; retry",
+            proxy.limits.limit()
+        )
+    })
+}
+
+/// A client with neither a verified certificate nor a token reaches the apiserver with no
+/// credentials at all, so that the apiserver's own anonymous policy decides about it.
+fn credential_of(identity: Option<&Identity>, headers: &HeaderMap) -> Credential {
+    if identity.is_some() || headers.contains_key(header::AUTHORIZATION) {
+        Credential::FrontProxy
+    } else {
+        Credential::Anonymous
+    }
+}
+
+/// How an upgrade request goes upstream.
+struct Upgrade {
+    credential: Credential,
+    protocol: HeaderValue,
+    safe: bool,
+}
+
+/// Exec, attach and port-forward: tunnelled on a connection of their own.
+async fn forward_upgrade(
+    proxy: &Proxy,
+    backend: &BackendPool,
+    endpoint: &EndpointPool,
+    upgrade: Upgrade,
+    parts: http::request::Parts,
+    body: Incoming,
+) -> Response<ProxyBody> {
+    // The tunnel carries no request body: one announced would leave the apiserver waiting.
+    if !http_body::Body::is_end_stream(&body) {
+        return status_response(
+            StatusCode::BAD_REQUEST,
+            "BadRequest",
+            "skewgate: an upgrade request (exec, attach, port-forward) carries no body",
+            false,
+        );
+    }
+    let tls = endpoint.tls(upgrade.credential);
+    let head_timeout = proxy.settings.response_timeout;
+    match upgrade::tunnel(endpoint, tls, parts, upgrade.protocol, head_timeout).await {
+        Ok(resp) => resp,
+        Err(error) => upstream_failed(&backend.name, error, upgrade.safe),
+    }
+}
+
+/// The request's URI as the endpoint is asked for it.
+fn upstream_uri(uri: &Uri, endpoint: &EndpointPool) -> Result<Uri, UpstreamError> {
+    let path = uri
+        .path_and_query()
+        .cloned()
+        .unwrap_or_else(|| PathAndQuery::from_static("/"));
+    let mut parts = http::uri::Parts::default();
+    parts.scheme = Some(if endpoint.endpoint.tls {
+        Scheme::HTTPS
+    } else {
+        Scheme::HTTP
+    });
+    parts.authority = Some(endpoint.authority.clone());
+    parts.path_and_query = Some(path);
+    Uri::from_parts(parts)
+        .map_err(|e| UpstreamError::Protocol(format!("cannot build the upstream URI: {e}")))
+}
+
+fn upstream_failed(backend: &str, error: UpstreamError, safe: bool) -> Response<ProxyBody> {
+    ProxyError::Upstream {
+        backend: backend.to_owned(),
+        error,
+        safe,
+    }
+    .into_response()
+}
+
+/// A failure the client caused: headers too large (431), or its own body that failed (400).
+fn client_failed_response(
+    error: UpstreamError,
+    remote: SocketAddr,
+    safe: bool,
+) -> Response<ProxyBody> {
+    if error.is_client_error() {
+        return upstream_failed("", error, safe);
+    }
+    tracing::debug!(%remote, %error, "the client's request body failed");
+    status_response(
+        StatusCode::BAD_REQUEST,
+        "BadRequest",
+        "skewgate: the request body could not be read (malformed framing, or the client stopped sending it)",
+        false,
+    )
+}
+
+/// A discovery document answered merged once the apiserver has let the client read it: the
+/// client's `Accept` and `If-None-Match`, the latter kept from the apiserver (its copy, or a 304 for
+/// it, is not what the client gets).
+struct MergedAnswer {
+    path: DiscoveryPath<'static>,
+    accept: Option<HeaderValue>,
+    if_none_match: Option<HeaderValue>,
+}
+
+impl MergedAnswer {
+    fn take(merge: Merge, headers: &mut HeaderMap) -> Option<MergedAnswer> {
+        let Merge::Answer(path) = merge else {
+            return None;
+        };
+        Some(MergedAnswer {
+            path,
+            accept: headers.get(header::ACCEPT).cloned(),
+            if_none_match: headers.remove(header::IF_NONE_MATCH),
+        })
     }
 }
 
