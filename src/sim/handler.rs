@@ -220,14 +220,13 @@ fn list(sim: &SimState, t: &Target<'_>) -> Response<SimBody> {
     let (items, rv) = sim
         .store
         .list(&ObjectKey::new(t.res, "", "").resource, t.namespace);
-    let items: Vec<Value> = items.iter().map(|o| sim.read_view(t.res, o)).collect();
-    let list = json!({
-        "kind": format!("{}List", t.res.kind),
-        "apiVersion": t.res.api_version(),
-        "metadata": {"resourceVersion": rv.to_string()},
-        "items": items,
-    });
-    json_response(StatusCode::OK, &list)
+    let body = super::list::ListBody::new(sim.version, t.res, items, rv);
+    let mut resp = Response::new(body.boxed());
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        header::HeaderValue::from_static("application/json"),
+    );
+    resp
 }
 
 async fn write(sim: &Arc<SimState>, t: Target<'_>, req: Request<Incoming>) -> Response<SimBody> {

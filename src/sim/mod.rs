@@ -10,6 +10,7 @@
 pub mod api;
 pub mod auth;
 mod handler;
+mod list;
 mod openapi;
 pub mod schema;
 pub mod store;
@@ -224,7 +225,12 @@ async fn serve(
         .http2()
         .max_concurrent_streams(config.max_concurrent_streams)
         .max_pending_accept_reset_streams(4 * config.max_concurrent_streams as usize)
-        .max_local_error_reset_streams(None);
+        .max_local_error_reset_streams(None)
+        // As kube-apiserver's secure serving: 256 KiB per stream ("99% of serialized resources
+        // ... smaller than 256kb"), that times the stream limit per connection, 1 MiB of headers.
+        .initial_stream_window_size(256 << 10)
+        .initial_connection_window_size((256 << 10) * config.max_concurrent_streams.max(1))
+        .max_header_list_size(1 << 20);
     if let Some(max) = config.max_header_list_size {
         builder.http2().max_header_list_size(max);
     }
