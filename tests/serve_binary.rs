@@ -1,4 +1,5 @@
-//! `skewgate serve` as a process: it serves, ends watches cleanly on SIGTERM, and exits 0.
+//! `skewgate serve` as a process: it serves, ends watches cleanly on SIGTERM, and exits 0; out of
+//! file descriptors, it keeps its admin listener answering and serves again when clients leave.
 
 mod common;
 
@@ -8,6 +9,73 @@ use std::time::Duration;
 
 use common::*;
 use futures_util::StreamExt;
+
+/// A running `skewgate serve`: the process, its client and admin addresses, its log so far.
+struct Serving {
+    child: std::process::Child,
+    addr: String,
+    admin: String,
+    log: Vec<String>,
+}
+
+impl Drop for Serving {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Starts `skewgate serve` on `routes` with `args`, under a file descriptor limit of `nofile` (soft
+/// and hard) when given, and waits for it to say where it listens.
+fn serve(routes: &std::path::Path, args: &[&str], nofile: Option<u32>) -> Serving {
+    let exe = env!("CARGO_BIN_EXE_skewgate");
+    let mut command = match nofile {
+        Some(n) => {
+            let mut c = Command::new("bash");
+            c.args(["-c", &format!("ulimit -n {n} && exec \"$0\" \"$@\""), exe]);
+            c
+        }
+        None => Command::new(exe),
+    };
+    let mut child = command
+        .args(["serve", "--routes"])
+        .arg(routes)
+        .args(["--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"])
+        .args(args)
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("skewgate serve starts");
+    let stderr = child.stderr.take();
+    let (tx, rx) = std::sync::mpsc::channel::<String>();
+    std::thread::spawn(move || {
+        let Some(stderr) = stderr else { return };
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    // Killed when dropped, also when no address is logged.
+    let mut serving = Serving {
+        child,
+        addr: String::new(),
+        admin: String::new(),
+        log: Vec::new(),
+    };
+    let field = |line: &str, name: &str| {
+        line.split(&format!(" {name}="))
+            .nth(1)
+            .and_then(|rest| rest.split_whitespace().next())
+            .map(str::to_owned)
+    };
+    while let Ok(line) = rx.recv_timeout(Duration::from_secs(10)) {
+        serving.log.push(line.clone());
+        if let (Some(addr), Some(admin)) = (field(&line, "addr"), field(&line, "admin_addr")) {
+            serving.addr = addr;
+            serving.admin = admin;
+            return serving;
+        }
+    }
+    panic!("skewgate serve logged no address: {:?}", serving.log);
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serve_stops_gracefully_on_sigterm() {
@@ -19,37 +87,8 @@ async fn serve_stops_gracefully_on_sigterm() {
         routes(&sims, "writes:\n  default: old\nreads:\n  default: old\n"),
     )
     .expect("routes");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_skewgate"))
-        .args(["serve", "--routes"])
-        .arg(&routes_file)
-        .args([
-            "--listen",
-            "127.0.0.1:0",
-            "--admin-listen",
-            "127.0.0.1:0",
-            "--shutdown-grace",
-            "5s",
-        ])
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("skewgate serve starts");
-    let stderr = child.stderr.take().expect("stderr");
-    let (tx, rx) = std::sync::mpsc::channel::<String>();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            let _ = tx.send(line);
-        }
-    });
-    let mut log = Vec::new();
-    let addr = loop {
-        let line = rx
-            .recv_timeout(Duration::from_secs(10))
-            .expect("a log line");
-        log.push(line.clone());
-        if let Some(rest) = line.split(" addr=").nth(1) {
-            break rest.split_whitespace().next().expect("address").to_owned();
-        }
-    };
+    let mut serving = serve(&routes_file, &["--shutdown-grace", "5s"], None);
+    let (addr, log) = (serving.addr.clone(), serving.log.clone());
     assert!(
         log.iter().any(|l| l.contains("cleartext")),
         "it says it serves in cleartext: {log:?}"
@@ -66,7 +105,7 @@ async fn serve_stops_gracefully_on_sigterm() {
     let mut body = resp.bytes_stream();
 
     let kill = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
+        .args(["-TERM", &serving.child.id().to_string()])
         .status()
         .expect("kill");
     assert!(kill.success());
@@ -81,9 +120,7 @@ async fn serve_stops_gracefully_on_sigterm() {
     .await
     .expect("the watch ends at shutdown");
     assert!(ended.iter().all(Result::is_ok), "{ended:?}");
-    let status = tokio::task::spawn_blocking(move || child.wait().expect("wait"))
-        .await
-        .expect("join");
+    let status = tokio::task::block_in_place(|| serving.child.wait().expect("wait"));
     assert_eq!(status.code(), Some(0), "exit code");
     assert!(
         client
@@ -92,5 +129,68 @@ async fn serve_stops_gracefully_on_sigterm() {
             .await
             .is_err(),
         "no longer accepting"
+    );
+}
+
+/// Clients that connect and say nothing, more than skewgate has descriptors for: its admin listener
+/// still answers, nothing spins, and once they leave a client is served. Before the bound, accepts
+/// took every descriptor, and the admin listener and upstream connects met EMFILE.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn out_of_descriptors_the_admin_listener_answers_and_clients_are_served_again() {
+    let sims = sims().await;
+    let dir = temp_dir("nofile");
+    let routes_file = dir.join("routes.yaml");
+    std::fs::write(
+        &routes_file,
+        routes(&sims, "writes:\n  default: old\nreads:\n  default: old\n"),
+    )
+    .expect("routes");
+    let serving = serve(&routes_file, &[], Some(160));
+    let Serving {
+        addr, admin, log, ..
+    } = &serving;
+    assert!(
+        log.iter().any(|l| l.contains("max_client_connections=96")),
+        "160 descriptors less 64 kept back: {log:?}"
+    );
+    let mut held = Vec::new();
+    for _ in 0..240 {
+        if let Ok(Ok(s)) = tokio::time::timeout(
+            Duration::from_millis(200),
+            tokio::net::TcpStream::connect(&addr),
+        )
+        .await
+        {
+            held.push(s);
+        }
+    }
+    assert!(
+        held.len() > 160,
+        "more connections than descriptors: {}",
+        held.len()
+    );
+    let client = h1();
+    let health = tokio::time::timeout(
+        Duration::from_secs(5),
+        client.get(format!("http://{admin}/healthz")).send(),
+    )
+    .await;
+    assert!(
+        matches!(&health, Ok(Ok(r)) if r.status() == 200),
+        "the admin listener answers: {health:?}"
+    );
+    drop(held);
+    let served = tokio::time::timeout(
+        Duration::from_secs(10),
+        client
+            .get(format!(
+                "http://{addr}/api/v1/namespaces/default/configmaps"
+            ))
+            .send(),
+    )
+    .await;
+    assert!(
+        matches!(&served, Ok(Ok(r)) if r.status() == 200),
+        "a client is served once the others left: {served:?}"
     );
 }

@@ -108,6 +108,11 @@ pub struct ServeArgs {
     /// long-running requests not counted; past it, 429 with Retry-After. 0: no limit.
     #[arg(long, default_value_t = 100)]
     pub max_requests_per_client: usize,
+    /// Client connections held at once; past it, new ones wait in the listen backlog. 0: the file
+    /// descriptor limit (raised to its hard limit at start) less an eighth, at least 64, kept for
+    /// upstream connections and the admin listener.
+    #[arg(long, default_value_t = 0)]
+    pub max_client_connections: usize,
     /// Headers that carry the user upstream, and are removed from clients (default X-Remote-User).
     #[arg(long, value_delimiter = ',')]
     pub requestheader_username_headers: Vec<String>,

@@ -39,6 +39,11 @@ pub async fn serve(proxy: Arc<Proxy>, listener: TcpListener, stop: CancellationT
         // per request, and answered 431 with a Status rather than a GOAWAY.
         .max_header_list_size(1 << 20);
     loop {
+        // A slot first: at the bound, connections wait in the backlog, not in EMFILE.
+        let slot = tokio::select! {
+            slot = proxy.connection_slots.acquire() => slot,
+            _ = stop.cancelled() => break,
+        };
         let (stream, remote) = tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok(c) => c,
@@ -55,6 +60,7 @@ pub async fn serve(proxy: Arc<Proxy>, listener: TcpListener, stop: CancellationT
         let (h1, h2) = (h1.clone(), h2.clone());
         let watcher = graceful.watcher();
         tokio::spawn(async move {
+            let _slot = slot;
             let Some(tls) = proxy.settings.tls.as_ref().map(|t| t.config()) else {
                 // The first request's deadline covers protocol detection too.
                 let detected =

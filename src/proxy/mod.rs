@@ -1,6 +1,7 @@
 //! The proxy: listeners and the service that runs one request through classify, steer and upstream.
 
 mod body;
+mod capacity;
 mod debug;
 mod detect;
 mod discovery;
@@ -57,6 +58,9 @@ pub struct ProxySettings {
     /// Requests in flight per client (its verified user, else its address), long-running ones not
     /// counted; past it, 429. 0: no limit.
     pub max_requests_per_client: usize,
+    /// Client connections held at once; past it, new ones wait in the listen backlog. 0: derived
+    /// from the file descriptor limit (which is raised to its hard limit), keeping some back.
+    pub max_client_connections: usize,
     /// The identity header names removed from clients and set upstream.
     pub identity_headers: Arc<IdentityHeaders>,
 }
@@ -74,6 +78,7 @@ impl Default for ProxySettings {
             handshake_timeout: Duration::from_secs(10),
             first_request_timeout: Duration::from_secs(30),
             max_requests_per_client: 100,
+            max_client_connections: 0,
             identity_headers: Arc::new(IdentityHeaders::default()),
         }
     }
@@ -104,6 +109,8 @@ pub struct Proxy {
     pub writes: Arc<WriteLedger>,
     /// Requests in flight per client.
     pub limits: Arc<limits::ClientLimits>,
+    /// Client connections held at once.
+    pub connection_slots: capacity::ConnectionSlots,
 }
 
 impl Proxy {
@@ -129,6 +136,12 @@ impl Proxy {
             stop_long_running,
             writes: Arc::new(WriteLedger::default()),
             limits: limits::ClientLimits::new(settings.max_requests_per_client),
+            connection_slots: capacity::ConnectionSlots::new(
+                match settings.max_client_connections {
+                    0 => capacity::default_max_connections(capacity::raise_fd_limit()),
+                    n => n,
+                },
+            ),
             settings,
         })
     }

@@ -121,6 +121,10 @@ impl Server {
                 .map_err(|error| StartError::Bind { addr, error })?;
             handles.push(handle);
         }
+        tracing::info!(
+            max_client_connections = proxy.connection_slots.max(),
+            "client connections are bounded"
+        );
         if opts.settings.tls.is_some() {
             tracing::info!(%addr, %admin_addr, routes = %opts.routes.display(), "serving TLS (h2 and http/1.1 by ALPN)");
         } else {
