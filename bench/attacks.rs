@@ -1,31 +1,41 @@
 //! A victim's latency through skewgate while other clients misbehave, against the same victim with
-//! no attack, in one run: clients that do not read large LISTs, paced rapid reset, oversized
-//! headers, half-sent prefaces and slow headers (slowloris), malformed bodies, and one greedy
-//! client. The victim (its own address, so per-client limits do not confuse it with the attackers)
-//! sends small GETs one after another on one h2c connection, sharing skewgate's workers and
-//! upstream connections with the attackers.
+//! no attack, in one run, and the same through HAProxy when it is installed: clients that do not
+//! read large LISTs, paced rapid reset, oversized headers, half-sent prefaces and slow headers
+//! (slowloris), malformed bodies, and one greedy client.
+//!
+//! Each party is its own process, as it would be in a cluster: the simulator, the proxy, the victim
+//! (this process: small GETs one after another on one h2c connection from its own address, so
+//! per-client limits do not confuse it with the attackers) and the attackers (this program again,
+//! run with `--attack`, at `nice 19`, so that on a small machine the load generator's own CPU does
+//! not count as the proxy's failure to isolate). The attackers share the proxy's workers and
+//! upstream connections with the victim.
 //!
 //! Run: `cargo bench --bench attacks` (options after `--`: `--seconds N`, default 3).
 
+#[path = "targets.rs"]
+mod targets;
+
 use std::net::SocketAddr;
+use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use skewgate::proxy::{ProxySettings, ServeOptions, Server};
-use skewgate::sim::{self, SimConfig, Store};
+use targets::{Target, start_sim, start_targets};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-fn arg(name: &str, default: u64) -> u64 {
+fn arg(name: &str) -> Option<String> {
     let args: Vec<String> = std::env::args().collect();
     args.iter()
         .position(|a| a == name)
         .and_then(|i| args.get(i + 1))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
+        .cloned()
 }
 
+fn num_arg(name: &str, default: u64) -> u64 {
+    arg(name).and_then(|v| v.parse().ok()).unwrap_or(default)
+}
 /// Sequential small GETs for `seconds`: their latencies in microseconds, failures, and the first
 /// failure's description.
 async fn victim(base: String, seconds: u64) -> (Vec<u64>, u64, Option<String>) {
@@ -262,114 +272,152 @@ fn greedy(
     })
 }
 
-async fn fill_store(sim: &str) {
+/// Forty ConfigMaps of 100 KB in namespace `big` (a 4 MB LIST); `default/small` is already there.
+async fn fill_store(sim: SocketAddr) {
     let client = reqwest::Client::new();
     let data = "x".repeat(100_000);
     for i in 0..40 {
         let body = serde_json::json!({"metadata": {"name": format!("big-{i}"), "namespace": "big"}, "data": {"blob": data}});
         let _ = client
-            .post(format!("{sim}/api/v1/namespaces/big/configmaps"))
+            .post(format!("http://{sim}/api/v1/namespaces/big/configmaps"))
             .json(&body)
             .send()
             .await;
     }
-    let small = serde_json::json!({"metadata": {"name": "small", "namespace": "default"}, "data": {"k": "v"}});
-    let _ = client
-        .post(format!("{sim}/api/v1/namespaces/default/configmaps"))
-        .json(&small)
-        .send()
-        .await;
 }
 
-#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
-async fn main() {
-    let seconds = arg("--seconds", 3);
-    let any: SocketAddr = "127.0.0.1:0".parse().expect("addr");
-    let store = Store::new();
-    let sim = sim::start(SimConfig::new("v1.30.0"), store, any)
-        .await
-        .expect("sim");
-    fill_store(&sim.url()).await;
-    let dir = std::env::temp_dir().join(format!("skewgate-attacks-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("dir");
-    let routes = dir.join("routes.yaml");
-    std::fs::write(
-        &routes,
-        format!(
-            "apiVersion: skewgate.io/v1alpha1\nkind: RouteTable\nbackends:\n  - {{name: b, endpoints: [\"{}\"]}}\nwrites:\n  default: b\nreads:\n  default: b\n",
-            sim.url()
-        ),
-    )
-    .expect("routes");
-    let server = Server::start(ServeOptions {
-        routes,
-        listen: any,
-        admin_listen: any,
-        reload_poll: Duration::from_secs(60),
-        settings: ProxySettings {
-            first_request_timeout: Duration::from_secs(5),
-            ..ProxySettings::default()
-        },
-    })
-    .await
-    .expect("skewgate");
-    let base = format!("http://{}", server.addr);
-    let _ = victim(base.clone(), 1).await;
-    let mut failures = Vec::new();
+/// The phases: a name and the attack run beside the victim.
+const PHASES: [(&str, Option<Attack>); 8] = [
+    ("quiet", None),
+    (
+        "clients not reading 4 MB LISTs (32 streams)",
+        Some(non_readers),
+    ),
+    (
+        "paced rapid reset (HEADERS, 1 ms, RST_STREAM)",
+        Some(rapid_reset),
+    ),
+    ("300 KB header blocks", Some(big_headers)),
+    ("malformed chunked bodies", Some(malformed_bodies)),
+    (
+        "1,000 half-sent prefaces and slow headers",
+        Some(slow_starts),
+    ),
+    ("one client, 300 LISTs of 4 MB in flight", Some(greedy)),
+    ("quiet again", None),
+];
 
-    let attacks: [(&str, Option<Attack>); 8] = [
-        ("quiet", None),
-        (
-            "clients not reading 4 MB LISTs (32 streams)",
-            Some(non_readers),
-        ),
-        (
-            "paced rapid reset (HEADERS, 1 ms, RST_STREAM)",
-            Some(rapid_reset),
-        ),
-        ("300 KB header blocks", Some(big_headers)),
-        ("malformed chunked bodies", Some(malformed_bodies)),
-        (
-            "1,000 half-sent prefaces and slow headers",
-            Some(slow_starts),
-        ),
-        ("one client, 300 LISTs of 4 MB in flight", Some(greedy)),
-        ("quiet again", None),
-    ];
-    println!("victim: sequential small GETs on one h2c connection, {seconds} s per phase\n");
+/// `--attack N --target ADDR --ms T`: runs phase N's attack for T ms, then prints how many attack
+/// requests it made.
+fn run_attacker(phase: usize, target: SocketAddr, ms: u64) {
+    let Some((_, Some(attack))) = PHASES.get(phase) else {
+        return;
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let count = rt.block_on(async move {
+        let stop = Arc::new(AtomicBool::new(false));
+        let count = Arc::new(AtomicU64::new(0));
+        let task = attack(target, stop.clone(), count.clone());
+        tokio::time::sleep(Duration::from_millis(ms)).await;
+        stop.store(true, Ordering::Relaxed);
+        task.abort();
+        count.load(Ordering::Relaxed)
+    });
+    println!("{count}");
+    rt.shutdown_background();
+}
+
+/// Starts phase `phase`'s attacker against `target` at the lowest CPU priority, for `ms`.
+fn spawn_attacker(phase: usize, target: SocketAddr, ms: u64) -> Option<std::process::Child> {
+    let exe = std::env::current_exe().ok()?;
+    Command::new("nice")
+        .args(["-n", "19"])
+        .arg(exe)
+        .args(["--attack", &phase.to_string(), "--target"])
+        .arg(target.to_string())
+        .args(["--ms", &ms.to_string()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .ok()
+}
+
+/// The phases against one proxy: a table row each, and each phase's first victim failure.
+async fn phases(target: &Target, seconds: u64, failures: &mut Vec<String>) {
+    let base = format!("http://{}", target.h2);
+    let _ = victim(base.clone(), 1).await;
+    println!(
+        "\n{}: victim sends sequential small GETs on one h2c connection, {seconds} s per phase\n",
+        target.name
+    );
     println!(
         "| phase | victim p50 µs | p99 µs | p99 × quiet | victim failures | attack requests |"
     );
     println!("|---|---|---|---|---|---|");
     let mut quiet_p99 = 0;
-    for (name, attack) in attacks {
-        let stop = Arc::new(AtomicBool::new(false));
-        let count = Arc::new(AtomicU64::new(0));
-        let task = attack.map(|a| a(server.addr, stop.clone(), count.clone()));
-        if task.is_some() {
+    for (i, (name, attack)) in PHASES.iter().enumerate() {
+        let attacker = attack.and_then(|_| spawn_attacker(i, target.h2, seconds * 1000 + 500));
+        if attacker.is_some() {
             tokio::time::sleep(Duration::from_millis(300)).await;
         }
         let (lat, failed, first) = victim(base.clone(), seconds).await;
         if let Some(f) = first {
-            failures.push(format!("{name}: {f}"));
+            failures.push(format!("{} under {name}: {f}", target.name));
         }
-        stop.store(true, Ordering::Relaxed);
-        if let Some(t) = task {
-            t.abort();
-        }
+        let count = attacker
+            .and_then(|c| c.wait_with_output().ok())
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+            .unwrap_or_else(|| "0".to_owned());
         let (p50, p99) = (pct(&lat, 0.5), pct(&lat, 0.99));
         if quiet_p99 == 0 {
             quiet_p99 = p99.max(1);
         }
         println!(
-            "| {name} | {p50} | {p99} | {:.2} | {failed} | {} |",
+            "| {name} | {p50} | {p99} | {:.2} | {failed} | {count} |",
             p99 as f64 / quiet_p99 as f64,
-            count.load(Ordering::Relaxed)
         );
-        tokio::time::sleep(Duration::from_millis(500)).await;
+        // Let the proxy and the simulator finish what the attack left behind.
+        tokio::time::sleep(Duration::from_millis(1000)).await;
     }
-    for f in failures {
-        println!("first victim failure under {f}");
+}
+
+fn main() {
+    if std::env::args().any(|a| a == "--list") {
+        return;
     }
-    server.shutdown().await;
+    if let (Some(phase), Some(target)) = (arg("--attack"), arg("--target")) {
+        if let (Ok(phase), Ok(target)) = (phase.parse(), target.parse()) {
+            run_attacker(phase, target, num_arg("--ms", 3000));
+        }
+        return;
+    }
+    let seconds = num_arg("--seconds", 3);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    rt.block_on(async move {
+        let exe = env!("CARGO_BIN_EXE_skewgate");
+        let dir = std::env::temp_dir().join(format!("skewgate-attacks-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let (_sim, sim_addr) = start_sim(exe).await;
+        fill_store(sim_addr).await;
+        let targets = start_targets(exe, &dir, sim_addr).await;
+        let mut failures = Vec::new();
+        for target in targets
+            .iter()
+            .filter(|t| matches!(t.name, "skewgate" | "haproxy"))
+        {
+            phases(target, seconds, &mut failures).await;
+        }
+        println!();
+        for f in failures {
+            println!("first victim failure: {f}");
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    });
 }
