@@ -5,10 +5,12 @@
 //! `ulimit -n`) and nginx's `worker_connections` do, instead of meeting EMFILE on every accept.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
 
 use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio_util::sync::CancellationToken;
 
 /// Descriptors kept back from clients: upstream connections, listeners, files.
 fn reserve(nofile: usize) -> usize {
@@ -46,6 +48,8 @@ pub struct ConnectionSlots {
     slots: Arc<Semaphore>,
     max: usize,
     full: AtomicBool,
+    /// The most connections held at once since memory was last given back.
+    peak: AtomicUsize,
 }
 
 impl ConnectionSlots {
@@ -56,6 +60,7 @@ impl ConnectionSlots {
             slots: Arc::new(Semaphore::new(max)),
             max,
             full: AtomicBool::new(false),
+            peak: AtomicUsize::new(0),
         }
     }
 
@@ -64,9 +69,20 @@ impl ConnectionSlots {
         self.max
     }
 
+    /// Connections held now.
+    pub fn in_use(&self) -> usize {
+        self.max - self.slots.available_permits()
+    }
+
     /// A slot for the next connection, waiting while all are taken (logged once each time the bound
     /// is reached).
     pub async fn acquire(&self) -> OwnedSemaphorePermit {
+        let permit = self.wait_for_slot().await;
+        self.peak.fetch_max(self.in_use(), Ordering::Relaxed);
+        permit
+    }
+
+    async fn wait_for_slot(&self) -> OwnedSemaphorePermit {
         if let Ok(permit) = self.slots.clone().try_acquire_owned() {
             if self.full.swap(false, Ordering::Relaxed) {
                 tracing::info!(
@@ -91,6 +107,40 @@ impl ConnectionSlots {
         }
     }
 }
+
+/// Connections that must have closed since the peak before freed memory is given back.
+const TRIM_AFTER_CLOSED: usize = 512;
+
+/// Every `every`, when many connections closed since the peak, gives the memory their buffers freed
+/// back to the operating system: the allocator keeps freed memory for reuse, so without this the
+/// resident memory after a burst of clients (a restart storm of kubelets) stays at its peak.
+pub fn spawn_memory_trim(slots: Arc<ConnectionSlots>, every: Duration, stop: CancellationToken) {
+    tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                () = tokio::time::sleep(every) => {}
+                () = stop.cancelled() => return,
+            }
+            let now = slots.in_use();
+            let peak = slots.peak.swap(now, Ordering::Relaxed);
+            if peak.saturating_sub(now) >= TRIM_AFTER_CLOSED {
+                let _ = tokio::task::spawn_blocking(release_free_memory).await;
+            }
+        }
+    });
+}
+
+/// Returns free heap pages to the operating system.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+fn release_free_memory() {
+    // SAFETY: malloc_trim only walks glibc's own arenas; it takes no pointers from us.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+fn release_free_memory() {}
 
 #[cfg(test)]
 mod tests {

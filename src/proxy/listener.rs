@@ -1,7 +1,9 @@
 //! The client-side listener: HTTP/1.1 and h2c (prior knowledge) on one port, with graceful shutdown.
 
 use std::convert::Infallible;
+use std::future::Future;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -38,6 +40,7 @@ pub async fn serve(proxy: Arc<Proxy>, listener: TcpListener, stop: CancellationT
         // As kube-apiserver (MaxHeaderBytes 1 MiB); what the apiserver behind accepts is checked
         // per request, and answered 431 with a Status rather than a GOAWAY.
         .max_header_list_size(1 << 20);
+    let builders = Arc::new(Builders { h1, h2 });
     loop {
         // A slot first: at the bound, connections wait in the backlog, not in EMFILE.
         let slot = tokio::select! {
@@ -56,59 +59,18 @@ pub async fn serve(proxy: Arc<Proxy>, listener: TcpListener, stop: CancellationT
             _ = stop.cancelled() => break,
         };
         let _ = stream.set_nodelay(true);
-        let proxy = proxy.clone();
-        let (h1, h2) = (h1.clone(), h2.clone());
-        let watcher = graceful.watcher();
-        tokio::spawn(async move {
-            let _slot = slot;
-            let Some(tls) = proxy.settings.tls.as_ref().map(|t| t.config()) else {
-                // The first request's deadline covers protocol detection too.
-                let detected =
-                    tokio::time::timeout(proxy.settings.first_request_timeout, detect_h2(stream));
-                let Ok(Ok((is_h2, stream))) = detected.await else {
-                    return;
-                };
-                let conn = Connection {
-                    proxy,
-                    remote,
-                    identity: None,
-                    is_h2,
-                };
-                return conn.serve(TokioIo::new(stream), &h1, &h2, watcher).await;
-            };
-            let accepted = tokio::time::timeout(
-                proxy.settings.handshake_timeout,
-                tokio_rustls::TlsAcceptor::from(tls).accept(stream),
-            )
-            .await;
-            let stream = match accepted {
-                Ok(Ok(s)) => s,
-                Ok(Err(e)) => {
-                    return handshake_failed(&proxy, remote, reason_of(&e), &e.to_string());
-                }
-                Err(_) => {
-                    return handshake_failed(
-                        &proxy,
-                        remote,
-                        "timeout",
-                        "no TLS handshake within the handshake timeout",
-                    );
-                }
-            };
-            let (_, session) = stream.get_ref();
-            let is_h2 = session.alpn_protocol() == Some(b"h2");
-            let identity = session
-                .peer_certificates()
-                .and_then(|c| c.first())
-                .and_then(Identity::from_certificate);
-            let conn = Connection {
-                proxy,
-                remote,
-                identity,
-                is_h2,
-            };
-            conn.serve(TokioIo::new(stream), &h1, &h2, watcher).await;
-        });
+        let accepted = Accepted {
+            proxy: proxy.clone(),
+            remote,
+            builders: builders.clone(),
+            watcher: graceful.watcher(),
+            _slot: slot,
+        };
+        // One task type per transport, each sized for its own state only.
+        match proxy.settings.tls.as_ref().map(|t| t.config()) {
+            None => tokio::spawn(accepted.cleartext(stream)),
+            Some(tls) => tokio::spawn(accepted.tls(tls, stream)),
+        };
     }
     drop(listener);
     tracing::info!(
@@ -121,6 +83,80 @@ pub async fn serve(proxy: Arc<Proxy>, listener: TcpListener, stop: CancellationT
     }
 }
 
+/// The HTTP servers' settings, shared by every connection of a worker.
+struct Builders {
+    h1: auto::Builder<TokioExecutor>,
+    h2: http2::Builder<TokioExecutor>,
+}
+
+/// An accepted TCP connection, before protocol detection or TLS.
+struct Accepted {
+    proxy: Arc<Proxy>,
+    remote: SocketAddr,
+    builders: Arc<Builders>,
+    watcher: Watcher,
+    /// Its place under the connection bound, given back when the connection ends.
+    _slot: tokio::sync::OwnedSemaphorePermit,
+}
+
+impl Accepted {
+    /// Cleartext: HTTP/1.1, or h2c when the client starts with the HTTP/2 preface.
+    async fn cleartext(self, stream: tokio::net::TcpStream) {
+        // The first request's deadline covers protocol detection too.
+        let detected =
+            tokio::time::timeout(self.proxy.settings.first_request_timeout, detect_h2(stream));
+        let Ok(Ok((is_h2, stream))) = detected.await else {
+            return;
+        };
+        let conn = Connection {
+            proxy: self.proxy,
+            remote: self.remote,
+            identity: None,
+            is_h2,
+        };
+        conn.serve(TokioIo::new(stream), &self.builders, self.watcher)
+            .await;
+    }
+
+    /// TLS: the protocol by ALPN, the client's identity from its certificate.
+    async fn tls(self, tls: Arc<rustls::ServerConfig>, stream: tokio::net::TcpStream) {
+        let (proxy, remote) = (&self.proxy, self.remote);
+        let accepted = tokio::time::timeout(
+            proxy.settings.handshake_timeout,
+            tokio_rustls::TlsAcceptor::from(tls).accept(stream),
+        )
+        .await;
+        let stream = match accepted {
+            Ok(Ok(s)) => s,
+            Ok(Err(e)) => {
+                return handshake_failed(proxy, remote, reason_of(&e), &e.to_string());
+            }
+            Err(_) => {
+                return handshake_failed(
+                    proxy,
+                    remote,
+                    "timeout",
+                    "no TLS handshake within the handshake timeout",
+                );
+            }
+        };
+        let (_, session) = stream.get_ref();
+        let is_h2 = session.alpn_protocol() == Some(b"h2");
+        let identity = session
+            .peer_certificates()
+            .and_then(|c| c.first())
+            .and_then(Identity::from_certificate);
+        let conn = Connection {
+            proxy: self.proxy.clone(),
+            remote,
+            identity,
+            is_h2,
+        };
+        conn.serve(TokioIo::new(stream), &self.builders, self.watcher)
+            .await;
+    }
+}
+
 /// One accepted client connection, after TLS (if any).
 struct Connection {
     proxy: Arc<Proxy>,
@@ -130,13 +166,8 @@ struct Connection {
 }
 
 impl Connection {
-    async fn serve<I>(
-        self,
-        io: TokioIo<I>,
-        h1: &auto::Builder<TokioExecutor>,
-        h2: &http2::Builder<TokioExecutor>,
-        watcher: Watcher,
-    ) where
+    async fn serve<I>(self, io: TokioIo<I>, builders: &Builders, watcher: Watcher)
+    where
         I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
     {
         let Connection {
@@ -156,7 +187,7 @@ impl Connection {
         let seen = first_request.clone();
         let resets = ResetBudget::new();
         let streams = resets.clone();
-        let service = service_fn(move |req| {
+        let handle = move |req| {
             let (proxy, identity) = (svc_proxy.clone(), identity.clone());
             seen.store(true, std::sync::atomic::Ordering::Relaxed);
             // Dropped with this future if the client resets the stream before the response.
@@ -165,18 +196,25 @@ impl Connection {
                 let resp = service::handle(proxy, remote, identity, req).await;
                 Ok::<_, Infallible>(resp.map(|body| body.with_stream(stream)))
             }
-        });
-        let served = async {
-            if is_h2 {
+        };
+        // Each branch boxed, so that a connection holds only its own protocol's state. hyper's
+        // HTTP/2 server spawns a task per stream for the request's future; its HTTP/1.1 server keeps
+        // a slot the size of that future for the connection's whole life, so there the future is
+        // boxed per request: an idle HTTP/1.1 connection then holds a pointer, not ~11 KB.
+        let served: Pin<Box<dyn Future<Output = _> + Send>> = if is_h2 {
+            Box::pin(async move {
                 watcher
-                    .watch(h2.serve_connection(io, service))
+                    .watch(builders.h2.serve_connection(io, service_fn(handle)))
                     .await
                     .map_err(Into::into)
-            } else {
+            })
+        } else {
+            let boxed = service_fn(move |req| Box::pin(handle(req)));
+            Box::pin(async move {
                 watcher
-                    .watch(h1.serve_connection_with_upgrades(io, service))
+                    .watch(builders.h1.serve_connection_with_upgrades(io, boxed))
                     .await
-            }
+            })
         };
         // A client that connects (and completes TLS) but sends no request is closed, as a
         // cleartext one is: it would hold a descriptor and its buffers for nothing.

@@ -110,7 +110,7 @@ pub struct Proxy {
     /// Requests in flight per client.
     pub limits: Arc<limits::ClientLimits>,
     /// Client connections held at once.
-    pub connection_slots: capacity::ConnectionSlots,
+    pub connection_slots: Arc<capacity::ConnectionSlots>,
 }
 
 impl Proxy {
@@ -136,12 +136,12 @@ impl Proxy {
             stop_long_running,
             writes: Arc::new(WriteLedger::default()),
             limits: limits::ClientLimits::new(settings.max_requests_per_client),
-            connection_slots: capacity::ConnectionSlots::new(
+            connection_slots: Arc::new(capacity::ConnectionSlots::new(
                 match settings.max_client_connections {
                     0 => capacity::default_max_connections(capacity::raise_fd_limit()),
                     n => n,
                 },
-            ),
+            )),
             settings,
         })
     }

@@ -89,6 +89,11 @@ impl Server {
         let stop = CancellationToken::new();
         let background = stop.child_token();
         proxy.spawn_health_checks(background.clone());
+        super::capacity::spawn_memory_trim(
+            proxy.connection_slots.clone(),
+            Duration::from_secs(10),
+            background.clone(),
+        );
         if let Some(tls) = &opts.settings.tls {
             tls.spawn_reloader(Duration::from_secs(2), background.clone());
         }
