@@ -113,6 +113,10 @@ pub struct ServeArgs {
     /// upstream connections and the admin listener.
     #[arg(long, default_value_t = 0)]
     pub max_client_connections: usize,
+    /// The largest request head (header names and values, HTTP/2 measure) forwarded; larger ones get
+    /// 431. kube-apiserver accepts up to 1 MiB (1048576); the default is Envoy's, rounded up.
+    #[arg(long, default_value_t = 64 << 10)]
+    pub max_request_header_bytes: usize,
     /// Headers that carry the user upstream, and are removed from clients (default X-Remote-User).
     #[arg(long, value_delimiter = ',')]
     pub requestheader_username_headers: Vec<String>,

@@ -90,6 +90,7 @@ pub fn run(args: ServeArgs) -> Result<ExitCode> {
                 ping_interval: args.upstream_ping_interval,
                 tls: upstream_tls,
                 own_user,
+                max_header_list_size: args.max_request_header_bytes,
                 ..PoolSettings::default()
             },
             ..ProxySettings::default()

@@ -26,10 +26,14 @@ pub async fn serve(proxy: Arc<Proxy>, listener: TcpListener, stop: CancellationT
     let graceful = GracefulShutdown::new();
     // HTTP/1.1 through the auto builder, limited to HTTP/1.1, for its upgradeable connections
     // (exec, attach, port-forward) that graceful shutdown can watch.
+    // Heads up to twice the bound are read whole and answered 431 with a Status (by the check
+    // before sending upstream); larger ones are cut off by hyper's own 431, before they are read.
+    let head_bound = proxy.settings.pool.max_header_list_size.saturating_mul(2);
     let mut h1 = auto::Builder::new(TokioExecutor::new()).http1_only();
     h1.http1()
         .timer(TokioTimer::new())
-        .header_read_timeout(Duration::from_secs(30));
+        .header_read_timeout(Duration::from_secs(30))
+        .max_buf_size(head_bound.max(16 << 10));
     let mut h2 = http2::Builder::new(TokioExecutor::new());
     h2.timer(TokioTimer::new())
         .max_concurrent_streams(1000)
@@ -37,9 +41,9 @@ pub async fn serve(proxy: Arc<Proxy>, listener: TcpListener, stop: CancellationT
         .keep_alive_timeout(Duration::from_secs(15))
         .initial_stream_window_size(1 << 20)
         .initial_connection_window_size(8 << 20)
-        // As kube-apiserver (MaxHeaderBytes 1 MiB); what the apiserver behind accepts is checked
-        // per request, and answered 431 with a Status rather than a GOAWAY.
-        .max_header_list_size(1 << 20);
+        // What skewgate and the apiserver behind accept is checked per request, and answered 431
+        // with a Status rather than a GOAWAY.
+        .max_header_list_size(u32::try_from(head_bound.max(16 << 10)).unwrap_or(u32::MAX));
     let builders = Arc::new(Builders { h1, h2 });
     loop {
         // A slot first: at the bound, connections wait in the backlog, not in EMFILE.

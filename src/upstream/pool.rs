@@ -42,7 +42,9 @@ pub struct PoolSettings {
     /// header that carries it: on a front-proxy connection a request without a user is a 401.
     pub own_user: Option<(http::HeaderName, http::HeaderValue)>,
     /// The largest request header list sent upstream (HTTP/2 measure), besides the limit each
-    /// apiserver connection advertises: kube-apiserver's own `MaxHeaderBytes` is 1 MiB.
+    /// apiserver connection advertises. kube-apiserver's own `MaxHeaderBytes` is 1 MiB; the default
+    /// is 64 KiB, Envoy's (60 KiB) rounded up: far above what Kubernetes clients send (a large OIDC
+    /// token is a few KiB), and a flood of huge heads costs neither skewgate nor the apiserver much.
     pub max_header_list_size: usize,
     /// A connection with no stream for this long is closed, unless it is its worker's last one to
     /// the endpoint (kept warm).
@@ -64,7 +66,7 @@ impl Default for PoolSettings {
                 http::HeaderName::from_static("x-remote-user"),
                 http::HeaderValue::from_static("skewgate"),
             )),
-            max_header_list_size: 1 << 20,
+            max_header_list_size: 64 << 10,
             idle_timeout: Duration::from_secs(90),
             max_new_connections_per_second: 20,
         }
