@@ -10,6 +10,10 @@
 //! not count as the proxy's failure to isolate). The attackers share the proxy's workers and
 //! upstream connections with the victim.
 //!
+//! The victim also measures the apiserver straight, while the same attack runs through the proxy:
+//! on a machine where the simulator and the proxy share the cores, that shows how much of the
+//! victim's slowdown is the apiserver's (and the machine's) and how much the proxy's.
+//!
 //! Run: `cargo bench --bench attacks` (options after `--`: `--seconds N`, default 3).
 
 #[path = "targets.rs"]
@@ -347,20 +351,22 @@ fn spawn_attacker(phase: usize, target: SocketAddr, ms: u64) -> Option<std::proc
 }
 
 /// The phases against one proxy: a table row each, and each phase's first victim failure.
-async fn phases(target: &Target, seconds: u64, failures: &mut Vec<String>) {
+async fn phases(target: &Target, sim: SocketAddr, seconds: u64, failures: &mut Vec<String>) {
     let base = format!("http://{}", target.h2);
+    let direct = format!("http://{sim}");
     let _ = victim(base.clone(), 1).await;
     println!(
-        "\n{}: victim sends sequential small GETs on one h2c connection, {seconds} s per phase\n",
+        "\n{}: victim sends sequential small GETs on one h2c connection, {seconds} s per phase \
+         through the proxy, then {seconds} s straight to the apiserver while the same attack goes on\n",
         target.name
     );
     println!(
-        "| phase | victim p50 µs | p99 µs | p99 × quiet | victim failures | attack requests |"
+        "| phase | victim p50 µs | p99 µs | p99 × quiet | direct p99 µs | p99 × direct | victim failures | attack requests |"
     );
-    println!("|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|");
     let mut quiet_p99 = 0;
     for (i, (name, attack)) in PHASES.iter().enumerate() {
-        let attacker = attack.and_then(|_| spawn_attacker(i, target.h2, seconds * 1000 + 500));
+        let attacker = attack.and_then(|_| spawn_attacker(i, target.h2, 2 * seconds * 1000 + 500));
         if attacker.is_some() {
             tokio::time::sleep(Duration::from_millis(300)).await;
         }
@@ -368,17 +374,20 @@ async fn phases(target: &Target, seconds: u64, failures: &mut Vec<String>) {
         if let Some(f) = first {
             failures.push(format!("{} under {name}: {f}", target.name));
         }
+        let (direct_lat, _, _) = victim(direct.clone(), seconds).await;
         let count = attacker
             .and_then(|c| c.wait_with_output().ok())
             .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
             .unwrap_or_else(|| "0".to_owned());
         let (p50, p99) = (pct(&lat, 0.5), pct(&lat, 0.99));
+        let direct_p99 = pct(&direct_lat, 0.99).max(1);
         if quiet_p99 == 0 {
             quiet_p99 = p99.max(1);
         }
         println!(
-            "| {name} | {p50} | {p99} | {:.2} | {failed} | {count} |",
+            "| {name} | {p50} | {p99} | {:.2} | {direct_p99} | {:.2} | {failed} | {count} |",
             p99 as f64 / quiet_p99 as f64,
+            p99 as f64 / direct_p99 as f64,
         );
         // Let the proxy and the simulator finish what the attack left behind.
         tokio::time::sleep(Duration::from_millis(1000)).await;
@@ -412,7 +421,7 @@ fn main() {
             .iter()
             .filter(|t| matches!(t.name, "skewgate" | "haproxy"))
         {
-            phases(target, seconds, &mut failures).await;
+            phases(target, sim_addr, seconds, &mut failures).await;
         }
         println!();
         for f in failures {
