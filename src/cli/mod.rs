@@ -108,6 +108,10 @@ pub struct ServeArgs {
     /// long-running requests not counted; past it, 429 with Retry-After. 0: no limit.
     #[arg(long, default_value_t = 100)]
     pub max_requests_per_client: usize,
+    /// How long a request past its client's limit waits for a place (the client's queue holds as
+    /// many as the limit) before 429, as kube-apiserver's priority and fairness queues (e.g. 15s).
+    #[arg(long, default_value = "15s", value_parser = humantime::parse_duration)]
+    pub client_queue_wait: std::time::Duration,
     /// Client connections held at once; past it, new ones wait in the listen backlog. 0: the file
     /// descriptor limit (raised to its hard limit at start) less an eighth, at least 64, kept for
     /// upstream connections and the admin listener.

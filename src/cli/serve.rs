@@ -83,6 +83,7 @@ pub fn run(args: ServeArgs) -> Result<ExitCode> {
             shutdown_grace: args.shutdown_grace,
             workers: args.workers.unwrap_or(ProxySettings::default().workers),
             max_requests_per_client: args.max_requests_per_client,
+            client_queue_wait: args.client_queue_wait,
             max_client_connections: args.max_client_connections,
             tls,
             identity_headers: std::sync::Arc::new(identity_headers),

@@ -4,20 +4,36 @@
 //! bearer-token clients). Long-running requests (watches, exec, logs) are not counted, as the
 //! apiserver does not count them.
 //!
+//! Past its limit, a client's request waits in the client's own queue (as many places as the limit)
+//! for a place to free, at most `wait`, as kube-apiserver's API Priority and Fairness queues a flow's
+//! requests; only a full queue or a wait that runs out gets 429. A client that ignores Retry-After
+//! and asks again at once would otherwise spin on fast 429s and take CPU from everyone else.
+//!
 //! tower's `ConcurrencyLimit` is one semaphore per service; this needs one per client, created on
-//! first use and gone with its last request, so it is a small sharded map of counters.
+//! first use and gone with its last request, so it is a small sharded map of counters and queues.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::oneshot;
 
 const SHARDS: usize = 64;
 
-/// The in-flight counts of every client.
+/// One client's requests: in flight, and waiting for a place (each is handed a place in turn).
+#[derive(Debug, Default)]
+struct Entry {
+    in_flight: usize,
+    waiting: VecDeque<oneshot::Sender<()>>,
+}
+
+/// The in-flight counts and queues of every client.
 #[derive(Debug)]
 pub struct ClientLimits {
     limit: usize,
-    shards: Box<[Mutex<HashMap<u64, usize>>]>,
+    wait: Duration,
+    shards: Box<[Mutex<HashMap<u64, Entry>>]>,
 }
 
 /// A client's place among its requests in flight; freed when dropped (when the response ends).
@@ -30,11 +46,18 @@ pub struct ClientPermit {
 impl Drop for ClientPermit {
     fn drop(&mut self) {
         let mut shard = self.limits.shard(self.key);
-        if let Some(n) = shard.get_mut(&self.key) {
-            *n -= 1;
-            if *n == 0 {
-                shard.remove(&self.key);
+        let Some(entry) = shard.get_mut(&self.key) else {
+            return;
+        };
+        // The place goes to the first waiter still waiting; else it is freed.
+        while let Some(next) = entry.waiting.pop_front() {
+            if next.send(()).is_ok() {
+                return;
             }
+        }
+        entry.in_flight -= 1;
+        if entry.in_flight == 0 {
+            shard.remove(&self.key);
         }
     }
 }
@@ -76,10 +99,12 @@ impl std::fmt::Display for ClientKey<'_> {
 }
 
 impl ClientLimits {
-    /// At most `limit` requests in flight per client (0: no limit).
-    pub fn new(limit: usize) -> Arc<ClientLimits> {
+    /// At most `limit` requests in flight per client (0: no limit), and as many more waiting, each
+    /// at most `wait`.
+    pub fn new(limit: usize, wait: Duration) -> Arc<ClientLimits> {
         Arc::new(ClientLimits {
             limit,
+            wait,
             shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
         })
     }
@@ -89,15 +114,16 @@ impl ClientLimits {
         self.limit
     }
 
-    fn shard(&self, key: u64) -> std::sync::MutexGuard<'_, HashMap<u64, usize>> {
+    fn shard(&self, key: u64) -> std::sync::MutexGuard<'_, HashMap<u64, Entry>> {
         self.shards[(key as usize) % SHARDS]
             .lock()
             .unwrap_or_else(|e| e.into_inner())
     }
 
-    /// A permit for one more request of `client` (`None` when there is no limit), or `Err` when
-    /// it has `limit` requests in flight already.
-    pub fn try_acquire(
+    /// A permit for one more request of `client` (`None` when there is no limit), at once when it
+    /// has fewer than `limit` in flight, else after waiting its turn; `Err` when its queue is full
+    /// or the wait ran out.
+    pub async fn acquire(
         self: &Arc<Self>,
         client: ClientKey<'_>,
     ) -> Result<Option<ClientPermit>, Refused> {
@@ -105,13 +131,27 @@ impl ClientLimits {
             return Ok(None);
         }
         let key = client.hash();
-        let mut shard = self.shard(key);
-        let n = shard.entry(key).or_insert(0);
-        if *n >= self.limit {
-            return Err(Refused);
+        let turn = {
+            let mut shard = self.shard(key);
+            let entry = shard.entry(key).or_default();
+            if entry.in_flight < self.limit {
+                entry.in_flight += 1;
+                None
+            } else if entry.waiting.len() < self.limit {
+                let (tx, rx) = oneshot::channel();
+                entry.waiting.push_back(tx);
+                Some(rx)
+            } else {
+                return Err(Refused);
+            }
+        };
+        if let Some(turn) = turn {
+            // A waiter that gives up drops its receiver: the place goes to the next one.
+            match tokio::time::timeout(self.wait, turn).await {
+                Ok(Ok(())) => {}
+                _ => return Err(Refused),
+            }
         }
-        *n += 1;
-        drop(shard);
         Ok(Some(ClientPermit {
             limits: self.clone(),
             key,
@@ -123,21 +163,62 @@ impl ClientLimits {
 mod tests {
     use super::*;
 
+    fn now<T>(f: impl std::future::Future<Output = T>) -> T {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .start_paused(true)
+            .build()
+            .unwrap();
+        rt.block_on(f)
+    }
+
     #[test]
     fn each_client_has_its_own_limit_and_permits_free_their_place() {
-        let limits = ClientLimits::new(2);
-        let alice = ClientKey::User("alice");
-        let a1 = limits.try_acquire(alice).unwrap();
-        let a2 = limits.try_acquire(alice).unwrap();
-        assert!(limits.try_acquire(alice).is_err());
-        let bob = limits.try_acquire(ClientKey::User("bob")).unwrap();
-        let addr = ClientKey::Address("10.0.0.1".parse().unwrap());
-        let ip = limits.try_acquire(addr).unwrap();
-        drop(a1);
-        let a3 = limits.try_acquire(alice).unwrap();
-        assert!(a3.is_some());
-        drop((a2, a3, bob, ip));
-        assert!(limits.shards.iter().all(|s| s.lock().unwrap().is_empty()));
-        assert!(ClientLimits::new(0).try_acquire(alice).unwrap().is_none());
+        now(async {
+            let limits = ClientLimits::new(2, Duration::ZERO);
+            let alice = ClientKey::User("alice");
+            let a1 = limits.acquire(alice).await.unwrap();
+            let a2 = limits.acquire(alice).await.unwrap();
+            assert!(limits.acquire(alice).await.is_err());
+            let bob = limits.acquire(ClientKey::User("bob")).await.unwrap();
+            let addr = ClientKey::Address("10.0.0.1".parse().unwrap());
+            let ip = limits.acquire(addr).await.unwrap();
+            drop(a1);
+            let a3 = limits.acquire(alice).await.unwrap();
+            assert!(a3.is_some());
+            drop((a2, a3, bob, ip));
+            assert!(limits.shards.iter().all(|s| s.lock().unwrap().is_empty()));
+            let unlimited = ClientLimits::new(0, Duration::ZERO);
+            assert!(unlimited.acquire(alice).await.unwrap().is_none());
+        });
+    }
+
+    #[test]
+    fn past_the_limit_requests_wait_their_turn_and_a_full_queue_is_refused() {
+        now(async {
+            let limits = ClientLimits::new(1, Duration::from_secs(5));
+            let alice = ClientKey::User("alice");
+            let first = limits.acquire(alice).await.unwrap();
+            let waiting = tokio::spawn({
+                let limits = limits.clone();
+                async move {
+                    limits
+                        .acquire(ClientKey::User("alice"))
+                        .await
+                        .map(|p| p.is_some())
+                }
+            });
+            tokio::task::yield_now().await;
+            // One in flight, one waiting: the queue (as long as the limit) is full.
+            assert!(limits.acquire(alice).await.is_err());
+            drop(first);
+            assert!(matches!(waiting.await, Ok(Ok(true))));
+            // A waiter whose wait runs out is refused, and its place is not lost.
+            let held = limits.acquire(alice).await.unwrap();
+            assert!(limits.acquire(alice).await.is_err());
+            drop(held);
+            assert!(limits.acquire(alice).await.unwrap().is_some());
+            assert!(limits.shards.iter().all(|s| s.lock().unwrap().is_empty()));
+        });
     }
 }

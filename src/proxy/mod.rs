@@ -58,6 +58,8 @@ pub struct ProxySettings {
     /// Requests in flight per client (its verified user, else its address), long-running ones not
     /// counted; past it, 429. 0: no limit.
     pub max_requests_per_client: usize,
+    /// How long a client's request past its limit waits for a place before 429.
+    pub client_queue_wait: Duration,
     /// Client connections held at once; past it, new ones wait in the listen backlog. 0: derived
     /// from the file descriptor limit (which is raised to its hard limit), keeping some back.
     pub max_client_connections: usize,
@@ -78,6 +80,7 @@ impl Default for ProxySettings {
             handshake_timeout: Duration::from_secs(10),
             first_request_timeout: Duration::from_secs(30),
             max_requests_per_client: 100,
+            client_queue_wait: Duration::from_secs(15),
             max_client_connections: 0,
             identity_headers: Arc::new(IdentityHeaders::default()),
         }
@@ -135,7 +138,10 @@ impl Proxy {
             metrics,
             stop_long_running,
             writes: Arc::new(WriteLedger::default()),
-            limits: limits::ClientLimits::new(settings.max_requests_per_client),
+            limits: limits::ClientLimits::new(
+                settings.max_requests_per_client,
+                settings.client_queue_wait,
+            ),
             connection_slots: Arc::new(capacity::ConnectionSlots::new(
                 match settings.max_client_connections {
                     0 => capacity::default_max_connections(capacity::raise_fd_limit()),

@@ -95,7 +95,7 @@ pub async fn handle(
         resp
     };
     if !long_running {
-        match admit_client(&proxy, identity.as_deref(), remote) {
+        match admit_client(&proxy, identity.as_deref(), remote).await {
             Ok(permit) => tracker.hold(permit),
             Err(why) => {
                 let code = StatusCode::TOO_MANY_REQUESTS;
@@ -217,8 +217,9 @@ pub async fn handle(
     }
 }
 
-/// The client's place among its requests in flight, or why it has too many already.
-fn admit_client(
+/// The client's place among its requests in flight (after waiting its turn when it has too many),
+/// or why there is none.
+async fn admit_client(
     proxy: &Proxy,
     identity: Option<&Identity>,
     remote: SocketAddr,
@@ -227,9 +228,10 @@ fn admit_client(
         Some(id) => ClientKey::User(&id.user),
         None => ClientKey::Address(remote.ip()),
     };
-    proxy.limits.try_acquire(client).map_err(|_| {
+    proxy.limits.acquire(client).await.map_err(|_| {
         format!(
-            "skewgate: {client} has {} requests in flight, the most one client may have; retry",
+            "skewgate: {client} has {} requests in flight, the most one client may have, and as \
+             many waiting; retry",
             proxy.limits.limit()
         )
     })
