@@ -113,28 +113,24 @@ fn row(name: &str, proto: &str, held: usize, before: u64, during: u64, after: u6
     );
 }
 
-async fn measure(t: &Target, n: usize) {
+/// One protocol's row for proxy `t`: `n` connections opened with `open`, held, then closed.
+async fn measure<T, F, Fut>(t: &Target, proto: &str, addr: SocketAddr, n: usize, open: F)
+where
+    T: Send + 'static,
+    F: Fn(SocketAddr) -> Fut,
+    Fut: std::future::Future<Output = Option<T>> + Send + 'static,
+{
     let pid = t.process.as_ref().map_or(0, |p| p.child.id());
     settle().await;
     let before = rss_kib(pid);
-    let held = open_all(n, t.h1, h1_idle).await;
+    let held = open_all(n, addr, open).await;
     settle().await;
     let during = rss_kib(pid);
     let count = held.len();
     drop(held);
     closed().await;
     let after = rss_kib(pid);
-    row(t.name, "HTTP/1.1", count, before, during, after);
-
-    let before = rss_kib(pid);
-    let held = open_all(n, t.h2, h2_idle).await;
-    settle().await;
-    let during = rss_kib(pid);
-    let count = held.len();
-    drop(held);
-    closed().await;
-    let after = rss_kib(pid);
-    row(t.name, "h2c", count, before, during, after);
+    row(t.name, proto, count, before, during, after);
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 1)]
@@ -167,7 +163,8 @@ async fn main() {
         "closed-before"
     );
     for t in targets.iter().filter(|t| t.process.is_some()) {
-        measure(t, n).await;
+        measure(t, "HTTP/1.1", t.h1, n, h1_idle).await;
+        measure(t, "h2c", t.h2, n, h2_idle).await;
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
