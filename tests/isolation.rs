@@ -183,42 +183,6 @@ async fn clients_that_do_not_read_never_stall_others_on_the_shared_connection() 
     drop(attackers);
 }
 
-/// Sends raw HTTP/1.1 bytes and reads one answer (to its Content-Length, or until the server
-/// closes): its status code and body.
-async fn raw_h1(addr: std::net::SocketAddr, request: &[u8]) -> (u16, String) {
-    let mut s = TcpStream::connect(addr).await.expect("connect");
-    s.write_all(request).await.expect("write");
-    let mut out = Vec::new();
-    let read = async {
-        let mut buf = [0u8; 4096];
-        loop {
-            match s.read(&mut buf).await {
-                Ok(0) | Err(_) => return,
-                Ok(n) => out.extend_from_slice(&buf[..n]),
-            }
-            let text = String::from_utf8_lossy(&out).to_ascii_lowercase();
-            if let Some(end) = text.find("\r\n\r\n") {
-                let length = text[..end]
-                    .lines()
-                    .find_map(|l| l.strip_prefix("content-length:"))
-                    .and_then(|v| v.trim().parse::<usize>().ok());
-                if length.is_some_and(|n| out.len() >= end + 4 + n) {
-                    return;
-                }
-            }
-        }
-    };
-    let _ = tokio::time::timeout(Duration::from_secs(10), read).await;
-    let text = String::from_utf8_lossy(&out).into_owned();
-    let code = text
-        .split(' ')
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0);
-    let body = text.split("\r\n\r\n").nth(1).unwrap_or("").to_owned();
-    (code, body)
-}
-
 /// Every header name in a `/debug/headers` answer (head and trailers) that names an identity.
 fn identity_names(doc: &serde_json::Value) -> Vec<String> {
     let mut names = Vec::new();
@@ -293,10 +257,23 @@ async fn malformed_request_bodies_are_400_and_never_abort_a_rollout() {
     ))
     .await;
     let bad = b"GET /debug/headers HTTP/1.1\r\nHost: x\r\nConnection: close\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\nzz\r\n";
+    let requests = || {
+        let count = |c: &skewgate::sim::SimControls| {
+            c.debug_requests.load(std::sync::atomic::Ordering::Relaxed)
+        };
+        count(&sims.new.controls) + count(&sims.old.controls)
+    };
+    let before = requests();
     for _ in 0..30 {
         let (code, body) = raw_h1(gate.server.addr, bad).await;
         assert_eq!(code, 400, "{body}");
     }
+    // A body broken in what came with the head is refused before the apiserver starts on it.
+    assert_eq!(
+        requests() - before,
+        0,
+        "malformed requests reached the apiserver"
+    );
     let m = gate.metrics().await;
     assert_eq!(
         metric(&m, "skewgate_rollout_aborted{rollout=\"to-new\"}"),
@@ -492,84 +469,6 @@ async fn heads_over_skewgates_bound_are_431_before_the_apiserver_sees_them() {
         .await
         .expect("answer");
     assert_eq!(ok.status(), 200);
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn rapid_reset_is_cut_off_and_never_reaches_the_apiserver_in_bulk() {
-    let sims = sims().await;
-    let gate = gate(&routes(&sims, DEFAULTS)).await;
-    let accepted_before = sims.old.accepted_connections();
-    let before = sims
-        .old
-        .controls
-        .requests
-        .load(std::sync::atomic::Ordering::Relaxed);
-    // The apiserver takes a while: the resets land while the requests are in flight.
-    sims.old
-        .controls
-        .write_delay
-        .store(50, std::sync::atomic::Ordering::Relaxed);
-
-    // HEADERS, then RST_STREAM once skewgate has sent the request on, one stream after another
-    // (CVE-2023-44487 paced so that h2's limit on streams reset before they are accepted never
-    // sees it).
-    let tcp = TcpStream::connect(gate.server.addr).await.expect("connect");
-    let (send, conn) = h2::client::handshake(tcp).await.expect("h2");
-    let conn = tokio::spawn(async move {
-        let ended = conn.await;
-        println!("abusive connection ended: {ended:?}");
-    });
-    let mut send = send;
-    let mut sent = 0;
-    for i in 0..1000 {
-        send = match send.ready().await {
-            Ok(s) => s,
-            Err(_) => break,
-        };
-        let req = http::Request::post(format!(
-            "http://{}/api/v1/namespaces/ns-{}/configmaps",
-            gate.server.addr,
-            i % 10
-        ))
-        .body(())
-        .expect("request");
-        let Ok((resp, mut stream)) = send.send_request(req, true) else {
-            break;
-        };
-        tokio::time::sleep(Duration::from_millis(2)).await;
-        stream.send_reset(h2::Reason::CANCEL);
-        drop(resp);
-        sent += 1;
-    }
-    // skewgate closes the abuser's connection.
-    let closed = tokio::time::timeout(Duration::from_secs(10), conn).await;
-    assert!(
-        closed.is_ok(),
-        "the abusive connection is still open after {sent} resets"
-    );
-
-    // The apiserver saw a bounded share of them, on few new connections; others are served.
-    let reached = sims
-        .old
-        .controls
-        .requests
-        .load(std::sync::atomic::Ordering::Relaxed)
-        - before;
-    let opened = sims.old.accepted_connections() - accepted_before;
-    println!(
-        "{sent} HEADERS+RST_STREAM sent; {reached} reached the apiserver on {opened} new connection(s)"
-    );
-    assert!(
-        reached <= 300,
-        "{reached} of {sent} reset requests reached the apiserver"
-    );
-    assert!(opened <= 4, "{opened} new upstream connections");
-    let resp = h2()
-        .get(format!("{}/api/v1/namespaces", gate.url()))
-        .send()
-        .await
-        .expect("victim");
-    assert_eq!(resp.status(), 200);
 }
 
 /// An endpoint that accepts connections and never answers, as a frozen (SIGSTOPped) apiserver.

@@ -112,6 +112,12 @@ pub struct ServeArgs {
     /// many as the limit) before 429, as kube-apiserver's priority and fairness queues (e.g. 15s).
     #[arg(long, default_value = "15s", value_parser = humantime::parse_duration)]
     pub client_queue_wait: std::time::Duration,
+    /// Hold back a client (its verified user, else its address) that was cut off for HTTP/2 rapid
+    /// reset, or sent 20 malformed requests within a second: its next connections wait 1 s, doubling
+    /// with each offence up to 16 s. Turn off (=false) when many clients share one address and
+    /// present no certificate.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    pub hold_back_offenders: bool,
     /// Client connections held at once; past it, new ones wait in the listen backlog. 0: the file
     /// descriptor limit (raised to its hard limit at start) less an eighth, at least 64, kept for
     /// upstream connections and the admin listener.

@@ -85,6 +85,7 @@ pub fn run(args: ServeArgs) -> Result<ExitCode> {
             max_requests_per_client: args.max_requests_per_client,
             client_queue_wait: args.client_queue_wait,
             max_client_connections: args.max_client_connections,
+            hold_back_offenders: args.hold_back_offenders,
             tls,
             identity_headers: std::sync::Arc::new(identity_headers),
             pool: PoolSettings {

@@ -38,6 +38,9 @@ pub struct Metrics {
     pub tls_handshake_errors: IntCounterVec,
     /// `skewgate_client_connections_closed_total{reason}`: connections skewgate closed for abuse.
     pub client_connections_closed: IntCounterVec,
+    /// `skewgate_clients_held_back_total{reason}`: holds put on a misbehaving client's next
+    /// connections.
+    pub clients_held_back: IntCounterVec,
     /// `skewgate_fallbacks_total{from,to}`.
     pub fallbacks: IntCounterVec,
     /// `skewgate_pin_moves_total{pin}`.
@@ -125,6 +128,11 @@ impl Metrics {
             client_connections_closed: counter(
                 "skewgate_client_connections_closed_total",
                 "Client connections skewgate closed for misbehaving, by reason (premature_resets).",
+                &["reason"],
+            ),
+            clients_held_back: counter(
+                "skewgate_clients_held_back_total",
+                "Holds put on a misbehaving client's next connections, by reason (premature_resets, malformed_requests).",
                 &["reason"],
             ),
             fallbacks: counter(

@@ -76,7 +76,19 @@ pub enum ClientKey<'a> {
 }
 
 impl ClientKey<'_> {
-    fn hash(&self) -> u64 {
+    /// The client of a connection: its verified user, else its address.
+    pub fn of(
+        identity: Option<&crate::identity::Identity>,
+        remote: std::net::SocketAddr,
+    ) -> ClientKey<'_> {
+        match identity {
+            Some(id) => ClientKey::User(&id.user),
+            None => ClientKey::Address(remote.ip()),
+        }
+    }
+
+    /// A hash of the client, the key of its entries.
+    pub(super) fn hash(&self) -> u64 {
         match self {
             ClientKey::User(u) => xxhash_rust::xxh3::xxh3_64_with_seed(u.as_bytes(), 1),
             ClientKey::Address(IpAddr::V4(a)) => {

@@ -5,7 +5,7 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use hyper::server::conn::http2;
 use hyper::service::service_fn;
@@ -16,6 +16,7 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use super::detect::detect_h2;
+use super::limits::ClientKey;
 use super::resets::ResetBudget;
 use super::{Proxy, service};
 use crate::identity::Identity;
@@ -180,6 +181,12 @@ impl Connection {
             identity,
             is_h2,
         } = self;
+        let client = ClientKey::of(identity.as_deref(), remote).hash();
+        // A client just cut off for resets waits before this connection is served.
+        if let Some(hold) = proxy.offenders.hold(client, Instant::now()) {
+            tracing::debug!(%remote, ?hold, "holding back a client cut off for resets");
+            tokio::time::sleep(hold).await;
+        }
         let protocol = if is_h2 { "http2" } else { "http1" };
         let gauge = proxy
             .metrics
@@ -236,16 +243,42 @@ impl Connection {
                 Ok(())
             }
             () = resets.exceeded() => {
-                tracing::warn!(%remote, "closing a client connection that reset most of its streams as soon as it opened them (HTTP/2 rapid reset)");
+                let hold = proxy.offenders.strike(client, Instant::now());
+                tracing::warn!(%remote, ?hold, "closing a client connection that reset most of its streams as soon as it opened them (HTTP/2 rapid reset); its next connections wait");
                 proxy.metrics.client_connections_closed.with_label_values(&["premature_resets"]).inc();
+                if hold.is_some() {
+                    proxy.metrics.clients_held_back.with_label_values(&["premature_resets"]).inc();
+                }
                 Ok(())
             }
         };
         if let Err(e) = result {
             tracing::debug!(%remote, error = %e, "client connection ended with an error");
+            if is_client_fault(&*e) {
+                note_client_fault(&proxy, client, remote);
+            }
         }
         gauge.dec();
     }
+}
+
+/// A request or connection failed by its client's fault: counted towards holding the client back.
+pub(super) fn note_client_fault(proxy: &Proxy, client: u64, remote: SocketAddr) {
+    if let Some(hold) = proxy.offenders.fault(client, Instant::now()) {
+        tracing::warn!(%remote, ?hold, "a client keeps sending malformed requests; its next connections wait");
+        proxy
+            .metrics
+            .clients_held_back
+            .with_label_values(&["malformed_requests"])
+            .inc();
+    }
+}
+
+/// Whether a connection ended by its client's fault: a malformed or oversized head, or one not sent
+/// in time.
+fn is_client_fault(e: &(dyn std::error::Error + 'static)) -> bool {
+    e.downcast_ref::<hyper::Error>()
+        .is_some_and(|e| e.is_parse() || e.is_parse_too_large() || e.is_timeout())
 }
 
 /// Logs and counts a failed handshake; the connection is dropped, other clients are not affected.

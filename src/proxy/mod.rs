@@ -7,6 +7,7 @@ mod detect;
 mod discovery;
 mod limits;
 mod listener;
+mod offenders;
 mod request_body;
 mod resets;
 mod routing;
@@ -65,6 +66,9 @@ pub struct ProxySettings {
     pub max_client_connections: usize,
     /// The identity header names removed from clients and set upstream.
     pub identity_headers: Arc<IdentityHeaders>,
+    /// Whether a client cut off for resets, or sending malformed requests 20 a second, waits before
+    /// its next connections are served (`offenders`).
+    pub hold_back_offenders: bool,
 }
 
 impl Default for ProxySettings {
@@ -83,6 +87,7 @@ impl Default for ProxySettings {
             client_queue_wait: Duration::from_secs(15),
             max_client_connections: 0,
             identity_headers: Arc::new(IdentityHeaders::default()),
+            hold_back_offenders: true,
         }
     }
 }
@@ -114,6 +119,8 @@ pub struct Proxy {
     pub limits: Arc<limits::ClientLimits>,
     /// Client connections held at once.
     pub connection_slots: Arc<capacity::ConnectionSlots>,
+    /// Clients whose connections were closed for resets, held back on reconnecting.
+    pub offenders: offenders::Offenders,
 }
 
 impl Proxy {
@@ -148,6 +155,7 @@ impl Proxy {
                     n => n,
                 },
             )),
+            offenders: offenders::Offenders::new(settings.hold_back_offenders),
             settings,
         })
     }

@@ -2,6 +2,7 @@
 //! of identity headers as its head was, and a failure to read it (bad chunked framing, a client
 //! reset or gone) remembered as the client's fault, never the apiserver's.
 
+use std::collections::VecDeque;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -29,7 +30,13 @@ pub struct ClientBody {
     inner: Incoming,
     names: Arc<IdentityHeaders>,
     fault: ClientFault,
+    /// The first frame taken by `check_arrived`, sent first; the others it took, sent next.
+    first: Option<Frame<Bytes>>,
+    more: VecDeque<Frame<Bytes>>,
 }
+
+/// How much of a body that has already arrived `check_arrived` looks at.
+const LOOK_AHEAD_BYTES: usize = 64 << 10;
 
 impl ClientBody {
     /// Wraps `inner`; the returned `ClientFault` says later whether reading it failed. A body that
@@ -41,9 +48,74 @@ impl ClientBody {
                 inner,
                 names,
                 fault: fault.clone(),
+                first: None,
+                more: VecDeque::new(),
             },
             fault,
         )
+    }
+
+    /// Looks at what of the body has already arrived (up to 64 KiB), without waiting for more of it
+    /// (the task yields once, so that an HTTP/1.1 connection decodes what it has read). A body
+    /// broken in what came with the head (bad chunked framing sent at once) fails here, before the
+    /// request is sent upstream: the apiserver never starts work on it. The frames that arrived
+    /// are kept and sent first; a body in one frame (most writes) allocates nothing more.
+    pub async fn check_arrived(&mut self) -> Result<(), hyper::Error> {
+        if self.inner.is_end_stream() {
+            return Ok(());
+        }
+        let (mut yielded, mut seen) = (false, 0);
+        std::future::poll_fn(|cx| {
+            loop {
+                match self.poll_cleaned(cx) {
+                    Poll::Ready(Some(Ok(frame))) => {
+                        seen += frame.data_ref().map_or(0, Bytes::len);
+                        match self.first {
+                            None => self.first = Some(frame),
+                            Some(_) => self.more.push_back(frame),
+                        }
+                        if seen >= LOOK_AHEAD_BYTES || self.inner.is_end_stream() {
+                            return Poll::Ready(Ok(()));
+                        }
+                    }
+                    Poll::Ready(Some(Err(e))) => return Poll::Ready(Err(e)),
+                    Poll::Ready(None) => return Poll::Ready(Ok(())),
+                    Poll::Pending if !yielded => {
+                        yielded = true;
+                        cx.waker().wake_by_ref();
+                        return Poll::Pending;
+                    }
+                    Poll::Pending => return Poll::Ready(Ok(())),
+                }
+            }
+        })
+        .await
+    }
+
+    /// The next frame from the client, trailers cleaned of identity headers, a failure remembered.
+    fn poll_cleaned(
+        &mut self,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        match Pin::new(&mut self.inner).poll_frame(cx) {
+            Poll::Ready(Some(Ok(frame))) => {
+                let frame = match frame.into_trailers() {
+                    Ok(mut trailers) => {
+                        self.names.strip(&mut trailers);
+                        Frame::trailers(trailers)
+                    }
+                    Err(frame) => frame,
+                };
+                Poll::Ready(Some(Ok(frame)))
+            }
+            Poll::Ready(Some(Err(e))) => {
+                if let Some(f) = &self.fault.0 {
+                    f.store(true, Ordering::Release);
+                }
+                Poll::Ready(Some(Err(e)))
+            }
+            other => other,
+        }
     }
 }
 
@@ -56,32 +128,30 @@ impl Body for ClientBody {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
         let this = &mut *self;
-        match Pin::new(&mut this.inner).poll_frame(cx) {
-            Poll::Ready(Some(Ok(frame))) => {
-                let frame = match frame.into_trailers() {
-                    Ok(mut trailers) => {
-                        this.names.strip(&mut trailers);
-                        Frame::trailers(trailers)
-                    }
-                    Err(frame) => frame,
-                };
-                Poll::Ready(Some(Ok(frame)))
-            }
-            Poll::Ready(Some(Err(e))) => {
-                if let Some(f) = &this.fault.0 {
-                    f.store(true, Ordering::Release);
-                }
-                Poll::Ready(Some(Err(e)))
-            }
-            other => other,
+        match this.first.take().or_else(|| this.more.pop_front()) {
+            Some(frame) => Poll::Ready(Some(Ok(frame))),
+            None => this.poll_cleaned(cx),
         }
     }
 
     fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
+        self.first.is_none() && self.more.is_empty() && self.inner.is_end_stream()
     }
 
     fn size_hint(&self) -> SizeHint {
-        self.inner.size_hint()
+        let held: u64 = self
+            .first
+            .iter()
+            .chain(&self.more)
+            .filter_map(Frame::data_ref)
+            .map(|d| d.len() as u64)
+            .sum();
+        let inner = self.inner.size_hint();
+        let mut hint = SizeHint::new();
+        hint.set_lower(inner.lower() + held);
+        if let Some(upper) = inner.upper() {
+            hint.set_upper(upper + held);
+        }
+        hint
     }
 }

@@ -4,6 +4,8 @@
 //! too many resets closes that connection for everyone on it. So, as Envoy does, a stream the client
 //! gives up on before its response ended and within a second of opening it counts as premature, and a
 //! connection that has opened at least 100 streams, more than half of them premature, is closed.
+//! Closing alone does not stop an attacker that reconnects at once, so the client is also held back
+//! (`offenders`).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};

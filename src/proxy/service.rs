@@ -13,6 +13,7 @@ use super::Proxy;
 use super::body::ProxyBody;
 use super::discovery::{DiscoveryPath, discovery_path};
 use super::limits::{ClientKey, ClientPermit};
+use super::listener::note_client_fault;
 use super::request_body::ClientBody;
 use super::routing::Routing;
 use super::status::{ProxyError, status_response};
@@ -154,7 +155,15 @@ pub async fn handle(
         Err(error) => return answer(upstream_failed(&backend.name, error, safe)),
     };
     let head = Request::from_parts(parts, ());
-    let (body, client_fault) = ClientBody::new(body, proxy.settings.identity_headers.clone());
+    let (mut body, client_fault) = ClientBody::new(body, proxy.settings.identity_headers.clone());
+    if let Err(e) = body.check_arrived().await {
+        note_client_fault(
+            &proxy,
+            ClientKey::of(identity.as_deref(), remote).hash(),
+            remote,
+        );
+        return answer(body_failed(&e, remote));
+    }
 
     let sent = if long_running {
         send(endpoint, credential, head, body).await
@@ -189,7 +198,14 @@ pub async fn handle(
         );
     }
     match sent {
-        Err(error) if client_failed => answer(client_failed_response(error, remote, safe)),
+        Err(error) if client_failed => {
+            note_client_fault(
+                &proxy,
+                ClientKey::of(identity.as_deref(), remote).hash(),
+                remote,
+            );
+            answer(client_failed_response(error, remote, safe))
+        }
         Ok(resp) => {
             if let Some(m) = &merged_answer
                 && resp.status() == StatusCode::OK
@@ -224,10 +240,7 @@ async fn admit_client(
     identity: Option<&Identity>,
     remote: SocketAddr,
 ) -> Result<Option<ClientPermit>, String> {
-    let client = match identity {
-        Some(id) => ClientKey::User(&id.user),
-        None => ClientKey::Address(remote.ip()),
-    };
+    let client = ClientKey::of(identity, remote);
     proxy.limits.acquire(client).await.map_err(|_| {
         format!(
             "skewgate: {client} has {} requests in flight, the most one client may have, and as \
@@ -316,6 +329,11 @@ fn client_failed_response(
     if error.is_client_error() {
         return upstream_failed("", error, safe);
     }
+    body_failed(&error, remote)
+}
+
+/// 400 for a request whose body could not be read.
+fn body_failed(error: &dyn std::fmt::Display, remote: SocketAddr) -> Response<ProxyBody> {
     tracing::debug!(%remote, %error, "the client's request body failed");
     status_response(
         StatusCode::BAD_REQUEST,

@@ -74,6 +74,9 @@ pub struct SimControls {
     pub fail_reads_per_mille: AtomicU32,
     /// Requests received so far.
     pub requests: AtomicU64,
+    /// Requests to `/debug/` paths (the probes of tests) received so far: unlike `requests`, no
+    /// health check or discovery of the proxy's counts here.
+    pub debug_requests: AtomicU64,
     reads: AtomicU64,
 }
 
@@ -285,6 +288,12 @@ async fn serve_connection<I>(
         let (state, auth, conn) = (state.clone(), auth.clone(), conn.clone());
         async move {
             state.controls.requests.fetch_add(1, Ordering::Relaxed);
+            if req.uri().path().starts_with("/debug/") {
+                state
+                    .controls
+                    .debug_requests
+                    .fetch_add(1, Ordering::Relaxed);
+            }
             let version = state.version_header.clone();
             let mut resp = match auth::admit(auth.as_deref(), (*conn).as_ref(), &req) {
                 Ok(user) => {
