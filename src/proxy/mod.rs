@@ -1,10 +1,12 @@
 //! The proxy: listeners and the service that runs one request through classify, steer and upstream.
 
+mod admission;
 mod body;
 mod capacity;
 mod debug;
 mod detect;
 mod discovery;
+mod forwarding;
 mod limits;
 mod listener;
 mod offenders;

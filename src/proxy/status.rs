@@ -27,11 +27,96 @@ pub enum ProxyError {
         /// apiserver is answered without `Retry-After`.
         safe: bool,
     },
+    /// The client has as many requests in flight as it may, and as many waiting.
+    ClientBusy {
+        /// Who the client is (`user "alice"`, `address 10.0.0.1`).
+        client: String,
+        /// Its limit.
+        limit: usize,
+    },
+    /// A write of a moving pin would outlive its own `timeout` waiting for the fence to end.
+    PinFenced {
+        /// The pin (rule) moving.
+        rule: String,
+        /// Seconds left of the fence, rounded up.
+        remaining_secs: u64,
+    },
+    /// A write of an object whose earlier writes are still in flight on the previous backend.
+    ObjectMoving {
+        /// The backend the object's writes move to.
+        backend: String,
+    },
+    /// The client's request body could not be read: malformed framing, or the client stopped.
+    ClientBody,
+    /// An upgrade request (exec, attach, port-forward) with a body, which a tunnel cannot carry.
+    UpgradeWithBody,
 }
 
 impl ProxyError {
+    /// Whether the client caused it (and nothing failed on the apiserver's side).
+    pub fn is_client_fault(&self) -> bool {
+        match self {
+            ProxyError::ClientBody | ProxyError::UpgradeWithBody => true,
+            ProxyError::Upstream { error, .. } => error.is_client_error(),
+            _ => false,
+        }
+    }
+
+    /// The backend and reason label of a failure on the apiserver's side (for
+    /// `skewgate_upstream_errors_total`), if it is one.
+    pub fn upstream_failure(&self) -> Option<(&str, &'static str)> {
+        match self {
+            ProxyError::NoEndpoint { backend, .. } => Some((backend, "unavailable")),
+            ProxyError::Upstream { backend, error, .. } if !error.is_client_error() => {
+                Some((backend, error.reason()))
+            }
+            _ => None,
+        }
+    }
+
     fn parts(&self) -> (StatusCode, &'static str, String, bool) {
         match self {
+            ProxyError::ClientBusy { client, limit } => (
+                StatusCode::TOO_MANY_REQUESTS,
+                "TooManyRequests",
+                format!(
+                    "skewgate: {client} has {limit} requests in flight, the most one client may \
+                     have, and as many waiting; retry"
+                ),
+                true,
+            ),
+            ProxyError::PinFenced {
+                rule,
+                remaining_secs,
+            } => (
+                StatusCode::TOO_MANY_REQUESTS,
+                "TooManyRequests",
+                format!(
+                    "skewgate: pin {rule:?} is moving; its writes are held for {remaining_secs}s more"
+                ),
+                true,
+            ),
+            ProxyError::ObjectMoving { backend } => (
+                StatusCode::TOO_MANY_REQUESTS,
+                "TooManyRequests",
+                format!(
+                    "skewgate: writes of this object are moving to backend {backend:?}; earlier writes on the previous backend are still in flight, retry"
+                ),
+                true,
+            ),
+            ProxyError::ClientBody => (
+                StatusCode::BAD_REQUEST,
+                "BadRequest",
+                "skewgate: the request body could not be read (malformed framing, or the client stopped sending it)".to_owned(),
+                false,
+            ),
+            ProxyError::UpgradeWithBody => (
+                StatusCode::BAD_REQUEST,
+                "BadRequest",
+                "skewgate: an upgrade request (exec, attach, port-forward) carries no body"
+                    .to_owned(),
+                false,
+            ),
             ProxyError::NoEndpoint { backend, why } => (
                 StatusCode::SERVICE_UNAVAILABLE,
                 "ServiceUnavailable",
@@ -92,14 +177,15 @@ impl ProxyError {
     }
 }
 
-/// A Kubernetes `Status` failure response, with `Retry-After: 1` when trying again may work.
+/// A Kubernetes `Status` failure response, with `Retry-After: 1` (and `details.retryAfterSeconds`)
+/// when trying again may work.
 pub fn status_response(
     code: StatusCode,
     reason: &str,
     message: &str,
     retry: bool,
 ) -> Response<ProxyBody> {
-    let body = json!({
+    let mut body = json!({
         "kind": "Status",
         "apiVersion": "v1",
         "metadata": {},
@@ -108,6 +194,10 @@ pub fn status_response(
         "reason": reason,
         "code": code.as_u16(),
     });
+    // As kube-apiserver does with Retry-After, so that clients reading only the body know too.
+    if retry {
+        body["details"] = json!({ "retryAfterSeconds": 1 });
+    }
     let bytes = serde_json::to_vec(&body).unwrap_or_default();
     let mut resp = Response::new(ProxyBody::full(Bytes::from(bytes)));
     *resp.status_mut() = code;
