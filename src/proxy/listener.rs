@@ -182,11 +182,7 @@ impl Connection {
             is_h2,
         } = self;
         let client = ClientKey::of(identity.as_deref(), remote).hash();
-        // A client just cut off for resets waits before this connection is served.
-        if let Some(hold) = proxy.offenders.hold(client, Instant::now()) {
-            tracing::debug!(%remote, ?hold, "holding back a client cut off for resets");
-            tokio::time::sleep(hold).await;
-        }
+        wait_if_held_back(&proxy, client, remote).await;
         let protocol = if is_h2 { "http2" } else { "http1" };
         let gauge = proxy
             .metrics
@@ -243,12 +239,7 @@ impl Connection {
                 Ok(())
             }
             () = resets.exceeded() => {
-                let hold = proxy.offenders.strike(client, Instant::now());
-                tracing::warn!(%remote, ?hold, "closing a client connection that reset most of its streams as soon as it opened them (HTTP/2 rapid reset); its next connections wait");
-                proxy.metrics.client_connections_closed.with_label_values(&["premature_resets"]).inc();
-                if hold.is_some() {
-                    proxy.metrics.clients_held_back.with_label_values(&["premature_resets"]).inc();
-                }
+                cut_off_for_resets(&proxy, client, remote);
                 Ok(())
             }
         };
@@ -259,6 +250,33 @@ impl Connection {
             }
         }
         gauge.dec();
+    }
+}
+
+/// A client held back (cut off for resets, or sending malformed requests) waits before this
+/// connection of its is served.
+async fn wait_if_held_back(proxy: &Proxy, client: u64, remote: SocketAddr) {
+    if let Some(hold) = proxy.offenders.hold(client, Instant::now()) {
+        tracing::debug!(%remote, ?hold, "holding back a client that misbehaved");
+        tokio::time::sleep(hold).await;
+    }
+}
+
+/// A connection that reset most of its streams as soon as it opened them is closed (by the caller),
+/// and its client held back.
+fn cut_off_for_resets(proxy: &Proxy, client: u64, remote: SocketAddr) {
+    let hold = proxy.offenders.strike(client, Instant::now());
+    tracing::warn!(%remote, ?hold, "closing a client connection that reset most of its streams as soon as it opened them (HTTP/2 rapid reset); its next connections wait");
+    let metrics = &proxy.metrics;
+    metrics
+        .client_connections_closed
+        .with_label_values(&["premature_resets"])
+        .inc();
+    if hold.is_some() {
+        metrics
+            .clients_held_back
+            .with_label_values(&["premature_resets"])
+            .inc();
     }
 }
 
