@@ -127,46 +127,7 @@ impl ProxyError {
                 backend,
                 error,
                 safe,
-            } if !safe && error.may_have_reached_apiserver() => {
-                let (code, reason) = match error {
-                    UpstreamError::Timeout => (StatusCode::GATEWAY_TIMEOUT, "Timeout"),
-                    _ => (StatusCode::BAD_GATEWAY, "InternalError"),
-                };
-                (
-                    code,
-                    reason,
-                    format!(
-                        "skewgate: backend {backend:?} failed after the request was sent ({error}); the write may have been applied: read the object before you retry"
-                    ),
-                    false,
-                )
-            }
-            ProxyError::Upstream { backend, error, .. } => match error {
-                UpstreamError::Unavailable(_) | UpstreamError::Connect(_) => (
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    "ServiceUnavailable",
-                    format!("skewgate: backend {backend:?} is unreachable: {error}"),
-                    true,
-                ),
-                UpstreamError::Timeout => (
-                    StatusCode::GATEWAY_TIMEOUT,
-                    "Timeout",
-                    format!("skewgate: backend {backend:?} did not answer in time"),
-                    true,
-                ),
-                UpstreamError::Protocol(_) | UpstreamError::AfterSend(_) => (
-                    StatusCode::BAD_GATEWAY,
-                    "InternalError",
-                    format!("skewgate: backend {backend:?} failed before answering: {error}"),
-                    true,
-                ),
-                UpstreamError::HeadersTooLarge { .. } => (
-                    StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
-                    "RequestHeaderFieldsTooLarge",
-                    format!("skewgate: {error}; nothing was sent"),
-                    false,
-                ),
-            },
+            } => upstream_parts(backend, error, *safe),
         }
     }
 
@@ -174,6 +135,51 @@ impl ProxyError {
     pub fn into_response(self) -> Response<ProxyBody> {
         let (code, reason, message, retry) = self.parts();
         status_response(code, reason, &message, retry)
+    }
+}
+
+/// The answer to a failure talking to the apiserver: a write that may have been applied gets no
+/// `Retry-After` and says so; everything else may be retried.
+fn upstream_parts(
+    backend: &str,
+    error: &UpstreamError,
+    safe: bool,
+) -> (StatusCode, &'static str, String, bool) {
+    if !safe && error.may_have_reached_apiserver() {
+        let (code, reason) = match error {
+            UpstreamError::Timeout => (StatusCode::GATEWAY_TIMEOUT, "Timeout"),
+            _ => (StatusCode::BAD_GATEWAY, "InternalError"),
+        };
+        let message = format!(
+            "skewgate: backend {backend:?} failed after the request was sent ({error}); the write may have been applied: read the object before you retry"
+        );
+        return (code, reason, message, false);
+    }
+    match error {
+        UpstreamError::Unavailable(_) | UpstreamError::Connect(_) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "ServiceUnavailable",
+            format!("skewgate: backend {backend:?} is unreachable: {error}"),
+            true,
+        ),
+        UpstreamError::Timeout => (
+            StatusCode::GATEWAY_TIMEOUT,
+            "Timeout",
+            format!("skewgate: backend {backend:?} did not answer in time"),
+            true,
+        ),
+        UpstreamError::Protocol(_) | UpstreamError::AfterSend(_) => (
+            StatusCode::BAD_GATEWAY,
+            "InternalError",
+            format!("skewgate: backend {backend:?} failed before answering: {error}"),
+            true,
+        ),
+        UpstreamError::HeadersTooLarge { .. } => (
+            StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+            "RequestHeaderFieldsTooLarge",
+            format!("skewgate: {error}; nothing was sent"),
+            false,
+        ),
     }
 }
 
