@@ -325,3 +325,15 @@ fn from_names_a_backend_and_needs_flip_at() {
         "{e}"
     );
 }
+
+#[test]
+fn from_naming_the_pins_own_backend_is_refused() {
+    let text = BASE.replace(
+        "writes:\n  default: v1-29\n",
+        "writes:\n  default: v1-29\n  pins:\n    - namespaces: [a]\n      backend: v1-30\n      from: v1-30\n      flipAt: 2026-11-22T10:00:00Z\n",
+    );
+    assert_eq!(
+        one_error(&text),
+        "14:writes.pins[0].from: from names the pin's own backend \"v1-30\": a pin moves from another backend; leave from out if it does not move"
+    );
+}

@@ -7,7 +7,6 @@ use serde_json::{Value, json};
 use super::Proxy;
 use crate::admin::AdminSource;
 use crate::config::{Schedule, Selectors};
-use crate::steer::LiveState;
 use crate::upstream::EndpointState;
 
 impl AdminSource for Proxy {
@@ -66,21 +65,14 @@ impl AdminSource for Proxy {
             .iter()
             .enumerate()
             .map(|(i, p)| {
-                let from = p.flip_from.or_else(|| routing.pin_previous(i)).filter(|b| *b != p.backend);
-                let fence_end = p.flip_at.map(|at| at + t.writes.fence);
-                let moving = match (p.flip_at, fence_end, from) {
-                    (Some(at), _, Some(_)) if now < at => "before flipAt",
-                    (Some(at), Some(end), _) if now >= at && now < end => "in fence: writes held",
-                    (Some(at), Some(_), None) if now < at => "waiting for flipAt + fence: previous backend unknown",
-                    _ => "settled",
-                };
+                let moved = routing.steering.pin_move(i, now, &*routing);
                 json!({
                     "name": p.name,
                     "backend": t.backend_name(p.backend),
                     "flipAt": p.flip_at.map(|a| humantime::format_rfc3339_seconds(a).to_string()),
-                    "fenceEnds": fence_end.map(|e| humantime::format_rfc3339_seconds(e).to_string()),
-                    "movingFrom": from.map(|b| t.backend_name(b)),
-                    "move": moving,
+                    "fenceEnds": moved.fence_ends.map(|e| humantime::format_rfc3339_seconds(e).to_string()),
+                    "movingFrom": moved.from.map(|b| t.backend_name(b)),
+                    "move": moved.stage.describe(),
                     "reads": match p.reads { crate::config::PinReads::Follow => "follow", crate::config::PinReads::Rollout => "rollout" },
                     "selectors": selectors(&p.selectors),
                     "writesHeld": self.metrics.writes_held.with_label_values(&[p.name.as_str()]).get(),

@@ -12,7 +12,9 @@ use super::limits::ClientPermit;
 use crate::classify::{Client, Verb, classify};
 use crate::config::{BackendId, RouteTable};
 use crate::metrics::{COMMON_CODES, Metrics, Slots, code_slot};
-use crate::steer::{Class, Decision, LiveState, RolloutState, Rule, SteerRequest, Steering};
+use crate::steer::{
+    Class, Decision, LiveState, RolloutState, Rule, SteerRequest, Steering, previous_backends,
+};
 use crate::upstream::{BackendPool, Upstreams};
 
 /// Number of `Verb` variants: the width of the per-verb metric tables.
@@ -77,18 +79,11 @@ impl Routing {
         }
         let n = backends.len();
         let rules = table.writes.pins.len() + table.reads.rollouts.len() + 2;
-        let pin_previous = table
-            .writes
-            .pins
-            .iter()
-            .map(|pin| {
-                let prev = previous?;
-                pin.flip_at?;
-                let name = prev.effective_pin_backend(&pin.name, now)?;
-                let id = table.backends.iter().position(|b| b.name == name)?;
-                (id != pin.backend).then_some(id)
-            })
-            .collect();
+        let pin_previous = previous_backends(
+            &table,
+            previous.map(|p| (p.table(), p.pin_previous.as_slice())),
+            now,
+        );
         let routing = Routing {
             discovery: arc_swap::ArcSwapOption::empty(),
             pin_previous,
@@ -192,19 +187,6 @@ impl Routing {
             }
             None => labels(&code.to_string()).inc(),
         }
-    }
-
-    /// The backend the named pin sends writes to at `now` (its previous one before its `flipAt`).
-    fn effective_pin_backend(&self, pin: &str, now: SystemTime) -> Option<&str> {
-        let t = self.table();
-        let i = t.writes.pins.iter().position(|p| p.name == pin)?;
-        let p = &t.writes.pins[i];
-        let before_flip = p.flip_at.is_some_and(|at| now < at);
-        let id = match (before_flip, p.flip_from.or(self.pin_previous[i])) {
-            (true, Some(prev)) => prev,
-            _ => p.backend,
-        };
-        Some(t.backend_name(id))
     }
 
     /// Fires when the long-running reads that `d` decided should end: at shutdown, or when a reload

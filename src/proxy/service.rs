@@ -11,7 +11,7 @@ use http::{Method, Request, Response, StatusCode};
 use hyper::body::Incoming;
 
 use super::Proxy;
-use super::admission::{admit_client, admit_write, hold_until};
+use super::admission::{admit_client, admit_write};
 use super::body::ProxyBody;
 use super::discovery::{DiscoveryPath, discovery_path};
 use super::forwarding::{credential_of, prepare_headers, strip_hop_by_hop, upstream_uri};
@@ -24,7 +24,7 @@ use super::upgrade;
 use crate::classify::{Client, Verb, classify};
 use crate::config::BackendId;
 use crate::identity::{Identity, forward_identity};
-use crate::steer::{Class, Decision, Reason, SteerRequest, WriteTicket, object_key};
+use crate::steer::{Class, Decision, SteerRequest, WriteTicket, object_key};
 use crate::upstream::{BackendPool, Credential, EndpointPool, UpstreamBody, UpstreamError, send};
 
 /// Serves one request.
@@ -177,14 +177,13 @@ async fn admit<'r>(
         backend: backend.name.clone(),
         why: backend.unavailable_reason(),
     })?;
-    let query = parts.uri.query();
-    // A write of a pin inside its fence waits for the fence to end.
-    if let Reason::Fenced { until } = request.decision.reason {
-        hold_until(proxy, routing, &request.decision, until, query).await?;
-    }
-    // A pinned write waits while the same object has writes in flight on another backend.
+    // A pinned write waits for its pin's fence to end, then while the same object has writes in
+    // flight on another backend.
     let ticket = match request.object {
-        Some(key) => Some(admit_write(proxy, routing, &request.decision, key, query).await?),
+        Some(key) => {
+            let query = parts.uri.query();
+            Some(admit_write(proxy, routing, &request.decision, key, query).await?)
+        }
         None => None,
     };
     Ok((endpoint, ticket))

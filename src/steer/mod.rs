@@ -10,6 +10,7 @@ mod clock;
 mod decision;
 mod index;
 mod ledger;
+mod pin_move;
 mod request;
 pub mod sticky;
 
@@ -20,9 +21,10 @@ pub use abort::{AbortWindow, WindowCounts};
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use decision::{Class, Decision, Reason, Rule};
 pub use ledger::{Held, WriteLedger, WriteTicket, backend_key, object_key};
+pub use pin_move::{Admitted, PinMove, Refused, Stage, WriteAdmission, previous_backends};
 pub use request::SteerRequest;
 
-use crate::config::{BackendId, Pin, PinReads, RouteTable};
+use crate::config::{BackendId, PinReads, RouteTable};
 use index::{Keys, RuleIndex};
 use request::selectors_match;
 
@@ -47,17 +49,6 @@ pub trait LiveState {
     ) -> Option<bool> {
         None
     }
-}
-
-/// Where a pin with `flipAt` stands at one moment.
-enum Flip {
-    /// No move in progress: the pin's backend.
-    Settled,
-    /// Before `flipAt`: the previous backend.
-    Before(BackendId),
-    /// Between `flipAt` and `flipAt + fence` (or before `flipAt` when the previous backend is not
-    /// known): hold writes until this moment.
-    Fenced(SystemTime),
 }
 
 /// No live state: nothing has aborted. For `explain` and for callers without a running proxy.
@@ -211,19 +202,16 @@ impl Steering {
                     Reason::NoPin,
                 );
             };
-            let pin = &pins[i];
-            let (backend, reason) = match self.flip(i, pin, now, live) {
-                Flip::Settled => (pin.backend, Reason::PinnedWrite),
-                Flip::Before(prev) => (prev, Reason::BeforeFlip),
-                Flip::Fenced(until) => (pin.backend, Reason::Fenced { until }),
+            let moved = self.pin_move(i, now, live);
+            let reason = match moved.stage {
+                Stage::Settled => Reason::PinnedWrite,
+                Stage::BeforeFlip { .. } => Reason::BeforeFlip,
+                Stage::Fenced { until } | Stage::Waiting { until } => Reason::Fenced { until },
             };
-            return Decision::new(Class::Write, backend, Rule::Pin(i), reason);
+            return Decision::new(Class::Write, moved.backend, Rule::Pin(i), reason);
         }
         if let Some(i) = first_pin(&self.read_pins) {
-            let backend = match self.flip(i, &pins[i], now, live) {
-                Flip::Before(prev) => prev,
-                Flip::Settled | Flip::Fenced(_) => pins[i].backend,
-            };
+            let backend = self.pin_move(i, now, live).backend;
             return Decision::new(Class::Read, backend, Rule::Pin(i), Reason::ReadFollowsPin);
         }
         let rollouts = &table.reads.rollouts;
@@ -262,24 +250,9 @@ impl Steering {
 
 impl Steering {
     /// Where pin `i` stands at `now`: settled, before its `flipAt`, or in its fence.
-    fn flip(&self, i: usize, pin: &Pin, now: SystemTime, live: &impl LiveState) -> Flip {
-        let Some(at) = pin.flip_at else {
-            return Flip::Settled;
-        };
-        let previous = pin.flip_from.or_else(|| live.pin_previous(i));
-        if previous == Some(pin.backend) {
-            return Flip::Settled;
-        }
-        let end = at + self.table.writes.fence;
-        if now >= end {
-            return Flip::Settled;
-        }
-        match previous {
-            Some(prev) if now < at => Flip::Before(prev),
-            // In the fence; or before it with no previous backend known (a replica started after
-            // the file changed): holding is the only choice that cannot overlap another replica.
-            _ => Flip::Fenced(end),
-        }
+    pub fn pin_move(&self, i: usize, now: SystemTime, live: &impl LiveState) -> PinMove {
+        let pin = &self.table.writes.pins[i];
+        PinMove::at(pin, live.pin_previous(i), self.table.writes.fence, now)
     }
 }
 

@@ -286,6 +286,12 @@ impl Validator<'_> {
                 .map(|f| self.backend_ref(f, &format!("{path}.from")));
             if let (Some(from), None) = (&p.from, &p.flip_at) {
                 self.error(from.referenced, format!("{path}.from"), "from names the backend a pin moves from at flipAt: add flipAt, or leave from out");
+            } else if let Some(from) = p.from.as_ref().filter(|_| flip_from == Some(backend)) {
+                self.error(
+                    from.referenced,
+                    format!("{path}.from"),
+                    format!("from names the pin's own backend {:?}: a pin moves from another backend; leave from out if it does not move", from.value),
+                );
             }
             out.push(Pin {
                 name,

@@ -1,0 +1,287 @@
+//! A pin's move from one backend to another, in one place: where a pin stands at a moment (settled,
+//! before its `flipAt`, in its fence), where its writes and reads go then, which backend it moves
+//! from after a reload, and the admission of its writes (held while the fence lasts, then admitted
+//! to the write ledger once the object has no writes in flight on another backend).
+//!
+//! Steering, `/debug/routes` and `explain` all read a pin's state from `PinMove::at`, so they cannot
+//! disagree about it.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use super::clock::Clock;
+use super::ledger::{WriteLedger, WriteTicket, backend_key};
+use crate::config::{BackendId, Pin, RouteTable};
+
+/// Where a pin stands at one moment.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stage {
+    /// No move in progress: writes and reads go to the pin's backend.
+    Settled,
+    /// Before `flipAt`, with the backend it moves from known: writes and reads still go there.
+    BeforeFlip {
+        /// The backend it moves from.
+        from: BackendId,
+        /// When it moves.
+        at: SystemTime,
+    },
+    /// Between `flipAt` and the end of the fence: writes are held until `until`, reads go to the
+    /// pin's backend.
+    Fenced {
+        /// When the fence ends.
+        until: SystemTime,
+    },
+    /// Before `flipAt`, with the backend it moves from unknown (a replica started after the file
+    /// changed): holding until the end of the fence is the only choice that cannot overlap another
+    /// replica's writes.
+    Waiting {
+        /// When the fence ends.
+        until: SystemTime,
+    },
+}
+
+impl Stage {
+    /// The fence's end, when writes are held.
+    pub fn holds_writes_until(self) -> Option<SystemTime> {
+        match self {
+            Stage::Fenced { until } | Stage::Waiting { until } => Some(until),
+            Stage::Settled | Stage::BeforeFlip { .. } => None,
+        }
+    }
+
+    /// A phrase for a person (`/debug/routes`).
+    pub fn describe(self) -> &'static str {
+        match self {
+            Stage::Settled => "settled",
+            Stage::BeforeFlip { .. } => "before flipAt",
+            Stage::Fenced { .. } => "in fence: writes held",
+            Stage::Waiting { .. } => "waiting for flipAt + fence: previous backend unknown",
+        }
+    }
+}
+
+/// A pin's move as seen at one moment.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PinMove {
+    /// Where it stands.
+    pub stage: Stage,
+    /// The backend it moves from (its `from`, else the one it had in the table this replica ran
+    /// before), when that differs from its backend.
+    pub from: Option<BackendId>,
+    /// When the fence after `flipAt` ends.
+    pub fence_ends: Option<SystemTime>,
+    /// Where its writes and reads go now.
+    pub backend: BackendId,
+}
+
+impl PinMove {
+    /// Pin `pin` at `now`, with `fence` the table's `writes.fence` and `previous` the backend the pin
+    /// had in the table this replica ran before (when known and different).
+    pub fn at(pin: &Pin, previous: Option<BackendId>, fence: Duration, now: SystemTime) -> PinMove {
+        let named = pin.flip_from.or(previous);
+        let from = named.filter(|b| *b != pin.backend);
+        let fence_ends = pin.flip_at.map(|at| at + fence);
+        let stage = match (pin.flip_at, fence_ends) {
+            // A pin whose `from` (or previous backend) is its own backend has no move to make.
+            _ if named == Some(pin.backend) => Stage::Settled,
+            (Some(at), Some(end)) if now < end => match from {
+                Some(from) if now < at => Stage::BeforeFlip { from, at },
+                None if now < at => Stage::Waiting { until: end },
+                _ => Stage::Fenced { until: end },
+            },
+            _ => Stage::Settled,
+        };
+        let backend = match stage {
+            Stage::BeforeFlip { from, .. } => from,
+            _ => pin.backend,
+        };
+        PinMove {
+            stage,
+            from,
+            fence_ends,
+            backend,
+        }
+    }
+}
+
+/// For each pin of `table` with `flipAt`, the backend it had in the table this replica ran before
+/// (`old`, as the writes went at `now`), when that differs from its backend now. Matched by pin
+/// and backend name, so a reordered file carries over.
+pub fn previous_backends(
+    table: &RouteTable,
+    old: Option<(&RouteTable, &[Option<BackendId>])>,
+    now: SystemTime,
+) -> Vec<Option<BackendId>> {
+    table
+        .writes
+        .pins
+        .iter()
+        .map(|pin| {
+            let (old_table, old_previous) = old?;
+            pin.flip_at?;
+            let i = old_table
+                .writes
+                .pins
+                .iter()
+                .position(|p| p.name == pin.name)?;
+            let was = PinMove::at(
+                &old_table.writes.pins[i],
+                old_previous.get(i).copied().flatten(),
+                old_table.writes.fence,
+                now,
+            );
+            let name = old_table.backend_name(was.backend);
+            let id = table.backends.iter().position(|b| b.name == name)?;
+            (id != pin.backend).then_some(id)
+        })
+        .collect()
+}
+
+/// Why a write was not admitted: nothing was sent upstream.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Refused {
+    /// The pin's fence outlasts the request's own `timeout`.
+    Fenced {
+        /// How long the fence still lasts.
+        remaining: Duration,
+    },
+    /// The object's writes on another backend did not finish within the wait.
+    ObjectMoving,
+}
+
+/// A write admitted upstream.
+pub struct Admitted {
+    /// The write's place in the ledger, held until the apiserver has answered.
+    pub ticket: WriteTicket,
+    /// How long it waited for the object's writes on another backend, when it had to.
+    pub waited: Option<Duration>,
+}
+
+/// One write to admit.
+pub struct WriteAdmission<'a> {
+    /// The ledger of writes in flight.
+    pub ledger: &'a Arc<WriteLedger>,
+    /// The proxy's clock, for the fence.
+    pub clock: &'a dyn Clock,
+    /// The table's `writes.fence`: the longest a write waits for the object's writes elsewhere.
+    pub fence: Duration,
+    /// The request's own `timeout`, if it gave one.
+    pub timeout: Option<Duration>,
+}
+
+impl WriteAdmission<'_> {
+    /// Admits a write of `object` to `backend` (named): first held until the fence ends when
+    /// `held_until` says so, then admitted to the ledger, waiting while the object has writes in
+    /// flight on another backend. `on_hold` is called once, when the write starts to wait, and its
+    /// result is kept while it waits (a gauge's guard).
+    pub async fn admit<G>(
+        &self,
+        held_until: Option<SystemTime>,
+        object: u64,
+        backend: &str,
+        mut on_hold: impl FnMut() -> G,
+    ) -> Result<Admitted, Refused> {
+        if let Some(until) = held_until {
+            let remaining = until
+                .duration_since(self.clock.now())
+                .unwrap_or(Duration::ZERO);
+            if self.timeout.is_some_and(|t| t < remaining) {
+                return Err(Refused::Fenced { remaining });
+            }
+            let _held = on_hold();
+            self.hold(until).await;
+        }
+        let wait = self.timeout.map_or(self.fence, |t| t.min(self.fence));
+        let deadline = tokio::time::Instant::now() + wait;
+        let started = std::time::Instant::now();
+        let admit = self.ledger.admit(object, backend_key(backend), deadline);
+        tokio::pin!(admit);
+        // Most writes are admitted at once; only those that wait are counted as held.
+        let result = match futures_util::FutureExt::now_or_never(admit.as_mut()) {
+            Some(r) => r,
+            None => {
+                let _held = on_hold();
+                admit.await
+            }
+        };
+        let (ticket, waited) = result.map_err(|_| Refused::ObjectMoving)?;
+        Ok(Admitted {
+            ticket,
+            waited: waited.then(|| started.elapsed()),
+        })
+    }
+
+    /// Waits until `until` by the proxy's clock. Polls the clock rather than sleeping the whole
+    /// hold, so a clock that jumps is followed.
+    async fn hold(&self, until: SystemTime) {
+        while let Ok(left) = until.duration_since(self.clock.now()) {
+            if left.is_zero() {
+                break;
+            }
+            tokio::time::sleep(left.min(Duration::from_millis(50))).await;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::UNIX_EPOCH;
+
+    use super::*;
+    use crate::config::{PinReads, Selectors};
+
+    fn pin(backend: BackendId, from: Option<BackendId>, flip_at: Option<u64>) -> Pin {
+        Pin {
+            name: "p".into(),
+            selectors: Selectors::default(),
+            backend,
+            reads: PinReads::Follow,
+            flip_at: flip_at.map(|s| UNIX_EPOCH + Duration::from_secs(s)),
+            flip_from: from,
+        }
+    }
+
+    fn at(p: &Pin, previous: Option<BackendId>, secs: u64) -> PinMove {
+        PinMove::at(
+            p,
+            previous,
+            Duration::from_secs(10),
+            UNIX_EPOCH + Duration::from_secs(secs),
+        )
+    }
+
+    #[test]
+    fn a_pin_moves_through_its_stages_at_flip_at_and_the_fence() {
+        let p = pin(1, Some(0), Some(100));
+        let t = |s| UNIX_EPOCH + Duration::from_secs(s);
+        assert_eq!(
+            at(&p, None, 50).stage,
+            Stage::BeforeFlip {
+                from: 0,
+                at: t(100)
+            }
+        );
+        assert_eq!(at(&p, None, 50).backend, 0);
+        assert_eq!(at(&p, None, 100).stage, Stage::Fenced { until: t(110) });
+        assert_eq!(at(&p, None, 100).backend, 1);
+        assert_eq!(at(&p, None, 110).stage, Stage::Settled);
+        // With no `from`, the previous table's backend is where it moves from.
+        let q = pin(1, None, Some(100));
+        assert_eq!(at(&q, Some(0), 50).backend, 0);
+        // Neither known: writes wait for the fence to end, from before flipAt on.
+        assert_eq!(at(&q, None, 50).stage, Stage::Waiting { until: t(110) });
+        assert_eq!(at(&q, None, 50).stage.holds_writes_until(), Some(t(110)));
+    }
+
+    #[test]
+    fn a_pin_that_does_not_move_is_settled_however_it_is_seen() {
+        // The case that steering and /debug/routes once disagreed on.
+        let own = pin(1, Some(1), Some(100));
+        let m = at(&own, None, 50);
+        assert_eq!((m.stage, m.from, m.backend), (Stage::Settled, None, 1));
+        assert_eq!(m.stage.describe(), "settled");
+        let unchanged = pin(1, None, Some(100));
+        assert_eq!(at(&unchanged, Some(1), 50).stage, Stage::Settled);
+        assert_eq!(at(&pin(1, None, None), Some(0), 50).stage, Stage::Settled);
+    }
+}
