@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use skewgate::proxy::{ProxySettings, ServeOptions, Server};
-use skewgate::sim::{self, SimConfig, Store};
+use skewgate_sim::{self as sim, SimConfig, Store};
 
 fn arg(name: &str, default: u64) -> u64 {
     let args: Vec<String> = std::env::args().collect();

@@ -52,6 +52,5 @@ pub mod config;
 pub mod identity;
 pub mod metrics;
 pub mod proxy;
-pub mod sim;
 pub mod steer;
 pub mod upstream;

@@ -14,7 +14,9 @@ fn main() -> ExitCode {
         Command::Check { paths } => cli::check::check(&paths),
         Command::Explain(args) => cli::explain::explain(&args).map(|()| ExitCode::SUCCESS),
         Command::Serve(args) => cli::serve::run(*args),
+        #[cfg(feature = "demo")]
         Command::Demo(args) => cli::demo::run(args),
+        #[cfg(feature = "demo")]
         Command::Sim(args) => cli::sim::run(args),
     };
     match result {

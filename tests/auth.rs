@@ -14,7 +14,7 @@ use std::sync::Arc;
 use common::*;
 use pki::{Pki, pki};
 use serde_json::Value;
-use skewgate::sim::{self, SimAuth, SimConfig, SimHandle, Store};
+use skewgate_sim::{self as sim, SimAuth, SimConfig, SimHandle, Store};
 
 const TOKENS: &str = "s3cr3t-token,bob,1001,\"team-b,ops\"\n";
 

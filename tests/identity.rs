@@ -13,7 +13,7 @@ use common::*;
 use pki::{Ca, Pki, pki};
 use serde_json::Value;
 use skewgate::proxy::ProxySettings;
-use skewgate::sim::{self, SimConfig, SimHandle, Store};
+use skewgate_sim::{self as sim, SimConfig, SimHandle, Store};
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 

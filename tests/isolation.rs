@@ -258,7 +258,7 @@ async fn malformed_request_bodies_are_400_and_never_abort_a_rollout() {
     .await;
     let bad = b"GET /debug/headers HTTP/1.1\r\nHost: x\r\nConnection: close\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\nzz\r\n";
     let requests = || {
-        let count = |c: &skewgate::sim::SimControls| {
+        let count = |c: &skewgate_sim::SimControls| {
             c.debug_requests.load(std::sync::atomic::Ordering::Relaxed)
         };
         count(&sims.new.controls) + count(&sims.old.controls)
@@ -353,16 +353,16 @@ async fn one_client_cannot_take_all_the_capacity() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn headers_larger_than_the_apiserver_accepts_are_431_and_cut_off_no_one() {
     use futures_util::StreamExt;
-    let store = skewgate::sim::Store::new();
-    let config = |v: &str| skewgate::sim::SimConfig {
+    let store = skewgate_sim::Store::new();
+    let config = |v: &str| skewgate_sim::SimConfig {
         max_header_list_size: Some(16 * 1024),
-        ..skewgate::sim::SimConfig::new(v)
+        ..skewgate_sim::SimConfig::new(v)
     };
     let sims = Sims {
-        old: skewgate::sim::start(config(OLD), store.clone(), loopback())
+        old: skewgate_sim::start(config(OLD), store.clone(), loopback())
             .await
             .expect("sim"),
-        new: skewgate::sim::start(config(NEW), store.clone(), loopback())
+        new: skewgate_sim::start(config(NEW), store.clone(), loopback())
             .await
             .expect("sim"),
         store,
@@ -435,7 +435,7 @@ async fn heads_over_skewgates_bound_are_431_before_the_apiserver_sees_them() {
     };
     let gate = gate_on(&routes_file, settings).await;
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let requests = |s: &skewgate::sim::SimHandle| {
+    let requests = |s: &skewgate_sim::SimHandle| {
         s.controls
             .requests
             .load(std::sync::atomic::Ordering::Relaxed)

@@ -149,7 +149,7 @@ async fn the_damage_and_the_cure() {
         )
         .await;
     }
-    let stored = sims.store.get(&skewgate::sim::ObjectKey {
+    let stored = sims.store.get(&skewgate_sim::ObjectKey {
         resource: "configmaps".into(),
         namespace: "direct".into(),
         name: "cm".into(),

@@ -26,18 +26,9 @@ pub trait AdminSource: Send + Sync + 'static {
 /// Serves the admin endpoints until `stop`.
 pub async fn serve(source: Arc<dyn AdminSource>, listener: TcpListener, stop: CancellationToken) {
     loop {
-        let (stream, _) = tokio::select! {
-            r = listener.accept() => match r {
-                Ok(c) => c,
-                Err(e) => {
-                    // Out of descriptors (EMFILE) or memory: a loop that retried at once would spin
-                    // a core and starve the health checks on this thread.
-                    tracing::warn!(error = %e, "admin accept failed; backing off");
-                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-                    continue;
-                }
-            },
-            _ = stop.cancelled() => return,
+        let Some((stream, _)) = skewgate_shared::next_connection(&listener, &stop, "admin").await
+        else {
+            return;
         };
         let source = source.clone();
         tokio::spawn(async move {

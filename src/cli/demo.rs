@@ -10,7 +10,7 @@ use anyhow::{Context, Result, anyhow, bail};
 
 use skewgate::config;
 use skewgate::proxy::{ProxySettings, ServeOptions, Server};
-use skewgate::sim::{self, SimConfig, Store};
+use skewgate_sim::{self as sim, SimConfig, Store};
 
 use super::DemoArgs;
 use super::serve::{init_logging, runtime, wait_for_signal};

@@ -1,9 +1,11 @@
 //! The command line: its arguments, and one module per command.
 
 pub mod check;
+#[cfg(feature = "demo")]
 pub mod demo;
 pub mod explain;
 pub mod serve;
+#[cfg(feature = "demo")]
 pub mod sim;
 
 use std::net::SocketAddr;
@@ -37,14 +39,17 @@ pub enum Command {
     },
     /// Print the RequestInfo, the client, the class, the rule and the backend of one request, and why.
     Explain(ExplainArgs),
+    #[cfg(feature = "demo")]
     /// Run simulated apiservers of two versions with skewgate in front, and print commands to try.
     Demo(DemoArgs),
+    #[cfg(feature = "demo")]
     /// Run one simulated apiserver (a test fixture for benchmarks and experiments, not an apiserver).
     Sim(SimArgs),
 }
 
 /// `skewgate sim`.
 #[derive(clap::Args)]
+#[cfg(feature = "demo")]
 pub struct SimArgs {
     /// Where it listens.
     #[arg(long, default_value = "127.0.0.1:18080")]
@@ -170,6 +175,7 @@ pub struct ExplainArgs {
 
 /// `skewgate demo`.
 #[derive(clap::Args)]
+#[cfg(feature = "demo")]
 pub struct DemoArgs {
     /// Where the demo's skewgate listens.
     #[arg(long, default_value = "127.0.0.1:16443")]

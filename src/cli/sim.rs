@@ -4,7 +4,7 @@ use std::process::ExitCode;
 
 use anyhow::{Context, Result};
 
-use skewgate::sim::{self, SimConfig, Store};
+use skewgate_sim::{self as sim, SimConfig, Store};
 
 use super::SimArgs;
 use super::serve::{init_logging, runtime, wait_for_signal};

@@ -52,18 +52,11 @@ pub async fn serve(proxy: Arc<Proxy>, listener: TcpListener, stop: CancellationT
             slot = proxy.connection_slots.acquire() => slot,
             _ = stop.cancelled() => break,
         };
-        let (stream, remote) = tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok(c) => c,
-                Err(e) => {
-                    tracing::warn!(error = %e, "accept failed");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
-                }
-            },
-            _ = stop.cancelled() => break,
+        let Some((stream, remote)) =
+            skewgate_shared::next_connection(&listener, &stop, "proxy").await
+        else {
+            break;
         };
-        let _ = stream.set_nodelay(true);
         let accepted = Accepted {
             proxy: proxy.clone(),
             remote,

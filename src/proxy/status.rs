@@ -2,7 +2,7 @@
 
 use bytes::Bytes;
 use http::{HeaderValue, Response, StatusCode, header};
-use serde_json::json;
+use skewgate_shared::Status;
 
 use super::body::ProxyBody;
 use crate::upstream::UpstreamError;
@@ -191,20 +191,10 @@ pub fn status_response(
     message: &str,
     retry: bool,
 ) -> Response<ProxyBody> {
-    let mut body = json!({
-        "kind": "Status",
-        "apiVersion": "v1",
-        "metadata": {},
-        "status": "Failure",
-        "message": message,
-        "reason": reason,
-        "code": code.as_u16(),
-    });
+    let status = Status::failure(code.as_u16(), reason, message);
     // As kube-apiserver does with Retry-After, so that clients reading only the body know too.
-    if retry {
-        body["details"] = json!({ "retryAfterSeconds": 1 });
-    }
-    let bytes = serde_json::to_vec(&body).unwrap_or_default();
+    let status = if retry { status.retry_after(1) } else { status };
+    let bytes = status.to_json();
     let mut resp = Response::new(ProxyBody::full(Bytes::from(bytes)));
     *resp.status_mut() = code;
     let h = resp.headers_mut();

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use skewgate::proxy::{ProxySettings, ServeOptions, Server};
-use skewgate::sim::{self, SimConfig, SimHandle, Store};
+use skewgate_sim::{self as sim, SimConfig, SimHandle, Store};
 
 pub const OLD: &str = "v1.29.4";
 pub const NEW: &str = "v1.30.1";

@@ -328,7 +328,7 @@ pub async fn tls_call(
     let status = resp.status().as_u16();
     let version = resp
         .headers()
-        .get(skewgate::sim::VERSION_HEADER)
+        .get(skewgate_sim::VERSION_HEADER)
         .and_then(|v| v.to_str().ok())
         .unwrap_or("")
         .to_owned();

@@ -60,7 +60,9 @@ pub fn serve(
         Some(since) => match sim.store.watch(since) {
             (Some(past), live) => (past, live),
             (None, _) => {
-                let gone = json!({"type": "ERROR", "object": {"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "Expired", "code": 410, "message": format!("too old resource version: {since}")}});
+                let message = format!("too old resource version: {since}");
+                let status = skewgate_shared::Status::failure(410, "Expired", &message);
+                let gone = json!({"type": "ERROR", "object": status.to_value()});
                 let _ = tx.try_send(line(&gone));
                 return stream_response(rx);
             }

@@ -416,6 +416,6 @@ pub fn status_error(code: u16, reason: &str, message: &str) -> Response<SimBody>
     let status = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     json_response(
         status,
-        &json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "message": message, "reason": reason, "code": code}),
+        &skewgate_shared::Status::failure(code, reason, message).to_value(),
     )
 }

@@ -239,18 +239,12 @@ async fn serve(
     }
     let mut connections = JoinSet::new();
     loop {
-        let (stream, _) = tokio::select! {
-            r = listener.accept() => match r {
-                Ok(conn) => conn,
-                Err(_) => {
-                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-                    continue;
-                }
-            },
-            _ = shutdown.cancelled() => break,
+        let Some((stream, _)) =
+            skewgate_shared::next_connection(&listener, &shutdown, "simulated apiserver").await
+        else {
+            break;
         };
         accepted.fetch_add(1, Ordering::Relaxed);
-        let _ = stream.set_nodelay(true);
         let state = state.clone();
         let builder = builder.clone();
         let tls = config.tls.clone();
