@@ -1,8 +1,10 @@
 //! skewgate: an L7 proxy that steers Kubernetes API traffic between apiserver versions during an upgrade.
 //!
-//! The crate is split into rooms, one job each (see design.md): `classify` turns a request head into the
+//! The crate is split into rooms, one job each (see docs/design.md): `classify` turns a request head into the
 //! apiserver's own RequestInfo, `config` turns route files into a validated route table, and `steer`
 //! decides which backend serves a request and why.
+
+#![warn(unreachable_pub)]
 
 /// `impl AsyncWrite for $wrapper<S>` that passes every write through to its `inner` stream: for
 /// wrappers that only look at what is read (protocol detection, the upstream SETTINGS reader).
@@ -46,11 +48,11 @@ macro_rules! forward_async_write {
     };
 }
 
-pub mod admin;
+pub(crate) mod admin;
 pub mod classify;
 pub mod config;
 pub mod identity;
-pub mod metrics;
+pub(crate) mod metrics;
 pub mod proxy;
 pub mod steer;
 pub mod upstream;

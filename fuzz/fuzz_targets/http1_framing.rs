@@ -14,7 +14,7 @@ struct Bed {
     runtime: tokio::runtime::Runtime,
     addr: SocketAddr,
     _server: skewgate::proxy::Server,
-    _sim: skewgate::sim::SimHandle,
+    _sim: skewgate_sim::SimHandle,
 }
 
 fn bed() -> &'static Bed {
@@ -23,8 +23,8 @@ fn bed() -> &'static Bed {
         let runtime = tokio::runtime::Runtime::new().expect("runtime");
         let (addr, server, sim) = runtime.block_on(async {
             let any: SocketAddr = "127.0.0.1:0".parse().expect("addr");
-            let store = skewgate::sim::Store::new();
-            let sim = skewgate::sim::start(skewgate::sim::SimConfig::new("v1.30.0"), store, any)
+            let store = skewgate_sim::Store::new();
+            let sim = skewgate_sim::start(skewgate_sim::SimConfig::new("v1.30.0"), store, any)
                 .await
                 .expect("simulator");
             let dir = std::env::temp_dir().join(format!("skewgate-fuzz-{}", std::process::id()));

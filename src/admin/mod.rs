@@ -14,7 +14,7 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 /// What the admin endpoints show; the proxy implements it.
-pub trait AdminSource: Send + Sync + 'static {
+pub(crate) trait AdminSource: Send + Sync + 'static {
     /// The Prometheus text exposition.
     fn metrics_text(&self) -> String;
     /// `Ok` when ready to serve, else why not.
@@ -24,7 +24,11 @@ pub trait AdminSource: Send + Sync + 'static {
 }
 
 /// Serves the admin endpoints until `stop`.
-pub async fn serve(source: Arc<dyn AdminSource>, listener: TcpListener, stop: CancellationToken) {
+pub(crate) async fn serve(
+    source: Arc<dyn AdminSource>,
+    listener: TcpListener,
+    stop: CancellationToken,
+) {
     loop {
         let Some((stream, _)) = skewgate_shared::next_connection(&listener, &stop, "admin").await
         else {

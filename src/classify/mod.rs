@@ -10,8 +10,9 @@ mod verb;
 
 use std::borrow::Cow;
 
-pub use client::{Client, ClientVersion};
-pub use verb::Verb;
+pub use client::Client;
+pub(crate) use client::ClientVersion;
+pub(crate) use verb::Verb;
 
 /// The apiserver's view of one request: what it does (verb) to what (group, version, resource,
 /// subresource, namespace, name). Fields borrow from the request when it needs no decoding.

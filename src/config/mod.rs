@@ -10,13 +10,11 @@ mod validate;
 
 use std::path::{Path, PathBuf};
 
-pub use error::{ConfigError, ConfigErrors};
-pub use reload::{Fingerprint, fingerprint, spawn_watcher};
-pub use selector::{BoundOp, ClientPattern, NamePattern, Part, ResourcePattern, Selector, VerbSet};
-pub use table::{
-    Abort, Backend, BackendId, Endpoint, Percent, Pin, PinReads, Reads, Rollout, RouteTable,
-    Schedule, SchedulePoint, Selectors, Step, StickyBy, Writes,
-};
+pub(crate) use error::{ConfigError, ConfigErrors};
+pub(crate) use reload::{fingerprint, spawn_watcher};
+pub(crate) use selector::{NamePattern, Part, Selector, VerbSet};
+pub(crate) use table::{Abort, BackendId, Endpoint, Pin, PinReads, Schedule, Selectors, StickyBy};
+pub use table::{Percent, RouteTable};
 
 /// Parses and validates the text of one route file; `file` names it in errors.
 pub fn parse_route_table(file: &Path, text: &str) -> Result<RouteTable, ConfigErrors> {

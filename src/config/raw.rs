@@ -1,18 +1,18 @@
-//! The route file as written: serde types that mirror routes-format.md, with source locations kept for
-//! validation errors. Nothing here is used at run time; `validate` turns it into a `RouteTable`.
+//! The route file as written: serde types that mirror routes/README.md (the format's reference),
+//! with source locations kept for validation errors. Nothing here is used at run time; `validate` turns it into a `RouteTable`.
 
 use serde::Deserialize;
 use serde_saphyr::Spanned;
 
 /// A string with the line and column it came from.
-pub type Text = Spanned<String>;
+pub(super) type Text = Spanned<String>;
 /// A list of strings, each with its location, and the list's own location.
-pub type TextList = Spanned<Vec<Text>>;
+pub(super) type TextList = Spanned<Vec<Text>>;
 
 /// A whole route file.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct FileRouteTable {
+pub(super) struct FileRouteTable {
     pub api_version: Text,
     pub kind: Text,
     #[serde(default)]
@@ -24,14 +24,14 @@ pub struct FileRouteTable {
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct FileMetadata {
+pub(super) struct FileMetadata {
     #[serde(default)]
     pub name: Option<Text>,
 }
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct FileBackend {
+pub(super) struct FileBackend {
     pub name: Text,
     #[serde(default)]
     pub version: Option<Text>,
@@ -42,7 +42,7 @@ pub struct FileBackend {
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct FileWrites {
+pub(super) struct FileWrites {
     #[serde(default)]
     pub verbs: Option<TextList>,
     pub default: Text,
@@ -56,7 +56,7 @@ pub struct FileWrites {
 /// by who writes would let two versions write the same object.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct FilePin {
+pub(super) struct FilePin {
     #[serde(default)]
     pub name: Option<Text>,
     #[serde(default)]
@@ -74,7 +74,7 @@ pub struct FilePin {
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct FileReads {
+pub(super) struct FileReads {
     pub default: Text,
     #[serde(default)]
     pub rollouts: Vec<Spanned<FileRollout>>,
@@ -82,7 +82,7 @@ pub struct FileReads {
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct FileRollout {
+pub(super) struct FileRollout {
     pub name: Text,
     #[serde(default, rename = "match")]
     pub match_: Option<FileMatch>,
@@ -101,7 +101,7 @@ pub struct FileRollout {
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct FileMatch {
+pub(super) struct FileMatch {
     #[serde(default)]
     pub namespaces: Option<TextList>,
     #[serde(default)]
@@ -118,7 +118,7 @@ pub struct FileMatch {
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct FileStep {
+pub(super) struct FileStep {
     pub percent: Spanned<f64>,
     #[serde(default)]
     pub hold: Option<Text>,
@@ -126,7 +126,7 @@ pub struct FileStep {
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct FileAbort {
+pub(super) struct FileAbort {
     pub error_ratio: Spanned<f64>,
     pub window: Text,
     pub min_requests: Spanned<u64>,

@@ -19,17 +19,17 @@ const DEBOUNCE: Duration = Duration::from_millis(100);
 
 /// The bytes a route table was loaded from, to tell whether the path changed since.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Fingerprint(Option<Vec<u8>>);
+pub(crate) struct Fingerprint(Option<Vec<u8>>);
 
 /// Takes the fingerprint of `path`. Take it before loading: a change that lands between the two
 /// is then seen as a change (and reloading an equal table is a no-op), never missed.
-pub fn fingerprint(path: &Path) -> Fingerprint {
+pub(crate) fn fingerprint(path: &Path) -> Fingerprint {
     Fingerprint(read_all(path))
 }
 
 /// Calls `on_change` with each load of `path` that differs from `loaded` and from the previous one,
 /// until `stop`.
-pub fn spawn_watcher<F>(
+pub(crate) fn spawn_watcher<F>(
     path: PathBuf,
     loaded: Fingerprint,
     poll: Duration,

@@ -7,7 +7,7 @@ use std::time::{Duration, SystemTime};
 use super::selector::{ClientPattern, NamePattern, ResourcePattern, Selector, VerbSet};
 
 /// Index of a backend in `RouteTable::backends`.
-pub type BackendId = usize;
+pub(crate) type BackendId = usize;
 
 /// A validated route table.
 #[derive(Clone, Debug, PartialEq)]

@@ -3,6 +3,7 @@
 use std::path::Path;
 use std::time::{Duration, SystemTime};
 
+use super::table::Step;
 use super::*;
 
 const BASE: &str = "\

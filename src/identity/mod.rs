@@ -10,6 +10,7 @@ mod headers;
 mod tls;
 mod user;
 
-pub use headers::{IdentityHeaders, forward_identity};
-pub use tls::{ServingTls, TlsError, TlsFiles, UpstreamTlsFiles, client_config, server_config};
+pub use headers::IdentityHeaders;
+pub use headers::forward_identity;
+pub use tls::{ServingTls, TlsFiles, UpstreamTlsFiles, client_config};
 pub use user::Identity;

@@ -85,7 +85,7 @@ fn roots(path: &Path) -> Result<RootCertStore, TlsError> {
 
 /// The serving configuration: ALPN `h2` and `http/1.1`; with a client CA, client certificates are
 /// requested and verified (a client without one is anonymous unless it brings a token).
-pub fn server_config(files: &TlsFiles) -> Result<Arc<ServerConfig>, TlsError> {
+pub(super) fn server_config(files: &TlsFiles) -> Result<Arc<ServerConfig>, TlsError> {
     let builder = ServerConfig::builder_with_provider(provider())
         .with_safe_default_protocol_versions()
         .map_err(|e| TlsError::Config(e.to_string()))?;

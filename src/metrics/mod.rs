@@ -12,7 +12,7 @@ use prometheus::{
 };
 
 /// The registry and every metric family.
-pub struct Metrics {
+pub(crate) struct Metrics {
     registry: Registry,
     /// `skewgate_requests_total{backend,class,verb,code}`.
     pub requests: IntCounterVec,
@@ -67,7 +67,7 @@ fn register<C: prometheus::core::Collector + Clone + 'static>(registry: &Registr
 
 impl Metrics {
     /// A fresh registry with every family registered.
-    pub fn new() -> Metrics {
+    pub(crate) fn new() -> Metrics {
         let r = Registry::new();
         let counter = |name: &str, help: &str, labels: &[&str]| {
             register(
@@ -176,7 +176,7 @@ impl Metrics {
     }
 
     /// The Prometheus text exposition of every metric.
-    pub fn render(&self) -> String {
+    pub(crate) fn render(&self) -> String {
         let mut out = Vec::new();
         let _ = TextEncoder::new().encode(&self.registry.gather(), &mut out);
         String::from_utf8(out).unwrap_or_default()
@@ -191,31 +191,31 @@ impl Default for Metrics {
 
 /// A fixed-size table of lazily created metric children, so the request path reads an atomic
 /// pointer instead of hashing labels under the registry's lock.
-pub struct Slots<T> {
+pub(crate) struct Slots<T> {
     cells: Box<[OnceLock<T>]>,
 }
 
 impl<T: Clone> Slots<T> {
     /// A table of `n` empty slots.
-    pub fn new(n: usize) -> Slots<T> {
+    pub(crate) fn new(n: usize) -> Slots<T> {
         Slots {
             cells: (0..n).map(|_| OnceLock::new()).collect(),
         }
     }
 
     /// The child in slot `i`, created by `make` on first use; `None` when `i` is out of range.
-    pub fn get(&self, i: usize, make: impl FnOnce() -> T) -> Option<&T> {
+    pub(crate) fn get(&self, i: usize, make: impl FnOnce() -> T) -> Option<&T> {
         self.cells.get(i).map(|c| c.get_or_init(make))
     }
 }
 
 /// The status codes that get a slot; others are counted through the slower labelled path.
-pub const COMMON_CODES: [u16; 24] = [
+pub(crate) const COMMON_CODES: [u16; 24] = [
     200, 201, 202, 204, 206, 301, 302, 304, 400, 401, 403, 404, 405, 406, 409, 410, 413, 415, 422,
     429, 500, 502, 503, 504,
 ];
 
 /// The slot of a status code in `COMMON_CODES`.
-pub fn code_slot(code: u16) -> Option<usize> {
+pub(crate) fn code_slot(code: u16) -> Option<usize> {
     COMMON_CODES.iter().position(|c| *c == code)
 }

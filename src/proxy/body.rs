@@ -14,7 +14,7 @@ use super::routing::RequestTracker;
 use crate::upstream::UpstreamBody;
 
 /// A response body.
-pub struct ProxyBody {
+pub(crate) struct ProxyBody {
     inner: Inner,
     tracker: Option<RequestTracker>,
     stream: Option<StreamGuard>,
@@ -34,7 +34,7 @@ enum Inner {
 
 impl ProxyBody {
     /// A body of the proxy's own.
-    pub fn full(bytes: Bytes) -> ProxyBody {
+    pub(crate) fn full(bytes: Bytes) -> ProxyBody {
         ProxyBody {
             inner: Inner::Full(Some(bytes)),
             tracker: None,
@@ -43,7 +43,7 @@ impl ProxyBody {
     }
 
     /// An upstream body streamed through.
-    pub fn upstream(
+    pub(crate) fn upstream(
         body: UpstreamBody,
         end_cleanly: bool,
         stop: Option<WaitForCancellationFutureOwned>,
@@ -60,13 +60,13 @@ impl ProxyBody {
     }
 
     /// Attaches the client stream's guard, which learns whether the client waited for the end.
-    pub fn with_stream(mut self, stream: StreamGuard) -> ProxyBody {
+    pub(crate) fn with_stream(mut self, stream: StreamGuard) -> ProxyBody {
         self.stream = Some(stream);
         self
     }
 
     /// Attaches the request's tracker, dropped when the body ends.
-    pub fn with_tracker(mut self, tracker: RequestTracker) -> ProxyBody {
+    pub(crate) fn with_tracker(mut self, tracker: RequestTracker) -> ProxyBody {
         self.tracker = Some(tracker);
         self
     }

@@ -19,7 +19,7 @@ fn reserve(nofile: usize) -> usize {
 
 /// Raises the soft descriptor limit to the hard one, as Go programs (kube-apiserver among them) do
 /// at start, and returns the soft limit then in force (`None` when unlimited or unknown).
-pub fn raise_fd_limit() -> Option<usize> {
+pub(super) fn raise_fd_limit() -> Option<usize> {
     let limit = getrlimit(Resource::Nofile);
     if limit.current != limit.maximum {
         let raised = Rlimit {
@@ -36,7 +36,7 @@ pub fn raise_fd_limit() -> Option<usize> {
 }
 
 /// The default bound on client connections for a descriptor limit of `nofile`.
-pub fn default_max_connections(nofile: Option<usize>) -> usize {
+pub(super) fn default_max_connections(nofile: Option<usize>) -> usize {
     match nofile {
         Some(n) => n.saturating_sub(reserve(n)).max(16),
         None => usize::MAX >> 4,
@@ -44,7 +44,7 @@ pub fn default_max_connections(nofile: Option<usize>) -> usize {
 }
 
 /// Permits for client connections.
-pub struct ConnectionSlots {
+pub(crate) struct ConnectionSlots {
     slots: Arc<Semaphore>,
     max: usize,
     full: AtomicBool,
@@ -54,7 +54,7 @@ pub struct ConnectionSlots {
 
 impl ConnectionSlots {
     /// At most `max` client connections at once.
-    pub fn new(max: usize) -> ConnectionSlots {
+    pub(crate) fn new(max: usize) -> ConnectionSlots {
         let max = max.clamp(1, Semaphore::MAX_PERMITS);
         ConnectionSlots {
             slots: Arc::new(Semaphore::new(max)),
@@ -65,18 +65,18 @@ impl ConnectionSlots {
     }
 
     /// The bound.
-    pub fn max(&self) -> usize {
+    pub(crate) fn max(&self) -> usize {
         self.max
     }
 
     /// Connections held now.
-    pub fn in_use(&self) -> usize {
+    pub(crate) fn in_use(&self) -> usize {
         self.max - self.slots.available_permits()
     }
 
     /// A slot for the next connection, waiting while all are taken (logged once each time the bound
     /// is reached).
-    pub async fn acquire(&self) -> OwnedSemaphorePermit {
+    pub(crate) async fn acquire(&self) -> OwnedSemaphorePermit {
         let permit = self.wait_for_slot().await;
         self.peak.fetch_max(self.in_use(), Ordering::Relaxed);
         permit
@@ -114,7 +114,11 @@ const TRIM_AFTER_CLOSED: usize = 512;
 /// Every `every`, when many connections closed since the peak, gives the memory their buffers freed
 /// back to the operating system: the allocator keeps freed memory for reuse, so without this the
 /// resident memory after a burst of clients (a restart storm of kubelets) stays at its peak.
-pub fn spawn_memory_trim(slots: Arc<ConnectionSlots>, every: Duration, stop: CancellationToken) {
+pub(super) fn spawn_memory_trim(
+    slots: Arc<ConnectionSlots>,
+    every: Duration,
+    stop: CancellationToken,
+) {
     tokio::spawn(async move {
         loop {
             tokio::select! {

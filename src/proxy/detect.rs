@@ -17,7 +17,7 @@ const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 /// Reads until the first bytes match the HTTP/2 preface whole, or stop matching it; returns whether
 /// the client speaks h2c and the stream with those bytes put back. A client that closes before
 /// either is an `UnexpectedEof` error.
-pub async fn detect_h2<S>(mut stream: S) -> io::Result<(bool, Prefixed<S>)>
+pub(super) async fn detect_h2<S>(mut stream: S) -> io::Result<(bool, Prefixed<S>)>
 where
     S: AsyncRead + Unpin,
 {
@@ -47,7 +47,7 @@ where
 
 /// A stream whose first bytes were already read: they are read again, then the rest.
 #[derive(Debug)]
-pub struct Prefixed<S> {
+pub(super) struct Prefixed<S> {
     prefix: [u8; H2_PREFACE.len()],
     start: usize,
     end: usize,

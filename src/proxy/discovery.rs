@@ -24,7 +24,7 @@ use crate::upstream::Served;
 
 /// A discovery path, as far as merging is concerned.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum DiscoveryPath<'a> {
+pub(crate) enum DiscoveryPath<'a> {
     /// `/api` (`core`) or `/apis`: answered merged.
     Root {
         /// `/api` rather than `/apis`.
@@ -43,7 +43,7 @@ pub enum DiscoveryPath<'a> {
 }
 
 /// The discovery path a GET of `path` asks for, if any.
-pub fn discovery_path(path: &str) -> Option<DiscoveryPath<'_>> {
+pub(super) fn discovery_path(path: &str) -> Option<DiscoveryPath<'_>> {
     let mut segments = path.strip_prefix('/')?.split('/');
     let parts: [Option<&str>; 6] = std::array::from_fn(|_| segments.next());
     Some(match parts {
@@ -147,7 +147,7 @@ fn form(accept: Option<&HeaderValue>) -> Form {
 
 /// The merged discovery of one route table.
 #[derive(Debug)]
-pub struct MergedDiscovery {
+pub(crate) struct MergedDiscovery {
     sources: HashMap<(String, String), BackendId>,
     api: Forms,
     apis: Forms,
@@ -172,7 +172,7 @@ impl MergedDiscovery {
     /// then the route file's order) serve. `source_of(group, version, resource)` is the backend the
     /// route table would send that group/version's resources to. `None` until some backend has been
     /// discovered.
-    pub fn build(
+    pub(crate) fn build(
         served: &[(BackendId, Arc<Served>)],
         source_of: impl Fn(&str, &str, &str) -> BackendId,
     ) -> Option<MergedDiscovery> {
@@ -264,7 +264,7 @@ impl MergedDiscovery {
     }
 
     /// The backend the documents of `group`/`version` come from, if some backend serves it.
-    pub fn source(&self, group: &str, version: &str) -> Option<BackendId> {
+    pub(crate) fn source(&self, group: &str, version: &str) -> Option<BackendId> {
         // Discovery requests are rare; the owned key costs nothing that matters.
         self.sources
             .get(&(group.to_owned(), version.to_owned()))
@@ -273,7 +273,7 @@ impl MergedDiscovery {
 
     /// The merged answer to a GET of `path` (a `Root` or `OpenApiIndex`) with the client's `Accept`
     /// and `If-None-Match`; `None` when there is nothing merged to answer with.
-    pub fn respond(
+    pub(crate) fn respond(
         &self,
         path: DiscoveryPath<'_>,
         accept: Option<&HeaderValue>,

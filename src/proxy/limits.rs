@@ -30,7 +30,7 @@ struct Entry {
 
 /// The in-flight counts and queues of every client.
 #[derive(Debug)]
-pub struct ClientLimits {
+pub(crate) struct ClientLimits {
     limit: usize,
     wait: Duration,
     shards: Box<[Mutex<HashMap<u64, Entry>>]>,
@@ -38,7 +38,7 @@ pub struct ClientLimits {
 
 /// A client's place among its requests in flight; freed when dropped (when the response ends).
 #[derive(Debug)]
-pub struct ClientPermit {
+pub(crate) struct ClientPermit {
     limits: Arc<ClientLimits>,
     key: u64,
 }
@@ -64,11 +64,11 @@ impl Drop for ClientPermit {
 
 /// A client is at its limit.
 #[derive(Debug)]
-pub struct Refused;
+pub(crate) struct Refused;
 
 /// Who a client is, for the limit.
 #[derive(Clone, Copy, Debug)]
-pub enum ClientKey<'a> {
+pub(crate) enum ClientKey<'a> {
     /// A user whose certificate skewgate verified.
     User(&'a str),
     /// Anyone else, by address.
@@ -77,7 +77,7 @@ pub enum ClientKey<'a> {
 
 impl ClientKey<'_> {
     /// The client of a connection: its verified user, else its address.
-    pub fn of(
+    pub(crate) fn of(
         identity: Option<&crate::identity::Identity>,
         remote: std::net::SocketAddr,
     ) -> ClientKey<'_> {
@@ -113,7 +113,7 @@ impl std::fmt::Display for ClientKey<'_> {
 impl ClientLimits {
     /// At most `limit` requests in flight per client (0: no limit), and as many more waiting, each
     /// at most `wait`.
-    pub fn new(limit: usize, wait: Duration) -> Arc<ClientLimits> {
+    pub(crate) fn new(limit: usize, wait: Duration) -> Arc<ClientLimits> {
         Arc::new(ClientLimits {
             limit,
             wait,
@@ -122,7 +122,7 @@ impl ClientLimits {
     }
 
     /// The limit per client.
-    pub fn limit(&self) -> usize {
+    pub(crate) fn limit(&self) -> usize {
         self.limit
     }
 
@@ -135,7 +135,7 @@ impl ClientLimits {
     /// A permit for one more request of `client` (`None` when there is no limit), at once when it
     /// has fewer than `limit` in flight, else after waiting its turn; `Err` when its queue is full
     /// or the wait ran out.
-    pub async fn acquire(
+    pub(crate) async fn acquire(
         self: &Arc<Self>,
         client: ClientKey<'_>,
     ) -> Result<Option<ClientPermit>, Refused> {

@@ -23,7 +23,7 @@ use crate::identity::Identity;
 
 /// Accepts clients until `stop` fires, then stops accepting, ends watches cleanly, lets in-flight
 /// requests finish for the grace period, and returns.
-pub async fn serve(proxy: Arc<Proxy>, listener: TcpListener, stop: CancellationToken) {
+pub(crate) async fn serve(proxy: Arc<Proxy>, listener: TcpListener, stop: CancellationToken) {
     let graceful = GracefulShutdown::new();
     // HTTP/1.1 through the auto builder, limited to HTTP/1.1, for its upgradeable connections
     // (exec, attach, port-forward) that graceful shutdown can watch.

@@ -24,11 +24,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use arc_swap::ArcSwap;
 use tokio_util::sync::CancellationToken;
 
-pub use body::ProxyBody;
-pub use listener::serve;
-pub use routing::Routing;
-pub use server::{ServeOptions, Server, StartError};
-pub use status::{ProxyError, status_response};
+pub(crate) use listener::serve;
+pub(crate) use routing::Routing;
+pub use server::{ServeOptions, Server};
 
 use crate::config::{ConfigErrors, RouteTable};
 use crate::identity::{IdentityHeaders, ServingTls};
@@ -96,7 +94,7 @@ impl Default for ProxySettings {
 
 /// What a reload did.
 #[derive(Debug, PartialEq, Eq)]
-pub enum ReloadOutcome {
+pub(crate) enum ReloadOutcome {
     /// The new table is in force.
     Applied,
     /// The file gives the table already in force; nothing changed.
@@ -106,7 +104,7 @@ pub enum ReloadOutcome {
 }
 
 /// The proxy's shared state.
-pub struct Proxy {
+pub(crate) struct Proxy {
     routing: ArcSwap<Routing>,
     upstreams: Upstreams,
     /// The metrics.
@@ -127,7 +125,11 @@ pub struct Proxy {
 
 impl Proxy {
     /// A proxy serving `table`.
-    pub fn new(table: RouteTable, settings: ProxySettings, metrics: Arc<Metrics>) -> Arc<Proxy> {
+    pub(crate) fn new(
+        table: RouteTable,
+        settings: ProxySettings,
+        metrics: Arc<Metrics>,
+    ) -> Arc<Proxy> {
         let upstreams = Upstreams::new(settings.pool.clone(), metrics.clone());
         let stop_long_running = CancellationToken::new();
         let now = settings.clock.now();
@@ -163,13 +165,13 @@ impl Proxy {
     }
 
     /// The routing in force now.
-    pub fn routing(&self) -> Arc<Routing> {
+    pub(crate) fn routing(&self) -> Arc<Routing> {
         self.routing.load_full()
     }
 
     /// Applies the result of loading the route file: a valid table different from the running one
     /// replaces it atomically; an invalid one is logged, counted, and changes nothing.
-    pub fn reload(&self, loaded: Result<RouteTable, ConfigErrors>) -> ReloadOutcome {
+    pub(crate) fn reload(&self, loaded: Result<RouteTable, ConfigErrors>) -> ReloadOutcome {
         match loaded {
             Err(errors) => {
                 self.metrics
@@ -214,7 +216,7 @@ impl Proxy {
     }
 
     /// Starts the background health checks of every endpoint, until `stop`.
-    pub fn spawn_health_checks(self: &Arc<Self>, stop: CancellationToken) {
+    pub(crate) fn spawn_health_checks(self: &Arc<Self>, stop: CancellationToken) {
         let (me, me_too) = (Arc::downgrade(self), Arc::downgrade(self));
         crate::upstream::spawn_health_checks(
             move || {

@@ -68,7 +68,7 @@ impl Record {
 
 /// Clients that misbehaved, and how long their next connections wait.
 #[derive(Debug)]
-pub struct Offenders {
+pub(crate) struct Offenders {
     /// Off: no one is held back.
     enabled: bool,
     /// Clients remembered: while there are none, a new connection looks nothing up.
@@ -84,7 +84,7 @@ impl Default for Offenders {
 
 impl Offenders {
     /// Offenders held back when `enabled`; none otherwise.
-    pub fn new(enabled: bool) -> Offenders {
+    pub(crate) fn new(enabled: bool) -> Offenders {
         Offenders {
             enabled,
             remembered: AtomicUsize::new(0),
@@ -93,7 +93,7 @@ impl Offenders {
     }
 
     /// How long a new connection of client `key` waits before it is served, if at all.
-    pub fn hold(&self, key: u64, now: Instant) -> Option<Duration> {
+    pub(crate) fn hold(&self, key: u64, now: Instant) -> Option<Duration> {
         if self.remembered.load(Ordering::Relaxed) == 0 {
             return None;
         }
@@ -102,13 +102,13 @@ impl Offenders {
     }
 
     /// Client `key` had a connection closed for resets: a strike. Returns its hold, if any.
-    pub fn strike(&self, key: u64, now: Instant) -> Option<Duration> {
+    pub(crate) fn strike(&self, key: u64, now: Instant) -> Option<Duration> {
         self.update(key, now, |r| Some(r.strike(now)))
     }
 
     /// A request of client `key` failed by the client's fault; at the 20th within a second, a
     /// strike. Returns the hold it started, if it did.
-    pub fn fault(&self, key: u64, now: Instant) -> Option<Duration> {
+    pub(crate) fn fault(&self, key: u64, now: Instant) -> Option<Duration> {
         self.update(key, now, |r| {
             if now.duration_since(r.window) >= FAULT_WINDOW {
                 (r.faults, r.window) = (0, now);

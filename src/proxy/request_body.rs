@@ -16,17 +16,17 @@ use crate::identity::IdentityHeaders;
 
 /// Whether reading a client's request body failed: shared by the body and the request's handler.
 #[derive(Clone, Debug, Default)]
-pub struct ClientFault(Option<Arc<AtomicBool>>);
+pub(super) struct ClientFault(Option<Arc<AtomicBool>>);
 
 impl ClientFault {
     /// Whether the client's body failed.
-    pub fn happened(&self) -> bool {
+    pub(super) fn happened(&self) -> bool {
         self.0.as_ref().is_some_and(|f| f.load(Ordering::Acquire))
     }
 }
 
 /// A client's request body, forwarded.
-pub struct ClientBody {
+pub(super) struct ClientBody {
     inner: Incoming,
     names: Arc<IdentityHeaders>,
     fault: ClientFault,
@@ -41,7 +41,7 @@ const LOOK_AHEAD_BYTES: usize = 64 << 10;
 impl ClientBody {
     /// Wraps `inner`; the returned `ClientFault` says later whether reading it failed. A body that
     /// is already at its end (most requests) costs no allocation.
-    pub fn new(inner: Incoming, names: Arc<IdentityHeaders>) -> (ClientBody, ClientFault) {
+    pub(super) fn new(inner: Incoming, names: Arc<IdentityHeaders>) -> (ClientBody, ClientFault) {
         let fault = ClientFault((!inner.is_end_stream()).then(Arc::default));
         (
             ClientBody {
@@ -60,7 +60,7 @@ impl ClientBody {
     /// broken in what came with the head (bad chunked framing sent at once) fails here, before the
     /// request is sent upstream: the apiserver never starts work on it. The frames that arrived
     /// are kept and sent first; a body in one frame (most writes) allocates nothing more.
-    pub async fn check_arrived(&mut self) -> Result<(), hyper::Error> {
+    pub(super) async fn check_arrived(&mut self) -> Result<(), hyper::Error> {
         if self.inner.is_end_stream() {
             return Ok(());
         }

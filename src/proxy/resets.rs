@@ -20,7 +20,7 @@ const PREMATURE: Duration = Duration::from_secs(1);
 
 /// One client connection's streams and premature resets.
 #[derive(Debug, Default)]
-pub struct ResetBudget {
+pub(super) struct ResetBudget {
     streams: AtomicU32,
     premature: AtomicU32,
     exceeded: CancellationToken,
@@ -28,12 +28,12 @@ pub struct ResetBudget {
 
 impl ResetBudget {
     /// A budget for a new connection.
-    pub fn new() -> Arc<ResetBudget> {
+    pub(super) fn new() -> Arc<ResetBudget> {
         Arc::new(ResetBudget::default())
     }
 
     /// Counts a new stream; the guard says at its drop whether it ended prematurely.
-    pub fn open(self: &Arc<Self>) -> StreamGuard {
+    pub(super) fn open(self: &Arc<Self>) -> StreamGuard {
         self.streams.fetch_add(1, Ordering::Relaxed);
         StreamGuard {
             budget: self.clone(),
@@ -43,7 +43,7 @@ impl ResetBudget {
     }
 
     /// Resolves when the connection has used up its budget.
-    pub async fn exceeded(&self) {
+    pub(super) async fn exceeded(&self) {
         self.exceeded.cancelled().await
     }
 
@@ -58,7 +58,7 @@ impl ResetBudget {
 
 /// One stream of a client connection; dropped before `done()` within a second, it is premature.
 #[derive(Debug)]
-pub struct StreamGuard {
+pub(crate) struct StreamGuard {
     budget: Arc<ResetBudget>,
     started: Instant,
     done: bool,
@@ -66,7 +66,7 @@ pub struct StreamGuard {
 
 impl StreamGuard {
     /// The stream's response has ended (or failed on the apiserver's side).
-    pub fn done(&mut self) {
+    pub(crate) fn done(&mut self) {
         self.done = true;
     }
 }

@@ -22,7 +22,7 @@ const VERBS: usize = Verb::Other as usize + 1;
 const CLASSES: usize = 2;
 
 /// One route table, ready to serve.
-pub struct Routing {
+pub(crate) struct Routing {
     /// The decisions.
     pub steering: Steering,
     /// The backends' pools, by `BackendId`.
@@ -62,7 +62,7 @@ impl Routing {
     /// Builds the routing of a table, reusing the pools of endpoints that `upstreams` already has.
     /// `previous` is the routing this one replaces, if any: a pin that moves at `flipAt` keeps the
     /// backend it had there (as of `now`) until then.
-    pub fn new(
+    pub(crate) fn new(
         table: RouteTable,
         upstreams: &Upstreams,
         metrics: Arc<Metrics>,
@@ -105,14 +105,14 @@ impl Routing {
     }
 
     /// The merged discovery, once some backend has been discovered.
-    pub fn discovery(&self) -> Option<Arc<MergedDiscovery>> {
+    pub(crate) fn discovery(&self) -> Option<Arc<MergedDiscovery>> {
         self.discovery.load_full()
     }
 
     /// Rebuilds the merged discovery from what the backends serve now: the backend `reads.default`
     /// names first, then the route file's order; each group/version from the backend this table
     /// sends a list of its first resource to.
-    pub fn refresh_discovery(&self, now: SystemTime) {
+    pub(crate) fn refresh_discovery(&self, now: SystemTime) {
         let primary = self.table().reads.default;
         let order =
             std::iter::once(primary).chain((0..self.backends.len()).filter(|b| *b != primary));
@@ -138,7 +138,7 @@ impl Routing {
     }
 
     /// The route table.
-    pub fn table(&self) -> &RouteTable {
+    pub(crate) fn table(&self) -> &RouteTable {
         self.steering.table()
     }
 
@@ -147,7 +147,7 @@ impl Routing {
     }
 
     /// Counts a decision under its rule.
-    pub fn count_decision(&self, d: &Decision) {
+    pub(crate) fn count_decision(&self, d: &Decision) {
         let t = self.table();
         let rule = match d.rule {
             Rule::Pin(i) => i,
@@ -166,7 +166,7 @@ impl Routing {
     }
 
     /// Counts an answered request under its status code.
-    pub fn count_response(&self, d: &Decision, verb: Verb, code: u16) {
+    pub(crate) fn count_response(&self, d: &Decision, verb: Verb, code: u16) {
         let base = (d.backend * CLASSES + class_index(d.class)) * VERBS + verb as usize;
         let labels = |code: &str| {
             self.metrics.requests.with_label_values(&[
@@ -192,7 +192,7 @@ impl Routing {
     /// Fires when the long-running reads that `d` decided should end: at shutdown, or when a reload
     /// moves the pin (with follow reads) or `reads.default` that decided them, so clients list and
     /// watch again from the new version instead of keeping a cache built from the old one.
-    pub fn long_running_stop(&self, d: &Decision) -> WaitForCancellationFutureOwned {
+    pub(crate) fn long_running_stop(&self, d: &Decision) -> WaitForCancellationFutureOwned {
         let pins = self.table().writes.pins.len();
         let i = match d.rule {
             Rule::Pin(i) => i,
@@ -204,7 +204,7 @@ impl Routing {
 
     /// After `next` replaced this routing: ends the long-running reads whose pin or default moved,
     /// and counts the pins that moved.
-    pub fn end_moved_reads(&self, next: &Routing) {
+    pub(crate) fn end_moved_reads(&self, next: &Routing) {
         let (old, new) = (self.table(), next.table());
         for (i, pin) in old.writes.pins.iter().enumerate() {
             let before = old.backend_name(pin.backend);
@@ -236,7 +236,7 @@ impl Routing {
 
     /// Feeds the outcome of a request into its rollout's abort window; an abort is logged and shown
     /// in `skewgate_rollout_aborted`.
-    pub fn record_outcome(&self, d: &Decision, failed: bool) {
+    pub(crate) fn record_outcome(&self, d: &Decision, failed: bool) {
         if !matches!(d.rule, Rule::Rollout(_)) {
             return;
         }
@@ -258,7 +258,7 @@ impl Routing {
     }
 
     /// Sets the rollout gauges to the state at `now` (called before /metrics is rendered).
-    pub fn refresh_rollout_gauges(&self, now: SystemTime) {
+    pub(crate) fn refresh_rollout_gauges(&self, now: SystemTime) {
         for (i, r) in self.table().reads.rollouts.iter().enumerate() {
             let aborted = self.rollouts.window(i).is_some_and(|w| w.is_aborted());
             let percent = if aborted {
@@ -278,7 +278,7 @@ impl Routing {
     }
 
     /// Starts tracking a request: in flight now, and (unless long-running) timed until it ends.
-    pub fn track(
+    pub(crate) fn track(
         &self,
         d: &Decision,
         verb: Verb,
@@ -361,7 +361,7 @@ impl LiveState for Routing {
 }
 
 /// Ends a request's accounting when dropped (with its response body, or at an early error).
-pub struct RequestTracker {
+pub(crate) struct RequestTracker {
     inflight: Option<IntGauge>,
     watches: Option<IntGauge>,
     duration: Option<Histogram>,
@@ -371,7 +371,7 @@ pub struct RequestTracker {
 
 impl RequestTracker {
     /// Keeps the client's place among its requests in flight until the response ends.
-    pub fn hold(&mut self, permit: Option<ClientPermit>) {
+    pub(crate) fn hold(&mut self, permit: Option<ClientPermit>) {
         self.permit = permit;
     }
 }

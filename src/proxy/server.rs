@@ -30,8 +30,6 @@ pub struct ServeOptions {
 
 /// A running server.
 pub struct Server {
-    /// The proxy's shared state.
-    pub proxy: Arc<Proxy>,
     /// Where clients connect.
     pub addr: SocketAddr,
     /// Where the admin endpoints are.
@@ -136,7 +134,6 @@ impl Server {
             tracing::info!(%addr, %admin_addr, routes = %opts.routes.display(), "serving in cleartext (HTTP/1.1 and h2c): put a TLS-terminating sidecar in front, or give --tls-cert-file");
         }
         Ok(Server {
-            proxy,
             addr,
             admin_addr,
             stop,

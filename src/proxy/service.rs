@@ -28,7 +28,7 @@ use crate::steer::{Class, Decision, SteerRequest, WriteTicket, object_key};
 use crate::upstream::{BackendPool, Credential, EndpointPool, UpstreamBody, UpstreamError, send};
 
 /// Serves one request.
-pub async fn handle(
+pub(super) async fn handle(
     proxy: Arc<Proxy>,
     remote: SocketAddr,
     identity: Option<Arc<Identity>>,

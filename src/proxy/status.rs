@@ -9,7 +9,7 @@ use crate::upstream::UpstreamError;
 
 /// Why the proxy answered a request itself.
 #[derive(Debug)]
-pub enum ProxyError {
+pub(super) enum ProxyError {
     /// The chosen backend has no endpoint that is up.
     NoEndpoint {
         /// The backend's name.
@@ -54,7 +54,7 @@ pub enum ProxyError {
 
 impl ProxyError {
     /// Whether the client caused it (and nothing failed on the apiserver's side).
-    pub fn is_client_fault(&self) -> bool {
+    pub(super) fn is_client_fault(&self) -> bool {
         match self {
             ProxyError::ClientBody | ProxyError::UpgradeWithBody => true,
             ProxyError::Upstream { error, .. } => error.is_client_error(),
@@ -64,7 +64,7 @@ impl ProxyError {
 
     /// The backend and reason label of a failure on the apiserver's side (for
     /// `skewgate_upstream_errors_total`), if it is one.
-    pub fn upstream_failure(&self) -> Option<(&str, &'static str)> {
+    pub(super) fn upstream_failure(&self) -> Option<(&str, &'static str)> {
         match self {
             ProxyError::NoEndpoint { backend, .. } => Some((backend, "unavailable")),
             ProxyError::Upstream { backend, error, .. } if !error.is_client_error() => {
@@ -132,7 +132,7 @@ impl ProxyError {
     }
 
     /// The response a client sees.
-    pub fn into_response(self) -> Response<ProxyBody> {
+    pub(super) fn into_response(self) -> Response<ProxyBody> {
         let (code, reason, message, retry) = self.parts();
         status_response(code, reason, &message, retry)
     }
@@ -156,7 +156,7 @@ fn upstream_parts(
         return (code, reason, message, false);
     }
     match error {
-        UpstreamError::Unavailable(_) | UpstreamError::Connect(_) => (
+        UpstreamError::Connect(_) => (
             StatusCode::SERVICE_UNAVAILABLE,
             "ServiceUnavailable",
             format!("skewgate: backend {backend:?} is unreachable: {error}"),
@@ -185,7 +185,7 @@ fn upstream_parts(
 
 /// A Kubernetes `Status` failure response, with `Retry-After: 1` (and `details.retryAfterSeconds`)
 /// when trying again may work.
-pub fn status_response(
+pub(super) fn status_response(
     code: StatusCode,
     reason: &str,
     message: &str,

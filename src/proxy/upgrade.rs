@@ -23,7 +23,7 @@ const MAX_REFUSAL: usize = 1 << 20;
 /// switches protocols, tunnels the client's connection to it. Connecting (TCP and TLS) may take the
 /// pool's connect timeout, the apiserver's answer `head_timeout`: an apiserver that accepts
 /// connections but does not answer (a frozen process) never holds a client forever.
-pub async fn tunnel(
+pub(super) async fn tunnel(
     endpoint: &EndpointPool,
     tls: Option<std::sync::Arc<rustls::ClientConfig>>,
     mut parts: Parts,

@@ -18,7 +18,7 @@ struct Bucket {
 }
 
 /// The live abort state of one rollout.
-pub struct AbortWindow {
+pub(crate) struct AbortWindow {
     limits: Abort,
     step_ms: u64,
     buckets: [Bucket; BUCKETS as usize],
@@ -27,7 +27,7 @@ pub struct AbortWindow {
 
 /// What the window holds now.
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub struct WindowCounts {
+pub(crate) struct WindowCounts {
     /// Requests sent to `to` within the window.
     pub requests: u64,
     /// Those that failed (5xx or no response).
@@ -36,7 +36,7 @@ pub struct WindowCounts {
 
 impl WindowCounts {
     /// failures / requests (0 when there were none).
-    pub fn ratio(&self) -> f64 {
+    pub(crate) fn ratio(&self) -> f64 {
         if self.requests == 0 {
             0.0
         } else {
@@ -53,7 +53,7 @@ fn millis(t: SystemTime) -> u64 {
 
 impl AbortWindow {
     /// An empty window for these limits.
-    pub fn new(limits: Abort) -> AbortWindow {
+    pub(crate) fn new(limits: Abort) -> AbortWindow {
         let step_ms = (limits.window.as_millis() as u64 / BUCKETS).max(1);
         AbortWindow {
             limits,
@@ -64,12 +64,12 @@ impl AbortWindow {
     }
 
     /// Whether the rollout has aborted.
-    pub fn is_aborted(&self) -> bool {
+    pub(crate) fn is_aborted(&self) -> bool {
         self.aborted.load(Ordering::Relaxed)
     }
 
     /// Records one request sent to `to`. Returns the counts when this request trips the abort.
-    pub fn record(&self, now: SystemTime, failed: bool) -> Option<WindowCounts> {
+    pub(crate) fn record(&self, now: SystemTime, failed: bool) -> Option<WindowCounts> {
         let epoch = millis(now) / self.step_ms;
         let bucket = &self.buckets[(epoch % BUCKETS) as usize];
         let seen = bucket.epoch.load(Ordering::Acquire);
@@ -95,7 +95,7 @@ impl AbortWindow {
     }
 
     /// The counts within the window ending at `now`.
-    pub fn counts(&self, now: SystemTime) -> WindowCounts {
+    pub(crate) fn counts(&self, now: SystemTime) -> WindowCounts {
         let epoch = millis(now) / self.step_ms;
         let mut c = WindowCounts {
             requests: 0,

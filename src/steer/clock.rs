@@ -1,8 +1,7 @@
 //! The time decisions are made at: the system clock in production, a hand-moved one in tests.
 
 use std::fmt::Debug;
-use std::sync::Mutex;
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
 /// A source of the current time.
 pub trait Clock: Send + Sync + Debug + 'static {
@@ -12,7 +11,7 @@ pub trait Clock: Send + Sync + Debug + 'static {
 
 /// The system clock.
 #[derive(Debug, Default, Clone, Copy)]
-pub struct SystemClock;
+pub(crate) struct SystemClock;
 
 impl Clock for SystemClock {
     fn now(&self) -> SystemTime {
@@ -20,30 +19,41 @@ impl Clock for SystemClock {
     }
 }
 
-/// A clock that moves only when told to, for tests of schedules and pin moves.
-#[derive(Debug)]
-pub struct ManualClock(Mutex<SystemTime>);
+#[cfg(any(test, feature = "test-util"))]
+pub use manual::ManualClock;
 
-impl ManualClock {
-    /// A clock standing at `start`.
-    pub fn new(start: SystemTime) -> ManualClock {
-        ManualClock(Mutex::new(start))
+#[cfg(any(test, feature = "test-util"))]
+mod manual {
+    use std::sync::Mutex;
+    use std::time::{Duration, SystemTime};
+
+    use super::Clock;
+
+    /// A clock that moves only when told to, for tests of schedules and pin moves.
+    #[derive(Debug)]
+    pub struct ManualClock(Mutex<SystemTime>);
+
+    impl ManualClock {
+        /// A clock standing at `start`.
+        pub fn new(start: SystemTime) -> ManualClock {
+            ManualClock(Mutex::new(start))
+        }
+
+        /// Moves the clock forward.
+        pub fn advance(&self, by: Duration) {
+            let mut t = self.0.lock().unwrap_or_else(|e| e.into_inner());
+            *t += by;
+        }
+
+        /// Sets the clock.
+        pub fn set(&self, to: SystemTime) {
+            *self.0.lock().unwrap_or_else(|e| e.into_inner()) = to;
+        }
     }
 
-    /// Moves the clock forward.
-    pub fn advance(&self, by: Duration) {
-        let mut t = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        *t += by;
-    }
-
-    /// Sets the clock.
-    pub fn set(&self, to: SystemTime) {
-        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = to;
-    }
-}
-
-impl Clock for ManualClock {
-    fn now(&self) -> SystemTime {
-        *self.0.lock().unwrap_or_else(|e| e.into_inner())
+    impl Clock for ManualClock {
+        fn now(&self) -> SystemTime {
+            *self.0.lock().unwrap_or_else(|e| e.into_inner())
+        }
     }
 }

@@ -48,7 +48,7 @@ fn file_under(map: &mut HashMap<Box<str>, Vec<u32>>, names: Vec<&str>, id: u32) 
 
 impl RuleIndex {
     /// Indexes the rules `ids` (ascending) whose selectors `selectors(id)` gives.
-    pub fn build<'s>(
+    pub(super) fn build<'s>(
         ids: impl Iterator<Item = usize>,
         selectors: impl Fn(usize) -> &'s Selectors,
     ) -> RuleIndex {
@@ -73,7 +73,7 @@ impl RuleIndex {
     }
 
     /// The rules that may match a request with these keys, in file order.
-    pub fn candidates(&self, keys: &Keys<'_>) -> Candidates<'_> {
+    pub(super) fn candidates(&self, keys: &Keys<'_>) -> Candidates<'_> {
         Candidates {
             lists: [
                 lookup(&self.by_namespace, keys.namespace),

@@ -24,23 +24,23 @@ struct Entry {
 }
 
 /// Every object's in-flight writes.
-pub struct WriteLedger {
+pub(crate) struct WriteLedger {
     shards: Box<[Mutex<HashMap<u64, Entry>>]>,
 }
 
 /// One admitted write; dropping it (when the apiserver has answered, or the write failed) ends it.
-pub struct WriteTicket {
+pub(crate) struct WriteTicket {
     ledger: Arc<WriteLedger>,
     key: u64,
 }
 
 /// The write waited past its deadline for writes on another backend to finish.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Held;
+pub(crate) struct Held;
 
 /// The identity of the object a write is for: namespace, group, resource and name (subresources
 /// write the same object). Collection writes (create, deletecollection) key on the collection.
-pub fn object_key(info: &RequestInfo<'_>) -> u64 {
+pub(crate) fn object_key(info: &RequestInfo<'_>) -> u64 {
     let mut h = Xxh3::new();
     for part in [&info.namespace, &info.api_group, &info.resource, &info.name] {
         h.update(part.as_bytes());
@@ -50,7 +50,7 @@ pub fn object_key(info: &RequestInfo<'_>) -> u64 {
 }
 
 /// The identity of a backend in the ledger.
-pub fn backend_key(name: &str) -> u64 {
+pub(super) fn backend_key(name: &str) -> u64 {
     xxhash_rust::xxh3::xxh3_64(name.as_bytes())
 }
 
@@ -72,7 +72,7 @@ impl WriteLedger {
 
     /// Admits a write of object `key` to `backend`, waiting (until `deadline`) while writes of the
     /// same object are in flight on another backend. Returns whether it had to wait.
-    pub async fn admit(
+    pub(crate) async fn admit(
         self: &Arc<Self>,
         key: u64,
         backend: u64,
@@ -122,7 +122,7 @@ impl WriteLedger {
     }
 
     /// Writes in flight now, over all objects.
-    pub fn inflight(&self) -> u64 {
+    pub(crate) fn inflight(&self) -> u64 {
         self.shards
             .iter()
             .map(|s| {

@@ -12,16 +12,19 @@ mod index;
 mod ledger;
 mod pin_move;
 mod request;
-pub mod sticky;
+pub(crate) mod sticky;
 
 use std::sync::Arc;
 use std::time::SystemTime;
 
-pub use abort::{AbortWindow, WindowCounts};
-pub use clock::{Clock, ManualClock, SystemClock};
-pub use decision::{Class, Decision, Reason, Rule};
-pub use ledger::{Held, WriteLedger, WriteTicket, backend_key, object_key};
-pub use pin_move::{Admitted, PinMove, Refused, Stage, WriteAdmission, previous_backends};
+pub(crate) use abort::{AbortWindow, WindowCounts};
+#[cfg(any(test, feature = "test-util"))]
+pub use clock::ManualClock;
+pub(crate) use clock::{Clock, SystemClock};
+pub(crate) use decision::Class;
+pub use decision::{Decision, Reason, Rule};
+pub(crate) use ledger::{WriteLedger, WriteTicket, object_key};
+pub(crate) use pin_move::{PinMove, Refused, Stage, WriteAdmission, previous_backends};
 pub use request::SteerRequest;
 
 use crate::config::{BackendId, PinReads, RouteTable};
@@ -63,13 +66,13 @@ impl LiveState for Quiet {
 
 /// The abort windows of a table's rollouts: the live state its read decisions depend on. Lives as
 /// long as the table, so an abort holds until the route file changes.
-pub struct RolloutState {
+pub(crate) struct RolloutState {
     windows: Vec<Option<AbortWindow>>,
 }
 
 impl RolloutState {
     /// Empty windows for every rollout of `table` that has `abort`.
-    pub fn new(table: &RouteTable) -> RolloutState {
+    pub(crate) fn new(table: &RouteTable) -> RolloutState {
         RolloutState {
             windows: table
                 .reads
@@ -81,13 +84,13 @@ impl RolloutState {
     }
 
     /// The window of rollout `i`, if it has `abort`.
-    pub fn window(&self, i: usize) -> Option<&AbortWindow> {
+    pub(crate) fn window(&self, i: usize) -> Option<&AbortWindow> {
         self.windows.get(i).and_then(Option::as_ref)
     }
 
     /// Records the outcome of a request that `decision` sent to a rollout's `to`; returns the
     /// window's counts when this outcome aborts the rollout.
-    pub fn record(
+    pub(crate) fn record(
         &self,
         decision: &Decision,
         now: SystemTime,

@@ -107,7 +107,7 @@ impl PinMove {
 /// For each pin of `table` with `flipAt`, the backend it had in the table this replica ran before
 /// (`old`, as the writes went at `now`), when that differs from its backend now. Matched by pin
 /// and backend name, so a reordered file carries over.
-pub fn previous_backends(
+pub(crate) fn previous_backends(
     table: &RouteTable,
     old: Option<(&RouteTable, &[Option<BackendId>])>,
     now: SystemTime,
@@ -139,7 +139,7 @@ pub fn previous_backends(
 
 /// Why a write was not admitted: nothing was sent upstream.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Refused {
+pub(crate) enum Refused {
     /// The pin's fence outlasts the request's own `timeout`.
     Fenced {
         /// How long the fence still lasts.
@@ -150,7 +150,7 @@ pub enum Refused {
 }
 
 /// A write admitted upstream.
-pub struct Admitted {
+pub(crate) struct Admitted {
     /// The write's place in the ledger, held until the apiserver has answered.
     pub ticket: WriteTicket,
     /// How long it waited for the object's writes on another backend, when it had to.
@@ -158,7 +158,7 @@ pub struct Admitted {
 }
 
 /// One write to admit.
-pub struct WriteAdmission<'a> {
+pub(crate) struct WriteAdmission<'a> {
     /// The ledger of writes in flight.
     pub ledger: &'a Arc<WriteLedger>,
     /// The proxy's clock, for the fence.
@@ -174,7 +174,7 @@ impl WriteAdmission<'_> {
     /// `held_until` says so, then admitted to the ledger, waiting while the object has writes in
     /// flight on another backend. `on_hold` is called once, when the write starts to wait, and its
     /// result is kept while it waits (a gauge's guard).
-    pub async fn admit<G>(
+    pub(crate) async fn admit<G>(
         &self,
         held_until: Option<SystemTime>,
         object: u64,

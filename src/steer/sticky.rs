@@ -10,15 +10,15 @@ use super::request::SteerRequest;
 use crate::config::StickyBy;
 
 /// Number of buckets: one per hundredth of a percent.
-pub const BUCKETS: u64 = 10_000;
+pub(crate) const BUCKETS: u64 = 10_000;
 
 /// The seed of a rollout's hash, from its name.
-pub fn salt(rollout_name: &str) -> u64 {
+pub(crate) fn salt(rollout_name: &str) -> u64 {
     xxh3_64(rollout_name.as_bytes())
 }
 
 /// The bucket (0..10,000) of the request's key for a rollout salted with `salt`.
-pub fn bucket(salt: u64, sticky_by: StickyBy, req: &SteerRequest<'_>) -> u16 {
+pub(crate) fn bucket(salt: u64, sticky_by: StickyBy, req: &SteerRequest<'_>) -> u16 {
     let hash = match sticky_by {
         StickyBy::Namespace => xxh3_64_with_seed(req.info.namespace.as_bytes(), salt),
         StickyBy::User => xxh3_64_with_seed(req.user.as_bytes(), salt),
@@ -47,8 +47,9 @@ pub fn bucket(salt: u64, sticky_by: StickyBy, req: &SteerRequest<'_>) -> u16 {
     (hash % BUCKETS) as u16
 }
 
-/// The bucket of a raw key, for tests and `explain`.
-pub fn bucket_of_key(salt: u64, key: &str) -> u16 {
+/// The bucket of a raw key, for tests.
+#[cfg(test)]
+pub(crate) fn bucket_of_key(salt: u64, key: &str) -> u16 {
     (xxh3_64_with_seed(key.as_bytes(), salt) % BUCKETS) as u16
 }
 

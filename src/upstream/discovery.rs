@@ -13,7 +13,7 @@ use super::health::get;
 /// What one backend serves: hashes of (group, version, resource) for the request path, and the
 /// discovery documents it answered, for the merged discovery that skewgate answers clients with.
 #[derive(Debug, Default)]
-pub struct Served {
+pub(crate) struct Served {
     set: HashSet<u64>,
     /// `/api`: the core group's versions (an `APIVersions`).
     pub core: Value,
@@ -27,7 +27,7 @@ pub struct Served {
 
 /// A named API group as `/apis` lists it.
 #[derive(Clone, Debug)]
-pub struct Group {
+pub(crate) struct Group {
     /// The group's name.
     pub name: String,
     /// Its versions, most preferred first.
@@ -38,7 +38,7 @@ pub struct Group {
 
 /// One group/version's `APIResourceList`.
 #[derive(Clone, Debug)]
-pub struct GroupVersionList {
+pub(crate) struct GroupVersionList {
     /// The group; empty for the core group.
     pub group: String,
     /// The version.
@@ -74,18 +74,13 @@ fn streamed_key(group: &str, version: &str, resource: &str) -> u64 {
 
 impl Served {
     /// Whether the backend serves `resource` in `group`/`version`.
-    pub fn contains(&self, group: &str, version: &str, resource: &str) -> bool {
+    pub(crate) fn contains(&self, group: &str, version: &str, resource: &str) -> bool {
         self.set.contains(&key(group, version, resource))
     }
 
     /// How many group/version/resources it serves.
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.set.len()
-    }
-
-    /// Whether it serves none.
-    pub fn is_empty(&self) -> bool {
-        self.set.is_empty()
     }
 }
 
@@ -98,7 +93,7 @@ async fn json(ep: &Arc<EndpointPool>, path: &str) -> Result<Value, String> {
 }
 
 /// Reads an endpoint's discovery documents.
-pub async fn discover(ep: &Arc<EndpointPool>) -> Result<Served, String> {
+pub(super) async fn discover(ep: &Arc<EndpointPool>) -> Result<Served, String> {
     let mut served = Served {
         core: json(ep, "/api").await?,
         ..Served::default()

@@ -13,7 +13,7 @@ use crate::metrics::Metrics;
 
 /// Checks every endpoint of `backends()` now and then every `interval`, until `stop`; calls
 /// `discovered()` after a check in which some backend's discovery was read anew.
-pub fn spawn_health_checks<F, D>(
+pub(crate) fn spawn_health_checks<F, D>(
     backends: F,
     discovered: D,
     interval: Duration,

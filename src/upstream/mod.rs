@@ -5,25 +5,23 @@ mod health;
 mod pool;
 mod send;
 mod settings;
-pub mod worker;
+pub(crate) mod worker;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
 
-pub use discovery::{Group, GroupVersionList, Served};
-pub use health::spawn_health_checks;
-pub use pool::{Credential, EndpointPool, EndpointState, PoolSettings, StreamSlot};
-pub use send::{UpstreamBody, send};
+pub(crate) use discovery::Served;
+pub(crate) use health::spawn_health_checks;
+pub use pool::PoolSettings;
+pub(crate) use pool::{Credential, EndpointPool, EndpointState};
+pub(crate) use send::{UpstreamBody, send};
 
 use crate::config::RouteTable;
 use crate::metrics::Metrics;
 
 /// Why a request could not be sent, or its response head not received.
 #[derive(Clone, Debug, thiserror::Error)]
-pub enum UpstreamError {
-    /// The backend has no endpoint that is up.
-    #[error("no reachable endpoint: {0}")]
-    Unavailable(String),
+pub(crate) enum UpstreamError {
     /// A connection could not be opened.
     #[error("cannot connect: {0}")]
     Connect(String),
@@ -49,24 +47,23 @@ pub enum UpstreamError {
 
 impl UpstreamError {
     /// The error of a failed HTTP/2 exchange.
-    pub fn from_h2(e: &h2::Error) -> UpstreamError {
+    pub(crate) fn from_h2(e: &h2::Error) -> UpstreamError {
         UpstreamError::Protocol(e.to_string())
     }
 
     /// Whether the client caused the failure (and no backend is to blame).
-    pub fn is_client_error(&self) -> bool {
+    pub(crate) fn is_client_error(&self) -> bool {
         matches!(self, UpstreamError::HeadersTooLarge { .. })
     }
 
     /// Whether the request may have reached the apiserver (and been acted on) before this failure.
-    pub fn may_have_reached_apiserver(&self) -> bool {
+    pub(crate) fn may_have_reached_apiserver(&self) -> bool {
         matches!(self, UpstreamError::AfterSend(_) | UpstreamError::Timeout)
     }
 
     /// A bounded label for metrics.
-    pub fn reason(&self) -> &'static str {
+    pub(crate) fn reason(&self) -> &'static str {
         match self {
-            UpstreamError::Unavailable(_) => "unavailable",
             UpstreamError::Connect(_) => "connect",
             UpstreamError::Protocol(_) | UpstreamError::AfterSend(_) => "reset",
             UpstreamError::Timeout => "timeout",
@@ -76,7 +73,7 @@ impl UpstreamError {
 }
 
 /// The endpoints of one backend.
-pub struct BackendPool {
+pub(crate) struct BackendPool {
     /// The backend's name.
     pub name: String,
     /// Its expected `major.minor`, if the route file gives one.
@@ -93,7 +90,7 @@ impl BackendPool {
     /// The endpoint to use now: the one with the fewest open streams among those whose health
     /// check passed; only when none has, one not checked yet (at start); never one found down.
     /// `None` when every endpoint is down.
-    pub fn pick(&self) -> Option<&Arc<EndpointPool>> {
+    pub(crate) fn pick(&self) -> Option<&Arc<EndpointPool>> {
         self.endpoints
             .iter()
             .filter(|e| e.state() != EndpointState::Down)
@@ -101,7 +98,7 @@ impl BackendPool {
     }
 
     /// The last discovery error, if the last refresh failed.
-    pub fn discovery_error(&self) -> Option<String> {
+    pub(crate) fn discovery_error(&self) -> Option<String> {
         self.discovery_error
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -109,7 +106,7 @@ impl BackendPool {
     }
 
     /// Records the last discovery error (`None` after a success); returns whether it changed.
-    pub fn set_discovery_error(&self, error: Option<String>) -> bool {
+    pub(crate) fn set_discovery_error(&self, error: Option<String>) -> bool {
         let mut last = self
             .discovery_error
             .lock()
@@ -121,7 +118,7 @@ impl BackendPool {
 
     /// Why no endpoint can serve: each endpoint's last failure, for the 503 `Status`, `/readyz` and
     /// the log.
-    pub fn unavailable_reason(&self) -> String {
+    pub(crate) fn unavailable_reason(&self) -> String {
         let reasons: Vec<String> = self
             .endpoints
             .iter()
@@ -134,7 +131,7 @@ impl BackendPool {
     }
 
     /// Whether some endpoint is ready.
-    pub fn is_reachable(&self) -> bool {
+    pub(crate) fn is_reachable(&self) -> bool {
         self.endpoints
             .iter()
             .any(|e| e.state() == EndpointState::Ready)
@@ -143,7 +140,7 @@ impl BackendPool {
 
 /// Every endpoint pool, shared across route table reloads so that an endpoint that stays keeps its
 /// connections, a new one is connected, and a removed one is drained when its last stream ends.
-pub struct Upstreams {
+pub(crate) struct Upstreams {
     settings: PoolSettings,
     metrics: Arc<Metrics>,
     pools: Mutex<HashMap<(String, String), Weak<EndpointPool>>>,
@@ -151,7 +148,7 @@ pub struct Upstreams {
 
 impl Upstreams {
     /// An empty registry.
-    pub fn new(settings: PoolSettings, metrics: Arc<Metrics>) -> Upstreams {
+    pub(crate) fn new(settings: PoolSettings, metrics: Arc<Metrics>) -> Upstreams {
         Upstreams {
             settings,
             metrics,
@@ -160,7 +157,7 @@ impl Upstreams {
     }
 
     /// The backend pools of a table, reusing the pools of endpoints already known.
-    pub fn backends_for(&self, table: &RouteTable) -> Vec<Arc<BackendPool>> {
+    pub(crate) fn backends_for(&self, table: &RouteTable) -> Vec<Arc<BackendPool>> {
         let mut pools = self.pools.lock().unwrap_or_else(|e| e.into_inner());
         pools.retain(|_, p| p.strong_count() > 0);
         table

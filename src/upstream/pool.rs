@@ -76,7 +76,7 @@ impl Default for PoolSettings {
 /// Health of an endpoint, as last seen.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u8)]
-pub enum EndpointState {
+pub(crate) enum EndpointState {
     /// Not tried yet.
     Unknown = 0,
     /// Connected, or its health check passed.
@@ -99,7 +99,7 @@ const CONNECTION_WINDOW: u32 = (1 << 31) - 1;
 
 /// Which credentials a connection presents to the apiserver.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Credential {
+pub(crate) enum Credential {
     /// The front-proxy client certificate: for clients whose identity skewgate verified (and forwards
     /// in the identity headers) or who bring a bearer token, and for skewgate's own requests.
     FrontProxy,
@@ -141,7 +141,7 @@ impl Conn {
 }
 
 /// The pool of one endpoint.
-pub struct EndpointPool {
+pub(crate) struct EndpointPool {
     /// The endpoint.
     pub endpoint: Endpoint,
     /// The endpoint's `host:port`, ready for request URIs.
@@ -170,7 +170,7 @@ struct Shard {
 }
 
 /// A stream slot on one connection; freeing it is dropping it.
-pub struct StreamSlot {
+pub(crate) struct StreamSlot {
     pool: Arc<EndpointPool>,
     conn: Arc<Conn>,
 }
@@ -202,7 +202,11 @@ impl Drop for StreamSlot {
 
 impl EndpointPool {
     /// An empty pool; connections are opened on demand.
-    pub fn new(endpoint: Endpoint, settings: PoolSettings, gauges: [IntGauge; 3]) -> EndpointPool {
+    pub(crate) fn new(
+        endpoint: Endpoint,
+        settings: PoolSettings,
+        gauges: [IntGauge; 3],
+    ) -> EndpointPool {
         let [connections_gauge, streams_gauge, ready_gauge] = gauges;
         // Validation parsed the URL, so its authority parses; a placeholder keeps this infallible.
         let authority = endpoint
@@ -231,17 +235,17 @@ impl EndpointPool {
     }
 
     /// Streams open now.
-    pub fn active_streams(&self) -> usize {
+    pub(crate) fn active_streams(&self) -> usize {
         self.streams.load(Ordering::Relaxed)
     }
 
     /// The pool's settings.
-    pub fn settings(&self) -> &PoolSettings {
+    pub(crate) fn settings(&self) -> &PoolSettings {
         &self.settings
     }
 
     /// The TLS configuration of connections presenting `credential` (for `https://` endpoints).
-    pub fn tls(&self, credential: Credential) -> Option<Arc<rustls::ClientConfig>> {
+    pub(crate) fn tls(&self, credential: Credential) -> Option<Arc<rustls::ClientConfig>> {
         match credential {
             Credential::FrontProxy => self.settings.tls.clone(),
             Credential::Anonymous => self.anonymous_tls.clone(),
@@ -249,18 +253,18 @@ impl EndpointPool {
     }
 
     /// The user skewgate's own requests name, if any.
-    pub fn own_user(&self) -> Option<&http::HeaderValue> {
+    pub(crate) fn own_user(&self) -> Option<&http::HeaderValue> {
         self.settings.own_user.as_ref().map(|(_, v)| v)
     }
 
     /// Why the endpoint was last found down, if it was.
-    pub fn failure(&self) -> Option<Arc<String>> {
+    pub(crate) fn failure(&self) -> Option<Arc<String>> {
         self.failure.load_full()
     }
 
     /// Records why the endpoint is down (`None` once it is up); returns whether that changed, so
     /// that a failure repeated every check is logged once.
-    pub fn set_failure(&self, why: Option<String>) -> bool {
+    pub(crate) fn set_failure(&self, why: Option<String>) -> bool {
         let changed = self.failure.load().as_deref() != why.as_ref();
         if changed {
             self.failure.store(why.map(Arc::new));
@@ -269,12 +273,12 @@ impl EndpointPool {
     }
 
     /// Connections open now.
-    pub fn connections(&self) -> usize {
+    pub(crate) fn connections(&self) -> usize {
         self.shards.iter().map(|s| s.conns.load().len()).sum()
     }
 
     /// The endpoint's health as last seen.
-    pub fn state(&self) -> EndpointState {
+    pub(crate) fn state(&self) -> EndpointState {
         match self.state.load(Ordering::Relaxed) {
             1 => EndpointState::Ready,
             2 => EndpointState::Down,
@@ -283,7 +287,7 @@ impl EndpointPool {
     }
 
     /// Records the endpoint's health.
-    pub fn set_state(&self, s: EndpointState) {
+    pub(crate) fn set_state(&self, s: EndpointState) {
         self.state.store(s as u8, Ordering::Relaxed);
         self.ready_gauge.set(i64::from(s == EndpointState::Ready));
     }
@@ -322,7 +326,7 @@ impl EndpointPool {
     /// A stream slot on a connection presenting `credential`: on an open connection with room, or
     /// on a new connection. A failed connect marks the endpoint down; only a passing health check
     /// marks it ready.
-    pub async fn acquire(
+    pub(crate) async fn acquire(
         self: &Arc<Self>,
         credential: Credential,
     ) -> Result<StreamSlot, UpstreamError> {

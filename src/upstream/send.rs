@@ -18,7 +18,7 @@ use super::pool::{Credential, EndpointPool, StreamSlot};
 /// presents `credential`; returns the response
 /// head and a body that streams the rest. A connection found closing before the request was handed
 /// to it (GOAWAY received, PING failed) is retired and the request goes on another connection.
-pub async fn send<B>(
+pub(crate) async fn send<B>(
     pool: &Arc<EndpointPool>,
     credential: Credential,
     mut head: Request<()>,
@@ -118,7 +118,7 @@ where
 
 /// The body of an upstream response, streamed as it arrives. Holds its stream slot until it ends
 /// or is dropped (dropping it resets the upstream stream, as when a client goes away).
-pub struct UpstreamBody {
+pub(crate) struct UpstreamBody {
     recv: RecvStream,
     data_done: bool,
     _slot: StreamSlot,

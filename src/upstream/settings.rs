@@ -22,10 +22,10 @@ const MAX_HEADER_LIST_SIZE: u16 = 0x6;
 const MAX_SETTINGS_PAYLOAD: usize = 6 * 64;
 
 /// The limit one connection's peer advertised; `u32::MAX` until it says.
-pub type HeaderListLimit = Arc<AtomicU32>;
+pub(super) type HeaderListLimit = Arc<AtomicU32>;
 
 /// An upstream stream that records the peer's `SETTINGS_MAX_HEADER_LIST_SIZE` in `limit`.
-pub struct SettingsReader<T> {
+pub(super) struct SettingsReader<T> {
     inner: T,
     limit: HeaderListLimit,
     /// Notified once, when the peer's first SETTINGS frame has been read whole.
@@ -42,7 +42,7 @@ pub struct SettingsReader<T> {
 impl<T> SettingsReader<T> {
     /// Wraps `inner`; `limit` is updated as SETTINGS frames arrive, and `settled` is notified when
     /// the first one has.
-    pub fn new(
+    pub(super) fn new(
         inner: T,
         limit: HeaderListLimit,
         settled: Arc<tokio::sync::Notify>,
@@ -129,7 +129,7 @@ forward_async_write!(SettingsReader);
 
 /// The size of a header list as HTTP/2 counts it (RFC 9113 6.5.2): each field's name and value
 /// plus 32, pseudo-headers included.
-pub fn header_list_size(head: &http::Request<()>) -> usize {
+pub(super) fn header_list_size(head: &http::Request<()>) -> usize {
     let fields: usize = head
         .headers()
         .iter()

@@ -14,21 +14,21 @@ thread_local! {
 }
 
 /// Sets the number of worker threads; call before any pool is built.
-pub fn set_count(n: usize) {
+pub(crate) fn set_count(n: usize) {
     WORKERS.fetch_max(n, Ordering::Relaxed);
 }
 
 /// The number of worker threads.
-pub fn count() -> usize {
+pub(crate) fn count() -> usize {
     WORKERS.load(Ordering::Relaxed)
 }
 
 /// Marks the current thread as worker `i`.
-pub fn enter(i: usize) {
+pub(crate) fn enter(i: usize) {
     CURRENT.with(|c| c.set(i));
 }
 
 /// The current worker's index, or `count()` off the workers.
-pub fn current() -> usize {
+pub(crate) fn current() -> usize {
     CURRENT.with(|c| c.get()).min(count())
 }

@@ -27,7 +27,7 @@ const DEFAULT_FENCE: Duration = Duration::from_secs(10);
 const MIN_FENCE: Duration = Duration::from_secs(3);
 
 /// Validates a parsed file. Returns the table, or every problem found.
-pub fn validate(file: &Path, raw: FileRouteTable) -> Result<RouteTable, ConfigErrors> {
+pub(super) fn validate(file: &Path, raw: FileRouteTable) -> Result<RouteTable, ConfigErrors> {
     let mut v = Validator {
         file,
         errors: Vec::new(),
