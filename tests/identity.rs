@@ -342,3 +342,44 @@ async fn a_backend_server_name_verifies_certificates_issued_to_the_service_name(
     .await;
     assert!(ok, "with serverName the certificate verifies");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_renewed_front_proxy_certificate_is_used_without_a_restart() {
+    let p = pki();
+    // The front-proxy files start out holding a certificate the apiservers do not trust (another
+    // CA signed it), as after a botched rotation.
+    let rotating = p
+        .evil_ca
+        .issue(&p.dir, "fp-rotating", "front-proxy-client", &[], &[]);
+    let mut settings = pki::settings(&p, true);
+    settings.pool.tls = Some(
+        skewgate::identity::UpstreamTls::load(skewgate::identity::UpstreamTlsFiles {
+            ca: Some(p.ca.cert_file.clone()),
+            client_cert: Some((rotating.cert_file.clone(), rotating.key_file.clone())),
+        })
+        .expect("upstream TLS"),
+    );
+    let (gate, _sims) = tls_gate(&p, settings).await;
+    let addr = gate.server.addr;
+    let alice = pki::client_config(&p.ca, Some(&p.alice), &[b"h2"]);
+    let get = || {
+        let alice = alice.clone();
+        async move {
+            tls_request(addr, alice, true, "/api/v1/namespaces", &[])
+                .await
+                .map(|(status, _, _)| status)
+        }
+    };
+    let refused = get().await.expect("answer");
+    assert_ne!(
+        refused, 200,
+        "the apiservers refuse the untrusted certificate"
+    );
+    // The fixed certificate is written over the same files: no restart, no signal.
+    std::fs::copy(&p.front_proxy_client.cert_file, &rotating.cert_file).expect("copy");
+    std::fs::copy(&p.front_proxy_client.key_file, &rotating.key_file).expect("copy");
+    assert!(
+        eventually(10, || async { get().await == Ok(200) }).await,
+        "requests go through once the front-proxy certificate is renewed"
+    );
+}

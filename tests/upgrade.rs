@@ -149,3 +149,34 @@ async fn logs_follow_streams_lines_as_they_come() {
         "{m}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_exec_session_counts_in_flight_until_it_closes() {
+    let sims = sims().await;
+    let gate = gate(&routes(&sims, TO_OLD)).await;
+    let in_flight = || async {
+        let m = gate.metrics().await;
+        metric(
+            &m,
+            "skewgate_inflight_requests{backend=\"old\",class=\"read\"}",
+        ) + metric(
+            &m,
+            "skewgate_inflight_requests{backend=\"old\",class=\"write\"}",
+        )
+    };
+    let (mut s, head) = upgrade(
+        gate.server.addr,
+        "/api/v1/namespaces/default/pods/p/exec?command=cat&stdin=true&stdout=true",
+        "SPDY/3.1",
+        "X-Stream-Protocol-Version: v4.channel.k8s.io\r\n",
+    )
+    .await;
+    assert!(head.starts_with("HTTP/1.1 101"), "{head}");
+    assert_eq!(echo(&mut s, b"still here\n").await, b"still here\n");
+    assert_eq!(in_flight().await, 1.0, "the open session is in flight");
+    drop(s);
+    assert!(
+        eventually(5, || async { in_flight().await == 0.0 }).await,
+        "a closed session is no longer in flight"
+    );
+}

@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use anyhow::{Result, bail};
 
-use skewgate::identity::{IdentityHeaders, ServingTls, TlsFiles, UpstreamTlsFiles, client_config};
+use skewgate::identity::{IdentityHeaders, ServingTls, TlsFiles, UpstreamTls, UpstreamTlsFiles};
 use skewgate::proxy::{ProxySettings, ServeOptions, Server};
 use skewgate::upstream::PoolSettings;
 
@@ -54,7 +54,7 @@ pub fn run(args: ServeArgs) -> Result<ExitCode> {
     };
     let upstream_tls = match (&args.upstream_ca_file, &client_cert) {
         (None, None) => None,
-        _ => Some(client_config(&UpstreamTlsFiles {
+        _ => Some(UpstreamTls::load(UpstreamTlsFiles {
             ca: args.upstream_ca_file.clone(),
             client_cert,
         })?),

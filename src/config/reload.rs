@@ -1,6 +1,7 @@
-//! Watches the routes path and hands every changed route table (or its errors) to the caller.
+//! Watches the routes path and the TLS files: hands every changed route table (or its errors) to
+//! the caller, and tells it when the other files may have changed (it checks their bytes itself).
 //!
-//! The directory is watched, not the file: a ConfigMap update swaps a symlink, which a watch on the
+//! The directories are watched, not the files: a ConfigMap update swaps a symlink, which a watch on the
 //! file itself would miss. Events are debounced, and a periodic poll catches anything the watcher
 //! misses (network filesystems, exhausted inotify limits). A file whose bytes did not change is not
 //! parsed again.
@@ -27,39 +28,69 @@ pub(crate) fn fingerprint(path: &Path) -> Fingerprint {
     Fingerprint(read_all(path))
 }
 
-/// Calls `on_change` with each load of `path` that differs from `loaded` and from the previous one,
-/// until `stop`.
-pub(crate) fn spawn_watcher<F>(
-    path: PathBuf,
-    loaded: Fingerprint,
-    poll: Duration,
-    stop: CancellationToken,
-    on_change: F,
-) where
+/// What to watch.
+pub(crate) struct Watch {
+    /// The routes path: a route file, or a directory of them.
+    pub(crate) routes: PathBuf,
+    /// The routes as loaded at start.
+    pub(crate) loaded: Fingerprint,
+    /// Other files (certificates, keys, CAs) whose changes the caller reloads.
+    pub(crate) files: Vec<PathBuf>,
+    /// How often everything is checked besides the watch's events.
+    pub(crate) poll: Duration,
+}
+
+/// The directory a watch of `path` watches: itself if it is one, else its parent.
+fn directory_of(path: &Path) -> PathBuf {
+    if path.is_dir() {
+        return path.to_path_buf();
+    }
+    match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    }
+}
+
+/// Until `stop`: calls `on_change` with each load of the routes that differs from the one loaded
+/// and from the previous one, and `on_files` whenever something in a watched directory changed or
+/// the poll interval passed.
+pub(crate) fn spawn_watcher<F, G>(watch: Watch, stop: CancellationToken, on_change: F, on_files: G)
+where
     F: Fn(Result<RouteTable, ConfigErrors>) + Send + 'static,
+    G: Fn() + Send + 'static,
 {
     let (tx, mut rx) = mpsc::channel::<()>(16);
-    let watched = if path.is_dir() {
-        path.clone()
-    } else {
-        path.parent()
-            .map(Path::to_path_buf)
-            .unwrap_or_else(|| PathBuf::from("."))
-    };
+    let mut directories: Vec<PathBuf> = std::iter::once(&watch.routes)
+        .chain(&watch.files)
+        .map(|p| directory_of(p))
+        .collect();
+    directories.sort();
+    directories.dedup();
     let watcher = RecommendedWatcher::new(
         move |_event| {
             let _ = tx.try_send(());
         },
         notify::Config::default(),
     )
-    .and_then(|mut w| w.watch(&watched, RecursiveMode::NonRecursive).map(|()| w));
+    .and_then(|mut w| {
+        for dir in &directories {
+            w.watch(dir, RecursiveMode::NonRecursive)?;
+        }
+        Ok(w)
+    });
     let watcher = match watcher {
         Ok(w) => Some(w),
         Err(e) => {
-            tracing::warn!(path = %watched.display(), error = %e, "cannot watch the routes directory; polling only");
+            tracing::warn!(directories = ?directories, error = %e, "cannot watch the routes and TLS directories; polling only");
             None
         }
     };
+    let Watch {
+        routes,
+        loaded,
+        poll,
+        ..
+    } = watch;
     tokio::spawn(async move {
         let _watcher = watcher;
         let mut last = loaded;
@@ -74,12 +105,13 @@ pub(crate) fn spawn_watcher<F>(
                     while let Ok(Some(())) = tokio::time::timeout(DEBOUNCE, rx.recv()).await {}
                 }
             }
-            let now = fingerprint(&path);
+            on_files();
+            let now = fingerprint(&routes);
             if now == last {
                 continue;
             }
             last = now;
-            on_change(load_path(&path));
+            on_change(load_path(&routes));
         }
     });
 }

@@ -8,9 +8,12 @@
 
 mod headers;
 mod tls;
+mod upstream_tls;
 mod user;
 
 pub use headers::IdentityHeaders;
 pub use headers::forward_identity;
-pub use tls::{ServingTls, TlsFiles, UpstreamTlsFiles, client_config};
+pub use tls::{ServingTls, TlsFiles, UpstreamTlsFiles};
+pub(crate) use upstream_tls::Alpn;
+pub use upstream_tls::UpstreamTls;
 pub use user::Identity;

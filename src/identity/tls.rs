@@ -115,7 +115,7 @@ pub(super) fn server_config(files: &TlsFiles) -> Result<Arc<ServerConfig>, TlsEr
 
 /// The upstream configuration: apiservers verified against the CA, the front-proxy certificate
 /// presented, ALPN `h2`.
-pub fn client_config(files: &UpstreamTlsFiles) -> Result<Arc<ClientConfig>, TlsError> {
+pub(super) fn client_config(files: &UpstreamTlsFiles) -> Result<Arc<ClientConfig>, TlsError> {
     let Some(ca) = &files.ca else {
         return Err(TlsError::Config(
             "https:// endpoints need --upstream-ca-file to verify the apiservers".to_owned(),
@@ -135,12 +135,58 @@ pub fn client_config(files: &UpstreamTlsFiles) -> Result<Arc<ClientConfig>, TlsE
     Ok(Arc::new(config))
 }
 
+/// The bytes of a set of files as last loaded, to tell whether any changed.
+pub(super) struct FileContents(std::sync::Mutex<Vec<Option<Vec<u8>>>>);
+
+impl FileContents {
+    pub(super) fn read<'p>(paths: impl Iterator<Item = &'p Path>) -> FileContents {
+        FileContents(std::sync::Mutex::new(Self::contents(paths)))
+    }
+
+    fn contents<'p>(paths: impl Iterator<Item = &'p Path>) -> Vec<Option<Vec<u8>>> {
+        paths.map(|p| std::fs::read(p).ok()).collect()
+    }
+
+    /// Whether the files' bytes differ from when last seen; remembers them.
+    pub(super) fn changed<'p>(&self, paths: impl Iterator<Item = &'p Path>) -> bool {
+        let now = Self::contents(paths);
+        let mut seen = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if *seen == now {
+            return false;
+        }
+        *seen = now;
+        true
+    }
+}
+
+impl TlsFiles {
+    pub(super) fn paths(&self) -> impl Iterator<Item = &Path> {
+        [Some(&self.cert), Some(&self.key), self.client_ca.as_ref()]
+            .into_iter()
+            .flatten()
+            .map(PathBuf::as_path)
+    }
+}
+
+impl UpstreamTlsFiles {
+    pub(super) fn paths(&self) -> impl Iterator<Item = &Path> {
+        let (cert, key) = match &self.client_cert {
+            Some((c, k)) => (Some(c), Some(k)),
+            None => (None, None),
+        };
+        [self.ca.as_ref(), cert, key]
+            .into_iter()
+            .flatten()
+            .map(PathBuf::as_path)
+    }
+}
+
 /// The serving TLS configuration, rebuilt when its files change on disk (a renewed certificate, a
 /// rotated client CA), without a restart. A change that does not load keeps the running one.
 pub struct ServingTls {
     files: TlsFiles,
     current: arc_swap::ArcSwap<ServerConfig>,
-    contents: std::sync::Mutex<Vec<Option<Vec<u8>>>>,
+    contents: FileContents,
 }
 
 impl std::fmt::Debug for ServingTls {
@@ -154,39 +200,30 @@ impl std::fmt::Debug for ServingTls {
 impl ServingTls {
     /// Loads the files; fails when they do not make a configuration.
     pub fn load(files: TlsFiles) -> Result<Arc<ServingTls>, TlsError> {
-        let contents = Self::read(&files);
+        let contents = FileContents::read(files.paths());
         let config = server_config(&files)?;
         Ok(Arc::new(ServingTls {
             files,
             current: arc_swap::ArcSwap::new(config),
-            contents: std::sync::Mutex::new(contents),
+            contents,
         }))
     }
 
     /// The configuration in force.
-    pub fn config(&self) -> Arc<ServerConfig> {
+    pub(crate) fn config(&self) -> Arc<ServerConfig> {
         self.current.load_full()
     }
 
-    fn read(files: &TlsFiles) -> Vec<Option<Vec<u8>>> {
-        [
-            Some(&files.cert),
-            Some(&files.key),
-            files.client_ca.as_ref(),
-        ]
-        .into_iter()
-        .map(|p| p.and_then(|p| std::fs::read(p).ok()))
-        .collect()
+    /// The files, to be watched.
+    pub(crate) fn files(&self) -> impl Iterator<Item = &Path> {
+        self.files.paths()
     }
 
     /// Reloads the configuration if a file changed; returns whether a new one is in force.
-    pub fn reload_if_changed(&self) -> bool {
-        let now = Self::read(&self.files);
-        let mut seen = self.contents.lock().unwrap_or_else(|e| e.into_inner());
-        if *seen == now {
+    pub(crate) fn reload_if_changed(&self) -> bool {
+        if !self.contents.changed(self.files.paths()) {
             return false;
         }
-        *seen = now;
         match server_config(&self.files) {
             Ok(config) => {
                 self.current.store(config);
@@ -198,23 +235,5 @@ impl ServingTls {
                 false
             }
         }
-    }
-
-    /// Checks the files every `every` until `stop`.
-    pub fn spawn_reloader(
-        self: &Arc<Self>,
-        every: std::time::Duration,
-        stop: tokio_util::sync::CancellationToken,
-    ) {
-        let me = self.clone();
-        tokio::spawn(async move {
-            loop {
-                tokio::select! {
-                    _ = tokio::time::sleep(every) => {}
-                    _ = stop.cancelled() => return,
-                }
-                me.reload_if_changed();
-            }
-        });
     }
 }

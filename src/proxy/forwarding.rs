@@ -47,7 +47,7 @@ pub(super) fn upstream_uri(uri: &Uri, endpoint: &EndpointPool) -> Result<Uri, Up
     parts.authority = Some(endpoint.authority.clone());
     parts.path_and_query = Some(path);
     Uri::from_parts(parts)
-        .map_err(|e| UpstreamError::Protocol(format!("cannot build the upstream URI: {e}")))
+        .map_err(|e| UpstreamError::Protocol(format!("cannot build the upstream URI: {e}").into()))
 }
 
 pub(super) fn strip_hop_by_hop(headers: &mut HeaderMap) {

@@ -302,22 +302,31 @@ fn handshake_failed(proxy: &Proxy, remote: SocketAddr, reason: &'static str, det
         .inc();
 }
 
-/// A bounded reason label for a failed handshake.
+/// A bounded reason label for a failed handshake, from rustls's error inside tokio-rustls's.
 fn reason_of(e: &std::io::Error) -> &'static str {
-    let text = e.to_string();
-    if text.contains("InvalidContentType")
-        || text.contains("corrupt message")
-        || text.contains("HTTP")
-    {
-        "not_tls"
-    } else if text.contains("certificate")
-        || text.contains("Certificate")
-        || text.contains("UnknownIssuer")
-    {
-        "bad_certificate"
-    } else if e.kind() == std::io::ErrorKind::UnexpectedEof {
-        "eof"
-    } else {
-        "protocol"
+    use rustls::{AlertDescription as A, Error as E};
+    let Some(tls) = e.get_ref().and_then(|i| i.downcast_ref::<E>()) else {
+        return if e.kind() == std::io::ErrorKind::UnexpectedEof {
+            "eof"
+        } else {
+            "protocol"
+        };
+    };
+    match tls {
+        // Not TLS at all: plain HTTP, or bytes that are no TLS record.
+        E::InvalidMessage(_) => "not_tls",
+        E::InvalidCertificate(_) | E::NoCertificatesPresented | E::InvalidCertRevocationList(_) => {
+            "bad_certificate"
+        }
+        E::AlertReceived(
+            A::BadCertificate
+            | A::UnsupportedCertificate
+            | A::CertificateRevoked
+            | A::CertificateExpired
+            | A::CertificateUnknown
+            | A::CertificateRequired
+            | A::UnknownCA,
+        ) => "bad_certificate",
+        _ => "protocol",
     }
 }

@@ -124,6 +124,15 @@ pub(crate) struct Proxy {
 }
 
 impl Proxy {
+    /// Replaces every upstream connection (after the upstream TLS files changed).
+    pub(crate) fn reconnect_upstreams(&self) {
+        for backend in &self.routing().backends {
+            for endpoint in &backend.endpoints {
+                endpoint.retire_all();
+            }
+        }
+    }
+
     /// A proxy serving `table`.
     pub(crate) fn new(
         table: RouteTable,

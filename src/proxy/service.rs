@@ -146,7 +146,7 @@ async fn forward(
             protocol,
             safe,
         };
-        return forward_upgrade(proxy, backend, endpoint, upgrade, parts, body).await;
+        return forward_upgrade(proxy, backend, endpoint, upgrade, parts, body, tracker).await;
     }
     parts.uri = upstream_uri(&parts.uri, endpoint).map_err(|e| upstream(backend, e, safe))?;
     let head = Request::from_parts(parts, ());
@@ -328,14 +328,15 @@ async fn forward_upgrade(
     upgrade: Upgrade,
     parts: http::request::Parts,
     body: Incoming,
+    tracker: RequestTracker,
 ) -> Result<Response<ProxyBody>, ProxyError> {
     // The tunnel carries no request body: one announced would leave the apiserver waiting.
     if !http_body::Body::is_end_stream(&body) {
         return Err(ProxyError::UpgradeWithBody);
     }
-    let tls = endpoint.tls(upgrade.credential);
     let head_timeout = proxy.settings.response_timeout;
-    upgrade::tunnel(endpoint, tls, parts, upgrade.protocol, head_timeout)
+    let (credential, protocol) = (upgrade.credential, upgrade.protocol);
+    upgrade::tunnel(endpoint, credential, parts, protocol, head_timeout, tracker)
         .await
         .map_err(|error| upstream(backend, error, upgrade.safe))
 }

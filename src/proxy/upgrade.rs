@@ -11,37 +11,30 @@ use http::{Request, Response, StatusCode};
 use http_body_util::{BodyExt, Empty};
 use hyper::upgrade::OnUpgrade;
 use hyper_util::rt::TokioIo;
-use tokio::net::TcpStream;
 
 use super::body::ProxyBody;
-use crate::upstream::{EndpointPool, UpstreamError};
+use crate::identity::Alpn;
+use crate::upstream::{Credential, DialError, Dialed, EndpointPool, UpstreamError};
 
 /// Largest body of an upstream answer that refuses the upgrade.
 const MAX_REFUSAL: usize = 1 << 20;
 
 /// Sends an upgrade request (headers already prepared for upstream) and, when the apiserver
-/// switches protocols, tunnels the client's connection to it. Connecting (TCP and TLS) may take the
-/// pool's connect timeout, the apiserver's answer `head_timeout`: an apiserver that accepts
-/// connections but does not answer (a frozen process) never holds a client forever.
-pub(super) async fn tunnel(
+/// switches protocols, tunnels the client's connection to it. The connection is the endpoint's
+/// dialer's (the pool's connect timeout, TLS with the client's credential, ALPN http/1.1; a failure
+/// marks the endpoint down); the apiserver's answer must come within `head_timeout`: an apiserver
+/// that accepts connections but does not answer (a frozen process) never holds a client forever.
+/// `session` is kept until the tunnel closes (the session counts as in flight).
+pub(super) async fn tunnel<S: Send + 'static>(
     endpoint: &EndpointPool,
-    tls: Option<std::sync::Arc<rustls::ClientConfig>>,
+    credential: Credential,
     mut parts: Parts,
     upgrade: HeaderValue,
     head_timeout: Duration,
+    session: S,
 ) -> Result<Response<ProxyBody>, UpstreamError> {
-    let ep = &endpoint.endpoint;
-    let connect_timeout = endpoint.settings().connect_timeout;
-    let timed_out = || UpstreamError::Connect(format!("{}: connect timed out", ep.url));
     let client_side = parts.extensions.remove::<OnUpgrade>();
-    let tcp = tokio::time::timeout(
-        connect_timeout,
-        TcpStream::connect((ep.host.as_str(), ep.port)),
-    )
-    .await
-    .map_err(|_| timed_out())?
-    .map_err(|e| UpstreamError::Connect(format!("{}: {e}", ep.url)))?;
-    let _ = tcp.set_nodelay(true);
+    let dialed = endpoint.dial(credential, Alpn::Http11).await?;
     parts
         .headers
         .insert(header::CONNECTION, HeaderValue::from_static("Upgrade"));
@@ -49,7 +42,7 @@ pub(super) async fn tunnel(
     parts.headers.insert(
         header::HOST,
         HeaderValue::from_str(endpoint.authority.as_ref())
-            .map_err(|e| UpstreamError::Protocol(e.to_string()))?,
+            .map_err(|e| UpstreamError::Protocol(Box::new(e)))?,
     );
     // HTTP/1.1 sends the path alone.
     parts.uri = parts.uri.path_and_query().map_or_else(
@@ -58,27 +51,13 @@ pub(super) async fn tunnel(
     );
     parts.version = http::Version::HTTP_11;
     let req = Request::from_parts(parts, Empty::<Bytes>::new());
-    let mut resp = if ep.tls {
-        let Some(config) = tls else {
-            return Err(UpstreamError::Connect(format!(
-                "{}: https endpoints need --upstream-ca-file",
-                ep.url
-            )));
-        };
-        // The same identity and trust as the pool's connections, offering HTTP/1.1.
-        let mut config = (*config).clone();
-        config.alpn_protocols = vec![b"http/1.1".to_vec()];
-        let name = rustls_pki_types::ServerName::try_from(ep.server_name.clone())
-            .map_err(|e| UpstreamError::Connect(format!("{}: server name: {e}", ep.url)))?;
-        let connect =
-            tokio_rustls::TlsConnector::from(std::sync::Arc::new(config)).connect(name, tcp);
-        let stream = tokio::time::timeout(connect_timeout, connect)
-            .await
-            .map_err(|_| timed_out())?
-            .map_err(|e| UpstreamError::Connect(format!("{}: TLS: {e}", ep.url)))?;
-        within(head_timeout, exchange(TokioIo::new(stream), req)).await?
-    } else {
-        within(head_timeout, exchange(TokioIo::new(tcp), req)).await?
+    let mut resp = match dialed {
+        Dialed::Plain(tcp) => {
+            within(head_timeout, exchange(endpoint, TokioIo::new(tcp), req)).await?
+        }
+        Dialed::Tls(tls) => {
+            within(head_timeout, exchange(endpoint, TokioIo::new(*tls), req)).await?
+        }
     };
 
     if resp.status() != StatusCode::SWITCHING_PROTOCOLS {
@@ -93,8 +72,9 @@ pub(super) async fn tunnel(
     }
     let upstream_side = hyper::upgrade::on(&mut resp);
     let (head, _) = resp.into_parts();
-    let url = ep.url.clone();
+    let url = endpoint.endpoint.url.clone();
     tokio::spawn(async move {
+        let _session = session;
         let upstream = match upstream_side.await {
             Ok(u) => u,
             Err(e) => {
@@ -131,6 +111,7 @@ async fn within<T>(
 }
 
 async fn exchange<I>(
+    endpoint: &EndpointPool,
     io: TokioIo<I>,
     req: Request<Empty<Bytes>>,
 ) -> Result<Response<hyper::body::Incoming>, UpstreamError>
@@ -139,9 +120,14 @@ where
 {
     let (mut send, conn) = hyper::client::conn::http1::handshake(io)
         .await
-        .map_err(|e| UpstreamError::Connect(e.to_string()))?;
+        .map_err(|source| {
+            endpoint.connect_failed(DialError::Http1Handshake {
+                url: endpoint.url(),
+                source,
+            })
+        })?;
     tokio::spawn(conn.with_upgrades());
     send.send_request(req)
         .await
-        .map_err(|e| UpstreamError::Protocol(e.to_string()))
+        .map_err(|e| UpstreamError::AfterSend(Box::new(e)))
 }

@@ -1,5 +1,6 @@
 //! Backends and their endpoints: pooled HTTP/2 connections, endpoint choice, and health checks.
 
+mod dial;
 mod discovery;
 mod health;
 mod pool;
@@ -10,6 +11,7 @@ pub(crate) mod worker;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
 
+pub(crate) use dial::{DialError, Dialed};
 pub(crate) use discovery::Served;
 pub(crate) use health::spawn_health_checks;
 pub use pool::PoolSettings;
@@ -19,19 +21,22 @@ pub(crate) use send::{UpstreamBody, send};
 use crate::config::RouteTable;
 use crate::metrics::Metrics;
 
+/// An error from below the request: h2's, hyper's, or http's.
+pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
 /// Why a request could not be sent, or its response head not received.
-#[derive(Clone, Debug, thiserror::Error)]
+#[derive(Debug, thiserror::Error)]
 pub(crate) enum UpstreamError {
     /// A connection could not be opened.
     #[error("cannot connect: {0}")]
-    Connect(String),
+    Connect(#[source] DialError),
     /// The request could not be handed to the apiserver (the connection was closing or broken).
     #[error("the apiserver connection failed: {0}")]
-    Protocol(String),
+    Protocol(#[source] BoxError),
     /// The apiserver reset the stream or the connection failed after the request was sent and
     /// before the response started: the apiserver may have acted on it.
     #[error("the apiserver connection failed after the request was sent: {0}")]
-    AfterSend(String),
+    AfterSend(#[source] BoxError),
     /// No response head arrived in time.
     #[error("the apiserver did not answer in time")]
     Timeout,
@@ -47,8 +52,8 @@ pub(crate) enum UpstreamError {
 
 impl UpstreamError {
     /// The error of a failed HTTP/2 exchange.
-    pub(crate) fn from_h2(e: &h2::Error) -> UpstreamError {
-        UpstreamError::Protocol(e.to_string())
+    pub(crate) fn from_h2(e: h2::Error) -> UpstreamError {
+        UpstreamError::Protocol(Box::new(e))
     }
 
     /// Whether the client caused the failure (and no backend is to blame).

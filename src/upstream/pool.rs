@@ -18,11 +18,12 @@ use arc_swap::ArcSwap;
 use bytes::Bytes;
 use h2::client::SendRequest;
 use prometheus::IntGauge;
-use tokio::net::TcpStream;
 
 use super::UpstreamError;
+use super::dial::{DialError, Dialed};
 use super::settings::{HeaderListLimit, SettingsReader};
 use crate::config::Endpoint;
+use crate::identity::{Alpn, UpstreamTls};
 
 /// Tunables of every pool.
 #[derive(Clone, Debug)]
@@ -35,9 +36,9 @@ pub struct PoolSettings {
     pub ping_timeout: Duration,
     /// Streams per connection assumed until the peer's SETTINGS arrive (kube-apiserver's default).
     pub initial_max_streams: usize,
-    /// TLS to `https://` endpoints: their CA and the front-proxy client certificate. Connections
-    /// for anonymous clients use the same configuration without the certificate.
-    pub tls: Option<Arc<rustls::ClientConfig>>,
+    /// TLS to `https://` endpoints: their CA and the front-proxy client certificate, reloaded when
+    /// the files change. Connections for anonymous clients use it without the certificate.
+    pub tls: Option<Arc<UpstreamTls>>,
     /// The user skewgate's own requests (health checks, discovery) name upstream, and the request
     /// header that carries it: on a front-proxy connection a request without a user is a 401.
     pub own_user: Option<(http::HeaderName, http::HeaderValue)>,
@@ -147,8 +148,6 @@ pub(crate) struct EndpointPool {
     /// The endpoint's `host:port`, ready for request URIs.
     pub authority: http::uri::Authority,
     settings: PoolSettings,
-    /// `settings.tls` without the client certificate, for anonymous connections.
-    anonymous_tls: Option<Arc<rustls::ClientConfig>>,
     /// The front-proxy connections of each worker (and one shard off the workers), then the
     /// anonymous ones.
     shards: Box<[Shard]>,
@@ -216,7 +215,6 @@ impl EndpointPool {
         EndpointPool {
             authority,
             endpoint,
-            anonymous_tls: settings.tls.as_deref().map(without_client_certificate),
             settings,
             failure: arc_swap::ArcSwapOption::empty(),
             connect_rate: std::sync::Mutex::new(ConnectRate::default()),
@@ -242,14 +240,6 @@ impl EndpointPool {
     /// The pool's settings.
     pub(crate) fn settings(&self) -> &PoolSettings {
         &self.settings
-    }
-
-    /// The TLS configuration of connections presenting `credential` (for `https://` endpoints).
-    pub(crate) fn tls(&self, credential: Credential) -> Option<Arc<rustls::ClientConfig>> {
-        match credential {
-            Credential::FrontProxy => self.settings.tls.clone(),
-            Credential::Anonymous => self.anonymous_tls.clone(),
-        }
     }
 
     /// The user skewgate's own requests name, if any.
@@ -353,19 +343,9 @@ impl EndpointPool {
                 return Ok(slot);
             }
         }
-        let conn = match self.connect(credential).await {
-            Ok(c) => c,
-            Err(e) => {
-                self.set_state(EndpointState::Down);
-                self.set_failure(Some(e.to_string()));
-                return Err(e);
-            }
-        };
+        let conn = self.connect(credential).await?;
         if conn.closed.load(Ordering::Acquire) {
-            return Err(UpstreamError::Connect(format!(
-                "{}: the connection closed as it opened",
-                self.endpoint.url
-            )));
+            return Err(self.connect_failed(DialError::ClosedAtOnce { url: self.url() }));
         }
         conn.counted.store(true, Ordering::Release);
         self.connections_gauge.inc();
@@ -378,56 +358,37 @@ impl EndpointPool {
         Ok(self.slot(conn))
     }
 
+    /// Opens an HTTP/2 connection: dialed, handshaken, and open once the apiserver's SETTINGS (its
+    /// stream limit) have arrived, all within the connect timeout; a frozen apiserver that accepted
+    /// the TCP connection never gets there.
     async fn connect(self: &Arc<Self>, credential: Credential) -> Result<Arc<Conn>, UpstreamError> {
-        let ep = &self.endpoint;
         let connect = async {
-            let tcp = TcpStream::connect((ep.host.as_str(), ep.port))
-                .await
-                .map_err(|e| UpstreamError::Connect(format!("{}: {e}", ep.url)))?;
-            let _ = tcp.set_nodelay(true);
             let limit = HeaderListLimit::new(AtomicU32::new(u32::MAX));
             let settled = Arc::new(tokio::sync::Notify::new());
-            if !ep.tls {
-                let io = SettingsReader::new(tcp, limit.clone(), settled.clone());
-                let (send, connection) = self.h2_handshake(io).await?;
-                let conn = self.adopt(send, connection, limit, credential);
-                // Open once the apiserver's SETTINGS (its stream limit) have arrived: a frozen
-                // apiserver that accepted the TCP connection never gets there.
-                settled.notified().await;
-                return Ok(conn);
-            }
-            let Some(config) = self.tls(credential) else {
-                return Err(UpstreamError::Connect(format!(
-                    "{}: https endpoints need --upstream-ca-file (and the front-proxy client certificate)",
-                    ep.url
-                )));
+            let conn = match self.dial(credential, Alpn::H2).await? {
+                Dialed::Plain(tcp) => {
+                    let io = SettingsReader::new(tcp, limit.clone(), settled.clone());
+                    let (send, connection) = self.h2_handshake(io).await?;
+                    self.adopt(send, connection, limit, credential, settled.clone())
+                }
+                Dialed::Tls(tls) => {
+                    let io = SettingsReader::new(*tls, limit.clone(), settled.clone());
+                    let (send, connection) = self.h2_handshake(io).await?;
+                    self.adopt(send, connection, limit, credential, settled.clone())
+                }
             };
-            let name = rustls_pki_types::ServerName::try_from(ep.server_name.clone())
-                .map_err(|e| UpstreamError::Connect(format!("{}: server name: {e}", ep.url)))?;
-            let tls = tokio_rustls::TlsConnector::from(config)
-                .connect(name, tcp)
-                .await
-                .map_err(|e| UpstreamError::Connect(format!("{}: TLS: {e}", ep.url)))?;
-            if tls.get_ref().1.alpn_protocol() != Some(b"h2") {
-                return Err(UpstreamError::Connect(format!(
-                    "{}: the apiserver did not agree to HTTP/2 (ALPN h2)",
-                    ep.url
-                )));
-            }
-            let io = SettingsReader::new(tls, limit.clone(), settled.clone());
-            let (send, connection) = self.h2_handshake(io).await?;
-            let conn = self.adopt(send, connection, limit, credential);
             settled.notified().await;
             Ok(conn)
         };
-        tokio::time::timeout(self.settings.connect_timeout, connect)
-            .await
-            .map_err(|_| {
-                UpstreamError::Connect(format!(
-                    "{}: no HTTP/2 connection (TCP, TLS and the apiserver's SETTINGS) within {:?}",
-                    ep.url, self.settings.connect_timeout
-                ))
-            })?
+        let within = self.settings.connect_timeout;
+        match tokio::time::timeout(within, connect).await {
+            Ok(r) => r,
+            Err(_) => Err(self.connect_failed(DialError::TimedOut {
+                url: self.url(),
+                what: "no HTTP/2 connection (TCP, TLS and the apiserver's SETTINGS)",
+                within,
+            })),
+        }
     }
 
     async fn h2_handshake<T>(
@@ -448,8 +409,11 @@ impl EndpointPool {
             .max_local_error_reset_streams(None)
             .handshake::<_, Bytes>(io)
             .await
-            .map_err(|e| {
-                UpstreamError::Connect(format!("{}: HTTP/2 handshake: {e}", self.endpoint.url))
+            .map_err(|source| {
+                self.connect_failed(DialError::Handshake {
+                    url: self.url(),
+                    source,
+                })
             })
     }
 
@@ -461,6 +425,7 @@ impl EndpointPool {
         mut connection: h2::client::Connection<T, Bytes>,
         header_limit: HeaderListLimit,
         credential: Credential,
+        settled: Arc<tokio::sync::Notify>,
     ) -> Arc<Conn>
     where
         T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
@@ -505,8 +470,25 @@ impl EndpointPool {
                 }
                 pool.retire(&conn);
             }
+            // A connection that ends before the apiserver's SETTINGS came (the apiserver refused
+            // the TLS client certificate, or closed at once) ends its connect now, not at the
+            // connect timeout.
+            settled.notify_one();
         });
         conn
+    }
+
+    /// Takes every connection out of the pool (their open streams finish): new requests connect
+    /// again, with the TLS configuration in force now.
+    pub(crate) fn retire_all(&self) {
+        let all: Vec<Arc<Conn>> = self
+            .shards
+            .iter()
+            .flat_map(|shard| shard.conns.load().iter().cloned().collect::<Vec<_>>())
+            .collect();
+        for conn in &all {
+            self.retire(conn);
+        }
     }
 
     /// Takes a connection out of the pool; its open streams are left to finish.
@@ -581,47 +563,6 @@ impl ConnectRate {
     }
 }
 
-/// `config` without its client certificate: what an anonymous client's requests are sent with.
-fn without_client_certificate(config: &rustls::ClientConfig) -> Arc<rustls::ClientConfig> {
-    let mut anonymous = config.clone();
-    anonymous.client_auth_cert_resolver = Arc::new(NoClientCertificate);
-    // A session resumed from a front-proxy connection would carry that connection's authentication:
-    // anonymous connections keep sessions of their own.
-    anonymous.resumption = rustls::client::Resumption::in_memory_sessions(64);
-    Arc::new(anonymous)
-}
-
-/// Offers no client certificate, whatever the server asks.
-#[derive(Debug)]
-struct NoClientCertificate;
-
-impl rustls::client::ResolvesClientCert for NoClientCertificate {
-    fn resolve(
-        &self,
-        _root_hint_subjects: &[&[u8]],
-        _sigschemes: &[rustls::SignatureScheme],
-    ) -> Option<Arc<rustls::sign::CertifiedKey>> {
-        None
-    }
-
-    fn has_certs(&self) -> bool {
-        false
-    }
-}
-
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn new_connections_are_bounded_per_second() {
-        let mut rate = ConnectRate::default();
-        let t0 = std::time::Instant::now();
-        for _ in 0..3 {
-            assert_eq!(rate.admit(t0, 3), None);
-        }
-        let wait = rate.admit(t0 + Duration::from_millis(400), 3);
-        assert_eq!(wait, Some(Duration::from_millis(600)));
-        assert_eq!(rate.admit(t0 + Duration::from_millis(1000), 3), None);
-    }
-}
+#[path = "pool_tests.rs"]
+mod tests;

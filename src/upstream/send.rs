@@ -39,7 +39,7 @@ where
                 slot.retire_connection();
                 attempt += 1;
                 if attempt == 2 {
-                    return Err(UpstreamError::from_h2(&e));
+                    return Err(UpstreamError::from_h2(e));
                 }
                 tracing::debug!(endpoint = %pool.endpoint.url, error = %e, "upstream connection is closing; using another");
             }
@@ -56,7 +56,7 @@ where
     }
     let (response, stream) = sender.send_request(head, end_of_stream).map_err(|e| {
         slot.retire_connection();
-        UpstreamError::from_h2(&e)
+        UpstreamError::from_h2(e)
     })?;
     if !end_of_stream {
         tokio::spawn(pump_request_body(body, stream));
@@ -65,7 +65,7 @@ where
         if e.is_go_away() || e.is_io() {
             slot.retire_connection();
         }
-        UpstreamError::AfterSend(e.to_string())
+        UpstreamError::AfterSend(Box::new(e))
     })?;
     let (parts, recv) = response.into_parts();
     let body = UpstreamBody {

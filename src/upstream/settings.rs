@@ -137,8 +137,9 @@ pub(super) fn header_list_size(head: &http::Request<()>) -> usize {
         .sum();
     let path = head.uri().path_and_query().map_or(1, |p| p.as_str().len());
     let authority = head.uri().authority().map_or(0, |a| a.as_str().len());
-    // :method, :scheme, :path and :authority.
-    fields + head.method().as_str().len() + 5 + path + authority + 4 * 32 + 10 + 5 + 10
+    // :method, :scheme (https, the longer), :path and :authority: names, values and 32 each.
+    let names = ":method".len() + ":scheme".len() + ":path".len() + ":authority".len();
+    fields + names + head.method().as_str().len() + "https".len() + path + authority + 4 * 32
 }
 
 #[cfg(test)]
@@ -160,6 +161,21 @@ mod tests {
         ];
         f.extend_from_slice(payload);
         f
+    }
+
+    #[test]
+    fn a_header_list_is_measured_as_http2_counts_it() {
+        let head = http::Request::get("https://a:1/p?q")
+            .header("x-remote-user", "alice")
+            .body(())
+            .expect("request");
+        // RFC 9113 6.5.2: name + value + 32 for every field, pseudo-headers included.
+        let expected = (13 + 5 + 32) // x-remote-user: alice
+            + (7 + 3 + 32) // :method GET
+            + (7 + 5 + 32) // :scheme https
+            + (5 + 4 + 32) // :path /p?q
+            + (10 + 3 + 32); // :authority a:1
+        assert_eq!(header_list_size(&head), expected);
     }
 
     #[test]

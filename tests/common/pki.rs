@@ -89,7 +89,7 @@ pub fn settings(p: &Pki, front_proxy_cert: bool) -> ProxySettings {
         client_ca: Some(p.ca.cert_file.clone()),
     })
     .expect("serving TLS");
-    let upstream = skewgate::identity::client_config(&UpstreamTlsFiles {
+    let upstream = skewgate::identity::UpstreamTls::load(UpstreamTlsFiles {
         ca: Some(p.ca.cert_file.clone()),
         client_cert: front_proxy_cert.then(|| {
             (
