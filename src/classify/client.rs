@@ -76,6 +76,21 @@ impl ClientVersion {
     }
 }
 
+impl ClientVersion {
+    /// `v1.30` or `1.30` as (1, 30): a minor, as a route file names a backend's version.
+    pub(crate) fn parse_minor(s: &str) -> Option<(u32, u32)> {
+        let v = ClientVersion::parse(s)?;
+        let two_parts = s.matches('.').count() == 1 && !s.contains(['-', '+']);
+        two_parts.then_some((v.major, v.minor))
+    }
+
+    /// Whether `git_version` (an apiserver's `/version`, e.g. `v1.30.2-gke.1`) is of minor
+    /// `major.minor`.
+    pub(crate) fn is_of_minor(git_version: &str, (major, minor): (u32, u32)) -> bool {
+        ClientVersion::parse(git_version).is_some_and(|v| (v.major, v.minor) == (major, minor))
+    }
+}
+
 impl fmt::Display for ClientVersion {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}.{}.{}", self.major, self.minor, self.patch)
@@ -137,6 +152,11 @@ mod tests {
             ClientVersion::parse("v1.29.10").unwrap() > ClientVersion::parse("1.29.9").unwrap()
         );
         assert_eq!(ClientVersion::parse("1.2.3.4"), None);
+        assert_eq!(ClientVersion::parse_minor("v1.30"), Some((1, 30)));
+        assert_eq!(ClientVersion::parse_minor("1.30.1"), None);
+        assert!(ClientVersion::is_of_minor("v1.30.2-gke.1", (1, 30)));
+        assert!(ClientVersion::is_of_minor("v1.30", (1, 30)));
+        assert!(!ClientVersion::is_of_minor("v1.3.0", (1, 30)));
         assert_eq!(ClientVersion::parse("99999999999.1"), None);
     }
 }

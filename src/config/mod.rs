@@ -11,7 +11,7 @@ mod validate;
 use std::path::{Path, PathBuf};
 
 pub(crate) use error::{ConfigError, ConfigErrors};
-pub(crate) use reload::{Watch, fingerprint, spawn_watcher};
+pub(crate) use reload::{Fingerprint, Watch, fingerprint, spawn_watcher};
 pub(crate) use selector::{NamePattern, Part, Selector, VerbSet};
 pub(crate) use table::{Abort, BackendId, Endpoint, Pin, PinReads, Schedule, Selectors, StickyBy};
 pub use table::{Percent, RouteTable};

@@ -51,6 +51,30 @@ fn directory_of(path: &Path) -> PathBuf {
     }
 }
 
+/// A watcher of `directories` that sends on `tx` at every event; `None` (polling only) when the
+/// system refuses (no inotify, its limits exhausted).
+fn watch_directories(directories: &[PathBuf], tx: mpsc::Sender<()>) -> Option<RecommendedWatcher> {
+    let watcher = RecommendedWatcher::new(
+        move |_event| {
+            let _ = tx.try_send(());
+        },
+        notify::Config::default(),
+    )
+    .and_then(|mut w| {
+        for dir in directories {
+            w.watch(dir, RecursiveMode::NonRecursive)?;
+        }
+        Ok(w)
+    });
+    match watcher {
+        Ok(w) => Some(w),
+        Err(e) => {
+            tracing::warn!(directories = ?directories, error = %e, "cannot watch the routes and TLS directories; polling only");
+            None
+        }
+    }
+}
+
 /// Until `stop`: calls `on_change` with each load of the routes that differs from the one loaded
 /// and from the previous one, and `on_files` whenever something in a watched directory changed or
 /// the poll interval passed.
@@ -66,25 +90,7 @@ where
         .collect();
     directories.sort();
     directories.dedup();
-    let watcher = RecommendedWatcher::new(
-        move |_event| {
-            let _ = tx.try_send(());
-        },
-        notify::Config::default(),
-    )
-    .and_then(|mut w| {
-        for dir in &directories {
-            w.watch(dir, RecursiveMode::NonRecursive)?;
-        }
-        Ok(w)
-    });
-    let watcher = match watcher {
-        Ok(w) => Some(w),
-        Err(e) => {
-            tracing::warn!(directories = ?directories, error = %e, "cannot watch the routes and TLS directories; polling only");
-            None
-        }
-    };
+    let watcher = watch_directories(&directories, tx);
     let Watch {
         routes,
         loaded,

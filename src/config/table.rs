@@ -6,8 +6,27 @@ use std::time::{Duration, SystemTime};
 
 use super::selector::{ClientPattern, NamePattern, ResourcePattern, Selector, VerbSet};
 
-/// Index of a backend in `RouteTable::backends`.
-pub(crate) type BackendId = usize;
+/// A backend of a route table: its place in `RouteTable::backends`. Not a number to compute with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct BackendId(u32);
+
+impl BackendId {
+    /// The backend at `index` of `RouteTable::backends`.
+    pub(crate) fn new(index: usize) -> BackendId {
+        // Validation bounds a table's backends far below u32::MAX.
+        BackendId(u32::try_from(index).unwrap_or(u32::MAX))
+    }
+
+    /// Its place in `RouteTable::backends` (and in every per-backend table built from it).
+    pub(crate) fn index(self) -> usize {
+        self.0 as usize
+    }
+
+    /// Every backend of a table with `count` backends.
+    pub(crate) fn all(count: usize) -> impl Iterator<Item = BackendId> {
+        (0..count).map(BackendId::new)
+    }
+}
 
 /// A validated route table.
 #[derive(Clone, Debug, PartialEq)]
@@ -27,7 +46,7 @@ pub struct RouteTable {
 impl RouteTable {
     /// The backend's name.
     pub fn backend_name(&self, id: BackendId) -> &str {
-        &self.backends[id].name
+        &self.backends[id.index()].name
     }
 }
 

@@ -313,7 +313,7 @@ fn from_names_a_backend_and_needs_flip_at() {
         "      from: v1-29\n      flipAt: 2026-11-22T10:00:00Z\n",
     ))
     .unwrap();
-    assert_eq!(t.writes.pins[0].flip_from, Some(0));
+    assert_eq!(t.writes.pins[0].flip_from, Some(BackendId::new(0)));
     assert_eq!(
         one_error(&pin("      from: v1-29\n")),
         "14:writes.pins[0].from: from names the backend a pin moves from at flipAt: add flipAt, or leave from out"

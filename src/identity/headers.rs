@@ -122,18 +122,48 @@ pub fn forward_identity(
     headers: &mut HeaderMap,
     identity: Option<&Identity>,
 ) {
+    let forwarded = identity.map(ForwardedIdentity::of);
+    forward_made(names, headers, forwarded.as_ref());
+}
+
+/// A client's identity as the header values it is forwarded in: made once per connection, when
+/// its certificate is verified, so that a request only clones them.
+#[derive(Debug)]
+pub(crate) struct ForwardedIdentity {
+    user: Option<HeaderValue>,
+    groups: Vec<HeaderValue>,
+}
+
+impl ForwardedIdentity {
+    /// The header values of `id` (a user or group that is no header value is left out).
+    pub(crate) fn of(id: &Identity) -> ForwardedIdentity {
+        ForwardedIdentity {
+            user: HeaderValue::from_str(&id.user).ok(),
+            groups: id
+                .groups
+                .iter()
+                .filter_map(|g| HeaderValue::from_str(g).ok())
+                .collect(),
+        }
+    }
+}
+
+/// `forward_identity` with the values made already.
+pub(crate) fn forward_made(
+    names: &IdentityHeaders,
+    headers: &mut HeaderMap,
+    forwarded: Option<&ForwardedIdentity>,
+) {
     names.strip(headers);
-    let Some(id) = identity else {
+    let Some(id) = forwarded else {
         return;
     };
-    if let (Some(name), Ok(value)) = (names.user.first(), HeaderValue::from_str(&id.user)) {
-        headers.insert(name.clone(), value);
+    if let (Some(name), Some(value)) = (names.user.first(), &id.user) {
+        headers.insert(name.clone(), value.clone());
     }
     if let Some(name) = names.group.first() {
-        for g in &id.groups {
-            if let Ok(value) = HeaderValue::from_str(g) {
-                headers.append(name.clone(), value);
-            }
+        for value in &id.groups {
+            headers.append(name.clone(), value.clone());
         }
     }
 }

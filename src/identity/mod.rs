@@ -13,7 +13,9 @@ mod user;
 
 pub use headers::IdentityHeaders;
 pub use headers::forward_identity;
+pub(crate) use headers::{ForwardedIdentity, forward_made};
 pub use tls::{ServingTls, TlsFiles, UpstreamTlsFiles};
 pub(crate) use upstream_tls::Alpn;
 pub use upstream_tls::UpstreamTls;
 pub use user::Identity;
+pub(crate) use user::VerifiedClient;

@@ -5,6 +5,7 @@ use std::time::SystemTime;
 use serde_json::{Value, json};
 
 use super::Proxy;
+use super::routing::Routing;
 use crate::admin::AdminSource;
 use crate::config::{Schedule, Selectors};
 use crate::upstream::EndpointState;
@@ -34,38 +35,32 @@ impl AdminSource for Proxy {
         let routing = self.routing();
         let t = routing.table();
         let now = self.settings.clock.now();
-        let backends: Vec<Value> = routing
-            .backends
-            .iter()
-            .map(|b| {
-                let endpoints: Vec<Value> = b
-                    .endpoints
-                    .iter()
-                    .map(|e| {
-                        let state = match e.state() {
-                            EndpointState::Ready => "ready",
-                            EndpointState::Down => "down",
-                            EndpointState::Unknown => "unknown",
-                        };
-                        json!({"url": e.endpoint.url, "state": state, "failure": e.failure().as_deref(), "connections": e.connections(), "streams": e.active_streams()})
-                    })
-                    .collect();
-                json!({
-                    "name": b.name,
-                    "version": b.version.map(|(a, b)| format!("v{a}.{b}")),
-                    "endpoints": endpoints,
-                    "served": b.served.load().as_ref().map(|s| s.len()),
-                    "discovery_error": b.discovery_error(),
-                })
-            })
-            .collect();
-        let pins: Vec<Value> = t
-            .writes
+        json!({
+            "source": t.source.display().to_string(),
+            "name": t.name,
+            "backends": backends(&routing),
+            "writes": {
+                "verbs": t.writes.verbs.iter().map(|v| v.as_str()).collect::<Vec<_>>(),
+                "default": t.backend_name(t.writes.default),
+                "fence": humantime::format_duration(t.writes.fence).to_string(),
+                "inFlight": self.writes.inflight(),
+                "pins": self.pins(&routing, now),
+            },
+            "reads": {"default": t.backend_name(t.reads.default), "rollouts": rollouts(&routing, now)},
+        })
+    }
+}
+
+impl Proxy {
+    /// The pins, each with its move at `now`.
+    fn pins(&self, routing: &Routing, now: SystemTime) -> Vec<Value> {
+        let t = routing.table();
+        t.writes
             .pins
             .iter()
             .enumerate()
             .map(|(i, p)| {
-                let moved = routing.steering.pin_move(i, now, &*routing);
+                let moved = routing.steering.pin_move(i, now, routing);
                 json!({
                     "name": p.name,
                     "backend": t.backend_name(p.backend),
@@ -78,52 +73,73 @@ impl AdminSource for Proxy {
                     "writesHeld": self.metrics.writes_held.with_label_values(&[p.name.as_str()]).get(),
                 })
             })
-            .collect();
-        let rollouts: Vec<Value> = t
-            .reads
-            .rollouts
-            .iter()
-            .enumerate()
-            .map(|(i, r)| {
-                let point = r.schedule.at(now);
-                let window = routing.rollouts.window(i);
-                let aborted = window.is_some_and(|w| w.is_aborted());
-                let abort = window.map(|w| {
-                    let c = w.counts(now);
-                    json!({"aborted": aborted, "requests": c.requests, "failures": c.failures, "errorRatio": c.ratio()})
-                });
-                let steps = match &r.schedule {
-                    Schedule::Fixed(_) => Value::Null,
-                    Schedule::Steps { steps, .. } => json!(steps.len()),
-                };
-                json!({
-                    "name": r.name,
-                    "to": t.backend_name(r.to),
-                    "stickyBy": r.sticky_by.as_str(),
-                    "percentInForce": if aborted { 0.0 } else { point.percent.as_f64() },
-                    "schedulePercent": point.percent.as_f64(),
-                    "step": point.step,
-                    "steps": steps,
-                    "aborted": aborted,
-                    "abortWindow": abort,
-                    "selectors": selectors(&r.selectors),
-                })
-            })
-            .collect();
-        json!({
-            "source": t.source.display().to_string(),
-            "name": t.name,
-            "backends": backends,
-            "writes": {
-                "verbs": t.writes.verbs.iter().map(|v| v.as_str()).collect::<Vec<_>>(),
-                "default": t.backend_name(t.writes.default),
-                "fence": humantime::format_duration(t.writes.fence).to_string(),
-                "inFlight": self.writes.inflight(),
-                "pins": pins,
-            },
-            "reads": {"default": t.backend_name(t.reads.default), "rollouts": rollouts},
-        })
+            .collect()
     }
+}
+
+/// The backends, each with its endpoints' state.
+fn backends(routing: &Routing) -> Vec<Value> {
+    routing
+        .backends
+        .iter()
+        .map(|b| {
+            let endpoints: Vec<Value> = b
+                .endpoints
+                .iter()
+                .map(|e| {
+                    let state = match e.state() {
+                        EndpointState::Ready => "ready",
+                        EndpointState::Down => "down",
+                        EndpointState::Unknown => "unknown",
+                    };
+                    json!({"url": e.endpoint.url, "state": state, "failure": e.failure().as_deref(), "connections": e.connections(), "streams": e.active_streams()})
+                })
+                .collect();
+            json!({
+                "name": b.name,
+                "version": b.version.map(|(a, b)| format!("v{a}.{b}")),
+                "endpoints": endpoints,
+                "served": b.served.load().as_ref().map(|s| s.len()),
+                "discovery_error": b.discovery_error(),
+            })
+        })
+        .collect()
+}
+
+/// The rollouts, each with its percent in force at `now` and its abort window.
+fn rollouts(routing: &Routing, now: SystemTime) -> Vec<Value> {
+    let t = routing.table();
+    t
+        .reads
+        .rollouts
+        .iter()
+        .enumerate()
+        .map(|(i, r)| {
+            let point = r.schedule.at(now);
+            let window = routing.rollouts.window(i);
+            let aborted = window.is_some_and(|w| w.is_aborted());
+            let abort = window.map(|w| {
+                let c = w.counts(now);
+                json!({"aborted": aborted, "requests": c.requests, "failures": c.failures, "errorRatio": c.ratio()})
+            });
+            let steps = match &r.schedule {
+                Schedule::Fixed(_) => Value::Null,
+                Schedule::Steps { steps, .. } => json!(steps.len()),
+            };
+            json!({
+                "name": r.name,
+                "to": t.backend_name(r.to),
+                "stickyBy": r.sticky_by.as_str(),
+                "percentInForce": if aborted { 0.0 } else { point.percent.as_f64() },
+                "schedulePercent": point.percent.as_f64(),
+                "step": point.step,
+                "steps": steps,
+                "aborted": aborted,
+                "abortWindow": abort,
+                "selectors": selectors(&r.selectors),
+            })
+        })
+        .collect()
 }
 
 fn selectors(s: &Selectors) -> Value {

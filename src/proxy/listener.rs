@@ -5,6 +5,7 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
 use hyper::server::conn::http2;
@@ -19,7 +20,7 @@ use super::detect::detect_h2;
 use super::limits::ClientKey;
 use super::resets::ResetBudget;
 use super::{Proxy, service};
-use crate::identity::Identity;
+use crate::identity::VerifiedClient;
 
 /// Accepts clients until `stop` fires, then stops accepting, ends watches cleanly, lets in-flight
 /// requests finish for the grace period, and returns.
@@ -143,7 +144,7 @@ impl Accepted {
         let identity = session
             .peer_certificates()
             .and_then(|c| c.first())
-            .and_then(Identity::from_certificate);
+            .and_then(VerifiedClient::from_certificate);
         let conn = Connection {
             proxy: self.proxy.clone(),
             remote,
@@ -159,7 +160,7 @@ impl Accepted {
 struct Connection {
     proxy: Arc<Proxy>,
     remote: SocketAddr,
-    identity: Option<Arc<Identity>>,
+    identity: Option<Arc<VerifiedClient>>,
     is_h2: bool,
 }
 
@@ -174,7 +175,7 @@ impl Connection {
             identity,
             is_h2,
         } = self;
-        let client = ClientKey::of(identity.as_deref(), remote).hash();
+        let client = ClientKey::of(identity.as_deref().map(|c| &c.identity), remote).hash();
         wait_if_held_back(&proxy, client, remote).await;
         let protocol = if is_h2 { "http2" } else { "http1" };
         let gauge = proxy
@@ -183,7 +184,7 @@ impl Connection {
             .with_label_values(&[protocol]);
         gauge.inc();
         let svc_proxy = proxy.clone();
-        let first_request = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let first_request = Arc::new(AtomicBool::new(false));
         let seen = first_request.clone();
         let resets = ResetBudget::new();
         let streams = resets.clone();
@@ -218,13 +219,7 @@ impl Connection {
         };
         // A client that connects (and completes TLS) but sends no request is closed, as a
         // cleartext one is: it would hold a descriptor and its buffers for nothing.
-        let deadline = proxy.settings.first_request_timeout;
-        let idle = async {
-            tokio::time::sleep(deadline).await;
-            if first_request.load(std::sync::atomic::Ordering::Relaxed) {
-                std::future::pending::<()>().await;
-            }
-        };
+        let idle = no_request_within(proxy.settings.first_request_timeout, &first_request);
         let result = tokio::select! {
             r = served => r,
             () = idle => {
@@ -243,6 +238,14 @@ impl Connection {
             }
         }
         gauge.dec();
+    }
+}
+
+/// Resolves when `deadline` has passed without a first request; never once one came.
+async fn no_request_within(deadline: Duration, first_request: &AtomicBool) {
+    tokio::time::sleep(deadline).await;
+    if first_request.load(std::sync::atomic::Ordering::Relaxed) {
+        std::future::pending::<()>().await;
     }
 }
 

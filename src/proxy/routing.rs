@@ -114,10 +114,10 @@ impl Routing {
     /// sends a list of its first resource to.
     pub(crate) fn refresh_discovery(&self, now: SystemTime) {
         let primary = self.table().reads.default;
-        let order =
-            std::iter::once(primary).chain((0..self.backends.len()).filter(|b| *b != primary));
+        let order = std::iter::once(primary)
+            .chain(BackendId::all(self.backends.len()).filter(|b| *b != primary));
         let served: Vec<_> = order
-            .filter_map(|b| Some((b, self.backends.get(b)?.served.load_full()?)))
+            .filter_map(|b| Some((b, self.backends.get(b.index())?.served.load_full()?)))
             .collect();
         let merged = MergedDiscovery::build(&served, |group, version, resource| {
             let path = if group.is_empty() {
@@ -167,7 +167,7 @@ impl Routing {
 
     /// Counts an answered request under its status code.
     pub(crate) fn count_response(&self, d: &Decision, verb: Verb, code: u16) {
-        let base = (d.backend * CLASSES + class_index(d.class)) * VERBS + verb as usize;
+        let base = (d.backend.index() * CLASSES + class_index(d.class)) * VERBS + verb as usize;
         let labels = |code: &str| {
             self.metrics.requests.with_label_values(&[
                 self.backend_name(d),
@@ -289,7 +289,7 @@ impl Routing {
         let class = class_index(d.class);
         let inflight = self
             .inflight
-            .get(d.backend * CLASSES + class, || {
+            .get(d.backend.index() * CLASSES + class, || {
                 self.metrics
                     .inflight
                     .with_label_values(&[backend, d.class.as_str()])
@@ -298,7 +298,7 @@ impl Routing {
         let is_watch = verb == Verb::Watch;
         let watches = if is_watch {
             self.watches
-                .get(d.backend, || {
+                .get(d.backend.index(), || {
                     self.metrics.watches.with_label_values(&[backend])
                 })
                 .cloned()
@@ -310,7 +310,7 @@ impl Routing {
         } else {
             self.durations
                 .get(
-                    (d.backend * CLASSES + class) * VERBS + verb as usize,
+                    (d.backend.index() * CLASSES + class) * VERBS + verb as usize,
                     || {
                         self.metrics.request_duration.with_label_values(&[
                             backend,
@@ -353,7 +353,7 @@ impl LiveState for Routing {
         version: &str,
         resource: &str,
     ) -> Option<bool> {
-        let served = self.backends.get(backend)?.served.load();
+        let served = self.backends.get(backend.index())?.served.load();
         served
             .as_ref()
             .map(|s| s.contains(group, version, resource))

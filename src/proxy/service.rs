@@ -23,7 +23,7 @@ use super::status::ProxyError;
 use super::upgrade;
 use crate::classify::{Client, Verb, classify};
 use crate::config::BackendId;
-use crate::identity::{Identity, forward_identity};
+use crate::identity::{ForwardedIdentity, Identity, VerifiedClient, forward_made};
 use crate::steer::{Class, Decision, SteerRequest, WriteTicket, object_key};
 use crate::upstream::{BackendPool, Credential, EndpointPool, UpstreamBody, UpstreamError, send};
 
@@ -31,14 +31,15 @@ use crate::upstream::{BackendPool, Credential, EndpointPool, UpstreamBody, Upstr
 pub(super) async fn handle(
     proxy: Arc<Proxy>,
     remote: SocketAddr,
-    identity: Option<Arc<Identity>>,
+    client: Option<Arc<VerifiedClient>>,
     req: Request<Incoming>,
 ) -> Response<ProxyBody> {
     let start = Instant::now();
     let routing = proxy.routing();
     let caller = Caller {
         remote,
-        identity: identity.as_deref(),
+        identity: client.as_deref().map(|c| &c.identity),
+        forwarded: client.as_deref().map(|c| &c.forwarded),
     };
     let (mut parts, body) = req.into_parts();
     let mut request = decide(&proxy, &routing, caller, &mut parts);
@@ -52,6 +53,8 @@ pub(super) async fn handle(
 struct Caller<'a> {
     remote: SocketAddr,
     identity: Option<&'a Identity>,
+    /// Its identity as header values, made at the handshake.
+    forwarded: Option<&'a ForwardedIdentity>,
 }
 
 /// What the request is and where it goes.
@@ -130,14 +133,14 @@ async fn forward(
     body: Incoming,
     mut tracker: RequestTracker,
 ) -> Result<Response<ProxyBody>, ProxyError> {
-    let backend = &routing.backends[request.decision.backend];
+    let backend = &routing.backends[request.decision.backend.index()];
     let (endpoint, _ticket) = admit(proxy, routing, request, caller, &parts, &mut tracker).await?;
     let merged_answer = request
         .merge
         .and_then(|m| MergedAnswer::take(m, &mut parts.headers));
     prepare_headers(&mut parts.headers, caller.remote);
     let names = &proxy.settings.identity_headers;
-    forward_identity(names, &mut parts.headers, caller.identity);
+    forward_made(names, &mut parts.headers, caller.forwarded);
     let credential = credential_of(caller.identity, &parts.headers);
     let safe = request.safe;
     if let Some(protocol) = request.upgrade.take() {
@@ -169,7 +172,7 @@ async fn admit<'r>(
     parts: &http::request::Parts,
     tracker: &mut RequestTracker,
 ) -> Result<(&'r Arc<EndpointPool>, Option<WriteTicket>), ProxyError> {
-    let backend = &routing.backends[request.decision.backend];
+    let backend = &routing.backends[request.decision.backend.index()];
     if !request.long_running {
         tracker.hold(admit_client(proxy, caller.identity, caller.remote).await?);
     }

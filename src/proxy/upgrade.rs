@@ -61,44 +61,57 @@ pub(super) async fn tunnel<S: Send + 'static>(
     };
 
     if resp.status() != StatusCode::SWITCHING_PROTOCOLS {
-        // Refused (403, 404, 400...): pass the answer on as it is.
-        let (head, body) = resp.into_parts();
-        let body = http_body_util::Limited::new(body, MAX_REFUSAL)
-            .collect()
-            .await
-            .map(|c| c.to_bytes())
-            .unwrap_or_default();
-        return Ok(Response::from_parts(head, ProxyBody::full(body)));
+        return Ok(refusal(resp).await);
     }
     let upstream_side = hyper::upgrade::on(&mut resp);
     let (head, _) = resp.into_parts();
     let url = endpoint.endpoint.url.clone();
-    tokio::spawn(async move {
-        let _session = session;
-        let upstream = match upstream_side.await {
-            Ok(u) => u,
-            Err(e) => {
-                tracing::debug!(endpoint = %url, error = %e, "the apiserver side of an upgrade failed");
-                return;
-            }
-        };
-        let Some(client_side) = client_side else {
-            tracing::warn!(endpoint = %url, "the client connection cannot be upgraded");
-            return;
-        };
-        let client = match client_side.await {
-            Ok(c) => c,
-            Err(e) => {
-                tracing::debug!(endpoint = %url, error = %e, "the client side of an upgrade failed");
-                return;
-            }
-        };
-        let (mut a, mut b) = (TokioIo::new(client), TokioIo::new(upstream));
-        if let Err(e) = tokio::io::copy_bidirectional(&mut a, &mut b).await {
-            tracing::debug!(endpoint = %url, error = %e, "upgraded connection ended");
-        }
-    });
+    tokio::spawn(splice(client_side, upstream_side, url, session));
     Ok(Response::from_parts(head, ProxyBody::full(Bytes::new())))
+}
+
+/// A refused upgrade (403, 404, 400...), passed on as the apiserver answered it.
+async fn refusal(resp: Response<hyper::body::Incoming>) -> Response<ProxyBody> {
+    let (head, body) = resp.into_parts();
+    let body = http_body_util::Limited::new(body, MAX_REFUSAL)
+        .collect()
+        .await
+        .map(|c| c.to_bytes())
+        .unwrap_or_default();
+    Response::from_parts(head, ProxyBody::full(body))
+}
+
+/// Once both sides have switched protocols, copies bytes both ways until either closes; `session`
+/// lives as long.
+async fn splice<S>(
+    client_side: Option<OnUpgrade>,
+    upstream_side: OnUpgrade,
+    url: String,
+    session: S,
+) {
+    let _session = session;
+    let upstream = match upstream_side.await {
+        Ok(u) => u,
+        Err(e) => {
+            tracing::debug!(endpoint = %url, error = %e, "the apiserver side of an upgrade failed");
+            return;
+        }
+    };
+    let Some(client_side) = client_side else {
+        tracing::warn!(endpoint = %url, "the client connection cannot be upgraded");
+        return;
+    };
+    let client = match client_side.await {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::debug!(endpoint = %url, error = %e, "the client side of an upgrade failed");
+            return;
+        }
+    };
+    let (mut a, mut b) = (TokioIo::new(client), TokioIo::new(upstream));
+    if let Err(e) = tokio::io::copy_bidirectional(&mut a, &mut b).await {
+        tracing::debug!(endpoint = %url, error = %e, "upgraded connection ended");
+    }
 }
 
 async fn within<T>(

@@ -162,7 +162,7 @@ impl Steering {
         if live.serves(d.backend, g, v, r) != Some(false) {
             return d;
         }
-        match (0..self.table.backends.len())
+        match BackendId::all(self.table.backends.len())
             .find(|&b| b != d.backend && live.serves(b, g, v, r) == Some(true))
         {
             Some(b) => Decision {

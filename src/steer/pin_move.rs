@@ -131,7 +131,7 @@ pub(crate) fn previous_backends(
                 now,
             );
             let name = old_table.backend_name(was.backend);
-            let id = table.backends.iter().position(|b| b.name == name)?;
+            let id = BackendId::new(table.backends.iter().position(|b| b.name == name)?);
             (id != pin.backend).then_some(id)
         })
         .collect()
@@ -230,21 +230,21 @@ mod tests {
     use super::*;
     use crate::config::{PinReads, Selectors};
 
-    fn pin(backend: BackendId, from: Option<BackendId>, flip_at: Option<u64>) -> Pin {
+    fn pin(backend: usize, from: Option<usize>, flip_at: Option<u64>) -> Pin {
         Pin {
             name: "p".into(),
             selectors: Selectors::default(),
-            backend,
+            backend: BackendId::new(backend),
             reads: PinReads::Follow,
             flip_at: flip_at.map(|s| UNIX_EPOCH + Duration::from_secs(s)),
-            flip_from: from,
+            flip_from: from.map(BackendId::new),
         }
     }
 
-    fn at(p: &Pin, previous: Option<BackendId>, secs: u64) -> PinMove {
+    fn at(p: &Pin, previous: Option<usize>, secs: u64) -> PinMove {
         PinMove::at(
             p,
-            previous,
+            previous.map(BackendId::new),
             Duration::from_secs(10),
             UNIX_EPOCH + Duration::from_secs(secs),
         )
@@ -257,17 +257,17 @@ mod tests {
         assert_eq!(
             at(&p, None, 50).stage,
             Stage::BeforeFlip {
-                from: 0,
+                from: BackendId::new(0),
                 at: t(100)
             }
         );
-        assert_eq!(at(&p, None, 50).backend, 0);
+        assert_eq!(at(&p, None, 50).backend, BackendId::new(0));
         assert_eq!(at(&p, None, 100).stage, Stage::Fenced { until: t(110) });
-        assert_eq!(at(&p, None, 100).backend, 1);
+        assert_eq!(at(&p, None, 100).backend, BackendId::new(1));
         assert_eq!(at(&p, None, 110).stage, Stage::Settled);
         // With no `from`, the previous table's backend is where it moves from.
         let q = pin(1, None, Some(100));
-        assert_eq!(at(&q, Some(0), 50).backend, 0);
+        assert_eq!(at(&q, Some(0), 50).backend, BackendId::new(0));
         // Neither known: writes wait for the fence to end, from before flipAt on.
         assert_eq!(at(&q, None, 50).stage, Stage::Waiting { until: t(110) });
         assert_eq!(at(&q, None, 50).stage.holds_writes_until(), Some(t(110)));
@@ -278,7 +278,10 @@ mod tests {
         // The case that steering and /debug/routes once disagreed on.
         let own = pin(1, Some(1), Some(100));
         let m = at(&own, None, 50);
-        assert_eq!((m.stage, m.from, m.backend), (Stage::Settled, None, 1));
+        assert_eq!(
+            (m.stage, m.from, m.backend),
+            (Stage::Settled, None, BackendId::new(1))
+        );
         assert_eq!(m.stage.describe(), "settled");
         let unchanged = pin(1, None, Some(100));
         assert_eq!(at(&unchanged, Some(1), 50).stage, Stage::Settled);

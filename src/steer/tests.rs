@@ -506,8 +506,8 @@ fn a_pin_with_flip_at_moves_at_its_time_with_a_fence() {
         fn rollout_aborted(&self, _: usize) -> bool {
             false
         }
-        fn pin_previous(&self, _: usize) -> Option<usize> {
-            self.0
+        fn pin_previous(&self, _: usize) -> Option<BackendId> {
+            self.0.map(BackendId::new)
         }
     }
     let write = req("PUT", "/api/v1/namespaces/team-a/configmaps/c");

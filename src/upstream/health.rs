@@ -9,6 +9,7 @@ use http_body_util::{BodyExt, Empty};
 use tokio_util::sync::CancellationToken;
 
 use super::{BackendPool, Credential, EndpointPool, EndpointState, send};
+use crate::classify::ClientVersion;
 use crate::metrics::Metrics;
 
 /// Checks every endpoint of `backends()` now and then every `interval`, until `stop`; calls
@@ -123,8 +124,7 @@ async fn check(ep: &Arc<EndpointPool>, version: Option<(u32, u32)>) -> (Endpoint
                         .map(str::to_owned)
                 })
                 .unwrap_or_default();
-            let prefix = format!("v{major}.{minor}.");
-            if git.starts_with(&prefix) || git == format!("v{major}.{minor}") {
+            if ClientVersion::is_of_minor(&git, (major, minor)) {
                 (EndpointState::Ready, String::new())
             } else {
                 (

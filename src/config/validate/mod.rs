@@ -19,7 +19,7 @@ use super::table::{
     Backend, BackendId, Endpoint, Pin, PinReads, Reads, Rollout, RouteTable, Selectors, StickyBy,
     Writes,
 };
-use crate::classify::Verb;
+use crate::classify::{ClientVersion, Verb};
 
 const API_VERSION: &str = "skewgate.io/v1alpha1";
 const DEFAULT_FENCE: Duration = Duration::from_secs(10);
@@ -129,7 +129,7 @@ impl Validator<'_> {
             }
             self.backend_names.push(b.name.value.clone());
             let version = b.version.as_ref().and_then(|v| {
-                let parsed = parse_minor(&v.value);
+                let parsed = ClientVersion::parse_minor(&v.value);
                 if parsed.is_none() {
                     self.error(
                         v.referenced,
@@ -185,7 +185,7 @@ impl Validator<'_> {
     /// Resolves a backend name; an unknown one is an error, and 0 stands in so validation goes on.
     fn backend_ref(&mut self, name: &Text, field: &str) -> BackendId {
         match self.backend_names.iter().position(|b| *b == name.value) {
-            Some(id) => id,
+            Some(id) => BackendId::new(id),
             None => {
                 let known = self.backend_names.join(", ");
                 self.error(
@@ -196,7 +196,7 @@ impl Validator<'_> {
                         name.value
                     ),
                 );
-                0
+                BackendId::new(0)
             }
         }
     }
@@ -375,13 +375,6 @@ fn is_dns1123_label(s: &str) -> bool {
             .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
         && b[0] != b'-'
         && b[b.len() - 1] != b'-'
-}
-
-/// `v1.30` or `1.30` as (1, 30).
-fn parse_minor(s: &str) -> Option<(u32, u32)> {
-    let s = s.strip_prefix('v').unwrap_or(s);
-    let (major, minor) = s.split_once('.')?;
-    Some((major.parse().ok()?, minor.parse().ok()?))
 }
 
 fn parse_endpoint(url: &str) -> Result<Endpoint, String> {
