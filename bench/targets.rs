@@ -226,6 +226,21 @@ pub async fn start_targets(exe: &str, dir: &Path, sim: SocketAddr) -> Vec<Target
             .args(["--listen", &listen, "--admin-listen", &admin]),
     );
     push_when_ready(&mut targets, "skewgate", port, port, sg).await;
+    // Another build of skewgate beside this one, in the same run (to show a change is no slower):
+    // SKEWGATE_BASELINE_BIN=/path/to/skewgate.
+    if let Ok(baseline) = std::env::var("SKEWGATE_BASELINE_BIN") {
+        let port = free_port();
+        let admin = format!("127.0.0.1:{}", free_port());
+        let listen = format!("127.0.0.1:{port}");
+        let p = Proc::spawn(
+            "baseline",
+            Command::new(baseline)
+                .args(["serve", "--routes"])
+                .arg(&routes)
+                .args(["--listen", &listen, "--admin-listen", &admin]),
+        );
+        push_when_ready(&mut targets, "baseline", port, port, p).await;
+    }
 
     if let Some(haproxy) = which("haproxy") {
         let (port, port1) = (free_port(), free_port());

@@ -1,5 +1,6 @@
 //! Moving a pin across replicas with `flipAt` and `fence`: two skewgate instances read one route
-//! file and share a hand-moved clock; writers spread over both never overlap writes of one object.
+//! file and share a hand-moved clock; writers spread over both never overlap writes of one object,
+//! and the watches a pin sent to the old version before `flipAt` end at `flipAt`.
 
 mod common;
 
@@ -9,6 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use common::*;
+use futures_util::StreamExt;
 use serde_json::{Value, json};
 use skewgate::proxy::ProxySettings;
 use skewgate::steer::ManualClock;
@@ -182,4 +184,69 @@ async fn two_replicas_flip_a_pin_at_flip_at_without_overlap() {
         records.len()
     );
     assert_eq!(violations, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watches_sent_to_the_old_version_before_flip_at_end_at_flip_at() {
+    let sims = sims().await;
+    let t0 = humantime::parse_rfc3339("2030-01-01T00:00:00Z").expect("time");
+    let clock = Arc::new(ManualClock::new(t0));
+    let file = temp_dir("flip-watch").join("routes.yaml");
+    let flip_at = t0 + Duration::from_secs(60);
+    let pin = format!(
+        "      backend: new\n      from: old\n      flipAt: {}\n",
+        humantime::format_rfc3339_seconds(flip_at)
+    );
+    std::fs::write(&file, table(&sims, &pin)).expect("routes");
+    let gate = gate_on(
+        &file,
+        ProxySettings {
+            clock: clock.clone(),
+            ..ProxySettings::default()
+        },
+    )
+    .await;
+    let client = h2();
+    let watch = |ns: &str| {
+        client
+            .get(format!(
+                "{}/api/v1/namespaces/{ns}/configmaps?watch=1",
+                gate.url()
+            ))
+            .send()
+    };
+    // Before flipAt the pin's reads follow its writes to the old version.
+    let pinned = watch("team-a").await.expect("watch");
+    assert_eq!(served_by(&pinned), OLD);
+    let other = watch("team-b").await.expect("watch");
+    let (mut pinned, mut other) = (pinned.bytes_stream(), other.bytes_stream());
+    assert!(
+        tokio::time::timeout(Duration::from_millis(500), pinned.next())
+            .await
+            .is_err(),
+        "open until flipAt"
+    );
+    clock.set(flip_at + Duration::from_secs(1));
+    let ended = tokio::time::timeout(Duration::from_secs(5), async {
+        while let Some(chunk) = pinned.next().await {
+            assert!(chunk.is_ok(), "ended cleanly");
+        }
+    })
+    .await;
+    assert!(
+        ended.is_ok(),
+        "the pin's watch on the old version ended at flipAt"
+    );
+    assert!(
+        tokio::time::timeout(Duration::from_millis(500), other.next())
+            .await
+            .is_err(),
+        "a watch the pin does not cover stays open"
+    );
+    let again = watch("team-a").await.expect("watch");
+    assert_eq!(
+        served_by(&again),
+        NEW,
+        "watching again goes to the new version"
+    );
 }

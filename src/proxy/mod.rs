@@ -141,14 +141,13 @@ impl Proxy {
     ) -> Arc<Proxy> {
         let upstreams = Upstreams::new(settings.pool.clone(), metrics.clone());
         let stop_long_running = CancellationToken::new();
-        let now = settings.clock.now();
         let routing = Routing::new(
             table,
             &upstreams,
             metrics.clone(),
             &stop_long_running,
             None,
-            now,
+            &settings.clock,
         );
         metrics.config_reloads.with_label_values(&["success"]).inc();
         metrics.config_last_success.set(unix_now());
@@ -202,14 +201,13 @@ impl Proxy {
             Ok(table) => {
                 let name = table.name.clone().unwrap_or_default();
                 let old = self.routing.load_full();
-                let now = self.settings.clock.now();
                 let routing = Arc::new(Routing::new(
                     table,
                     &self.upstreams,
                     self.metrics.clone(),
                     &self.stop_long_running,
                     Some(&old),
-                    now,
+                    &self.settings.clock,
                 ));
                 self.routing.store(routing.clone());
                 old.end_moved_reads(&routing);

@@ -13,7 +13,8 @@ use crate::classify::{Client, Verb, classify};
 use crate::config::{BackendId, RouteTable};
 use crate::metrics::{COMMON_CODES, Metrics, Slots, code_slot};
 use crate::steer::{
-    Class, Decision, LiveState, RolloutState, Rule, SteerRequest, Steering, previous_backends,
+    Class, Clock, Decision, LiveState, PinMove, RolloutState, Rule, Stage, SteerRequest, Steering,
+    previous_backends,
 };
 use crate::upstream::{BackendPool, Upstreams};
 
@@ -36,6 +37,9 @@ pub(crate) struct Routing {
     /// Fired when the reads a rule sends somewhere move elsewhere: one per pin, then one for
     /// `reads.default`, then one for everything else (fired only at shutdown).
     moved: Vec<CancellationToken>,
+    /// For each pin that was before its `flipAt` when this table loaded: fired at `flipAt`, to end
+    /// the long-running reads it sent to the backend it moves from (a child of its `moved`).
+    flipping: Vec<Option<CancellationToken>>,
     metrics: Arc<Metrics>,
     requests: Slots<IntCounter>,
     durations: Slots<Histogram>,
@@ -68,8 +72,9 @@ impl Routing {
         metrics: Arc<Metrics>,
         shutdown: &CancellationToken,
         previous: Option<&Routing>,
-        now: SystemTime,
+        clock: &Arc<dyn Clock>,
     ) -> Routing {
+        let now = clock.now();
         let backends = upstreams.backends_for(&table);
         // What a backend serves carries over a reload until discovery runs again.
         for b in &backends {
@@ -84,12 +89,29 @@ impl Routing {
             previous.map(|p| (p.table(), p.pin_previous.as_slice())),
             now,
         );
+        let moved: Vec<CancellationToken> = (0..table.writes.pins.len() + 2)
+            .map(|_| shutdown.child_token())
+            .collect();
+        let flipping = table
+            .writes
+            .pins
+            .iter()
+            .enumerate()
+            .map(|(i, pin)| {
+                let at = PinMove::at(pin, pin_previous[i], table.writes.fence, now);
+                let Stage::BeforeFlip { at, .. } = at.stage else {
+                    return None;
+                };
+                let flip = moved[i].child_token();
+                tokio::spawn(fire_at(at, clock.clone(), flip.clone()));
+                Some(flip)
+            })
+            .collect();
         let routing = Routing {
             discovery: arc_swap::ArcSwapOption::empty(),
             pin_previous,
-            moved: (0..table.writes.pins.len() + 2)
-                .map(|_| shutdown.child_token())
-                .collect(),
+            moved,
+            flipping,
             rollouts: RolloutState::new(&table),
             steering: Steering::new(Arc::new(table)),
             backends,
@@ -193,6 +215,13 @@ impl Routing {
     /// moves the pin (with follow reads) or `reads.default` that decided them, so clients list and
     /// watch again from the new version instead of keeping a cache built from the old one.
     pub(crate) fn long_running_stop(&self, d: &Decision) -> WaitForCancellationFutureOwned {
+        // A read a pin sent to the backend it moves from at `flipAt` ends then.
+        if let (Rule::Pin(i), Class::Read) = (d.rule, d.class)
+            && let Some(Some(flip)) = self.flipping.get(i)
+            && d.backend != self.table().writes.pins[i].backend
+        {
+            return flip.clone().cancelled_owned();
+        }
         let pins = self.table().writes.pins.len();
         let i = match d.rule {
             Rule::Pin(i) => i,
@@ -358,6 +387,21 @@ impl LiveState for Routing {
             .as_ref()
             .map(|s| s.contains(group, version, resource))
     }
+}
+
+/// Fires `token` once `clock` reads `at` or later (polled, so that a clock that jumps is followed);
+/// returns early when the token fires otherwise (the pin moved again, shutdown).
+async fn fire_at(at: SystemTime, clock: Arc<dyn Clock>, token: CancellationToken) {
+    while let Ok(left) = at.duration_since(clock.now()) {
+        if left.is_zero() {
+            break;
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(left.min(std::time::Duration::from_millis(250))) => {}
+            _ = token.cancelled() => return,
+        }
+    }
+    token.cancel();
 }
 
 /// Ends a request's accounting when dropped (with its response body, or at an early error).
