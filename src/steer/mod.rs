@@ -230,7 +230,19 @@ impl Steering {
                 Reason::NoRollout,
             );
         };
-        let rollout = &rollouts[i];
+        self.rollout_decision(i, req, now, live)
+    }
+
+    /// A read that rollout `i` decides: its key's bucket against the percent in force at `now`.
+    fn rollout_decision(
+        &self,
+        i: usize,
+        req: &SteerRequest<'_>,
+        now: SystemTime,
+        live: &impl LiveState,
+    ) -> Decision {
+        let table = &*self.table;
+        let rollout = &table.reads.rollouts[i];
         let point = rollout.schedule.at(now);
         let aborted = rollout.abort.is_some() && live.rollout_aborted(i);
         let percent = if aborted { 0 } else { point.percent.0 };
