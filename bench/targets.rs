@@ -215,31 +215,11 @@ pub async fn start_targets(exe: &str, dir: &Path, sim: SocketAddr) -> Vec<Target
             "apiVersion: skewgate.io/v1alpha1\nkind: RouteTable\nbackends:\n  - name: sim\n    endpoints: [http://{sim}]\nwrites:\n  default: sim\nreads:\n  default: sim\n"
         ),
     );
-    let port = free_port();
-    let admin = format!("127.0.0.1:{}", free_port());
-    let listen = format!("127.0.0.1:{port}");
-    let sg = Proc::spawn(
-        "skewgate",
-        Command::new(exe)
-            .args(["serve", "--routes"])
-            .arg(&routes)
-            .args(["--listen", &listen, "--admin-listen", &admin]),
-    );
-    push_when_ready(&mut targets, "skewgate", port, port, sg).await;
+    serve_skewgate(&mut targets, "skewgate", exe, &routes).await;
     // Another build of skewgate beside this one, in the same run (to show a change is no slower):
     // SKEWGATE_BASELINE_BIN=/path/to/skewgate.
     if let Ok(baseline) = std::env::var("SKEWGATE_BASELINE_BIN") {
-        let port = free_port();
-        let admin = format!("127.0.0.1:{}", free_port());
-        let listen = format!("127.0.0.1:{port}");
-        let p = Proc::spawn(
-            "baseline",
-            Command::new(baseline)
-                .args(["serve", "--routes"])
-                .arg(&routes)
-                .args(["--listen", &listen, "--admin-listen", &admin]),
-        );
-        push_when_ready(&mut targets, "baseline", port, port, p).await;
+        serve_skewgate(&mut targets, "baseline", &baseline, &routes).await;
     }
 
     if let Some(haproxy) = which("haproxy") {
@@ -282,6 +262,21 @@ pub async fn start_targets(exe: &str, dir: &Path, sim: SocketAddr) -> Vec<Target
         println!("nginx: not installed (apt-get install nginx-light), left out");
     }
     targets
+}
+
+/// `exe serve` with `routes`, as target `name`.
+async fn serve_skewgate(targets: &mut Vec<Target>, name: &'static str, exe: &str, routes: &Path) {
+    let port = free_port();
+    let admin = format!("127.0.0.1:{}", free_port());
+    let listen = format!("127.0.0.1:{port}");
+    let p = Proc::spawn(
+        name,
+        Command::new(exe)
+            .args(["serve", "--routes"])
+            .arg(routes)
+            .args(["--listen", &listen, "--admin-listen", &admin]),
+    );
+    push_when_ready(targets, name, port, port, p).await;
 }
 
 async fn push_when_ready(

@@ -207,14 +207,8 @@ async fn watches_sent_to_the_old_version_before_flip_at_end_at_flip_at() {
     )
     .await;
     let client = h2();
-    let watch = |ns: &str| {
-        client
-            .get(format!(
-                "{}/api/v1/namespaces/{ns}/configmaps?watch=1",
-                gate.url()
-            ))
-            .send()
-    };
+    let base = gate.url();
+    let watch = |ns: &'static str| watch_configmaps(&client, &base, ns);
     // Before flipAt the pin's reads follow its writes to the old version.
     let pinned = watch("team-a").await.expect("watch");
     assert_eq!(served_by(&pinned), OLD);

@@ -152,14 +152,8 @@ async fn watches_of_a_moved_pin_end_so_clients_relist_from_the_new_version() {
     let sims = sims().await;
     let gate = gate(&routes(&sims, &pinned_to("old"))).await;
     let client = h2();
-    let watch = |ns: &str| {
-        client
-            .get(format!(
-                "{}/api/v1/namespaces/{ns}/configmaps?watch=1",
-                gate.url()
-            ))
-            .send()
-    };
+    let base = gate.url();
+    let watch = |ns: &'static str| watch_configmaps(&client, &base, ns);
     let moved = watch("team-a").await.expect("watch");
     let other = watch("team-b").await.expect("watch");
     assert_eq!(served_by(&moved), OLD);

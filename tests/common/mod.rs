@@ -160,6 +160,18 @@ pub fn h2() -> reqwest::Client {
 }
 
 /// The simulator version that answered.
+/// Opens a watch of the configmaps of namespace `ns` through the gate at `base` (its `url()`).
+pub async fn watch_configmaps(
+    client: &reqwest::Client,
+    base: &str,
+    ns: &str,
+) -> reqwest::Result<reqwest::Response> {
+    client
+        .get(format!("{base}/api/v1/namespaces/{ns}/configmaps?watch=1"))
+        .send()
+        .await
+}
+
 pub fn served_by(resp: &reqwest::Response) -> String {
     resp.headers()
         .get(sim::VERSION_HEADER)
