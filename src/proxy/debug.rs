@@ -16,13 +16,24 @@ impl AdminSource for Proxy {
         self.metrics.render()
     }
 
+    /// Ready when every backend that some rule sends traffic to now has a reachable endpoint; a
+    /// backend no live rule uses (added ahead of its apiservers, say) does not count.
     fn readiness(&self) -> Result<(), String> {
         let routing = self.routing();
+        let users = routing.rules_using_backends(self.settings.clock.now());
         let down: Vec<String> = routing
             .backends
             .iter()
-            .filter(|b| !b.is_reachable())
-            .map(|b| format!("backend {}: {}", b.name, b.unavailable_reason()))
+            .zip(&users)
+            .filter(|(b, rules)| !rules.is_empty() && !b.is_reachable())
+            .map(|(b, rules)| {
+                format!(
+                    "backend {} (used by {}): {}",
+                    b.name,
+                    rules.join(", "),
+                    b.unavailable_reason()
+                )
+            })
             .collect();
         if down.is_empty() {
             Ok(())
@@ -38,7 +49,7 @@ impl AdminSource for Proxy {
         json!({
             "source": t.source.display().to_string(),
             "name": t.name,
-            "backends": backends(&routing),
+            "backends": backends(&routing, now),
             "writes": {
                 "verbs": t.writes.verbs.iter().map(|v| v.as_str()).collect::<Vec<_>>(),
                 "default": t.backend_name(t.writes.default),
@@ -77,12 +88,14 @@ impl Proxy {
     }
 }
 
-/// The backends, each with its endpoints' state.
-fn backends(routing: &Routing) -> Vec<Value> {
+/// The backends, each with its endpoints' state and the rules that use it now.
+fn backends(routing: &Routing, now: SystemTime) -> Vec<Value> {
+    let users = routing.rules_using_backends(now);
     routing
         .backends
         .iter()
-        .map(|b| {
+        .zip(users)
+        .map(|(b, used_by)| {
             let endpoints: Vec<Value> = b
                 .endpoints
                 .iter()
@@ -101,6 +114,7 @@ fn backends(routing: &Routing) -> Vec<Value> {
                 "endpoints": endpoints,
                 "served": b.served.load().as_ref().map(|s| s.len()),
                 "discovery_error": b.discovery_error(),
+                "usedBy": used_by,
             })
         })
         .collect()

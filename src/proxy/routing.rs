@@ -40,6 +40,8 @@ pub(crate) struct Routing {
     /// For each pin that was before its `flipAt` when this table loaded: fired at `flipAt`, to end
     /// the long-running reads it sent to the backend it moves from (a child of its `moved`).
     flipping: Vec<Option<CancellationToken>>,
+    /// Backends a request fell back to since this table loaded (they count for readiness).
+    fallen_back_to: Box<[std::sync::atomic::AtomicBool]>,
     metrics: Arc<Metrics>,
     requests: Slots<IntCounter>,
     durations: Slots<Histogram>,
@@ -112,6 +114,9 @@ impl Routing {
             pin_previous,
             moved,
             flipping,
+            fallen_back_to: (0..n)
+                .map(|_| std::sync::atomic::AtomicBool::new(false))
+                .collect(),
             rollouts: RolloutState::new(&table),
             steering: Steering::new(Arc::new(table)),
             backends,
@@ -209,6 +214,47 @@ impl Routing {
             }
             None => labels(&code.to_string()).inc(),
         }
+    }
+
+    /// Records that a request fell back to `backend`.
+    pub(crate) fn note_fallback(&self, backend: BackendId) {
+        if let Some(used) = self.fallen_back_to.get(backend.index()) {
+            used.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+
+    /// For each backend, the rules that send it traffic at `now`: the defaults, each pin (where its
+    /// writes and reads go now, and its own backend once its `flipAt` has come), each rollout whose
+    /// percent in force is above 0, and the fallbacks used. A backend no live rule uses has none.
+    pub(crate) fn rules_using_backends(&self, now: SystemTime) -> Vec<Vec<&str>> {
+        let t = self.table();
+        let mut users: Vec<Vec<&str>> = vec![Vec::new(); self.backends.len()];
+        fn use_by<'a>(users: &mut [Vec<&'a str>], b: BackendId, rule: &'a str) {
+            if let Some(u) = users.get_mut(b.index()) {
+                u.push(rule);
+            }
+        }
+        use_by(&mut users, t.writes.default, "writes.default");
+        use_by(&mut users, t.reads.default, "reads.default");
+        for (i, pin) in t.writes.pins.iter().enumerate() {
+            let moved = self.steering.pin_move(i, now, self);
+            use_by(&mut users, moved.backend, &pin.name);
+            if moved.backend != pin.backend && !matches!(moved.stage, Stage::BeforeFlip { .. }) {
+                use_by(&mut users, pin.backend, &pin.name);
+            }
+        }
+        for (i, r) in t.reads.rollouts.iter().enumerate() {
+            let aborted = self.rollouts.window(i).is_some_and(|w| w.is_aborted());
+            if !aborted && r.schedule.at(now).percent.0 > 0 {
+                use_by(&mut users, r.to, &r.name);
+            }
+        }
+        for (b, used) in self.fallen_back_to.iter().enumerate() {
+            if used.load(std::sync::atomic::Ordering::Relaxed) {
+                use_by(&mut users, BackendId::new(b), "fallback");
+            }
+        }
+        users
     }
 
     /// Fires when the long-running reads that `d` decided should end: at shutdown, or when a reload

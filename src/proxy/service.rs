@@ -105,6 +105,7 @@ fn decide(
     }
     routing.count_decision(&decision);
     if let Some(from) = decision.fallback_from {
+        routing.note_fallback(decision.backend);
         let t = routing.table();
         proxy
             .metrics

@@ -1,0 +1,80 @@
+//! Readiness means "can serve the traffic it will get": a backend that no rule sends traffic to
+//! now (README's upgrade step 1: the new version's backend added before its apiservers exist) does
+//! not make a replica unready; one that a rule uses does, and `/readyz` names it and the rules.
+
+mod common;
+
+use common::*;
+
+/// Nothing listens there.
+const NOWHERE: &str = "http://127.0.0.1:1";
+
+async fn readyz(gate: &Gate) -> (u16, String) {
+    let r = reqwest::get(format!("{}/readyz", gate.admin()))
+        .await
+        .expect("readyz");
+    (r.status().as_u16(), r.text().await.unwrap_or_default())
+}
+
+fn table(sims: &Sims, rollout_percent: u32) -> String {
+    routes(
+        sims,
+        &format!(
+            "writes:\n  default: old\n  pins:\n    - {{name: team-a, namespaces: [team-a], backend: old}}\nreads:\n  default: old\n  rollouts:\n    - {{name: canary, match: {{namespaces: [canary]}}, to: new, percent: {rollout_percent}}}\n"
+        ),
+    )
+    .replace(&sims.new.url(), NOWHERE)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backend_no_rule_uses_does_not_make_a_replica_unready() {
+    let sims = sims().await;
+    // Step 1 of an upgrade: the new backend is in the file, its apiservers do not exist yet.
+    let gate = gate(&table(&sims, 0)).await;
+    assert!(
+        eventually(10, || async { readyz(&gate).await.0 == 200 }).await,
+        "ready while only the unused backend is unreachable: {:?}",
+        readyz(&gate).await
+    );
+    let debug = gate.debug_routes().await;
+    assert_eq!(debug["backends"][1]["usedBy"], serde_json::json!([]));
+    // A rollout above 0 % sends traffic there: not ready, and the body says why.
+    gate.rewrite(&table(&sims, 10));
+    assert!(
+        eventually(10, || async { readyz(&gate).await.0 == 503 }).await,
+        "a backend a live rollout uses counts"
+    );
+    let (_, body) = readyz(&gate).await;
+    assert!(body.contains("backend new (used by canary)"), "{body}");
+    assert!(!body.contains("backend old"), "{body}");
+    // Back to 0 %: ready again.
+    gate.rewrite(&table(&sims, 0));
+    assert!(eventually(10, || async { readyz(&gate).await.0 == 200 }).await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_default_or_pin_on_an_unreachable_backend_makes_it_unready() {
+    let sims = sims().await;
+    let text = table(&sims, 0).replace(
+        "    - {name: team-a, namespaces: [team-a], backend: old}",
+        "    - {name: team-a, namespaces: [team-a], backend: new}",
+    );
+    let gate = gate(&text).await;
+    assert!(
+        eventually(10, || async {
+            readyz(&gate)
+                .await
+                .1
+                .contains("backend new (used by team-a)")
+        })
+        .await,
+        "{:?}",
+        readyz(&gate).await
+    );
+    assert_eq!(readyz(&gate).await.0, 503);
+    // Liveness is not readiness: the process answers.
+    let live = reqwest::get(format!("{}/livez", gate.admin()))
+        .await
+        .expect("livez");
+    assert_eq!(live.status(), 200);
+}
