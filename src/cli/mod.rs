@@ -62,6 +62,15 @@ pub struct SimArgs {
     pub max_concurrent_streams: u32,
 }
 
+fn goaway_chance(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(c) if (0.0..=0.02).contains(&c) => Ok(c),
+        _ => Err(format!(
+            "{s:?} is not a chance from 0 to 0.02 (at most one request in fifty, as kube-apiserver allows)"
+        )),
+    }
+}
+
 /// `skewgate serve`.
 #[derive(clap::Args)]
 pub struct ServeArgs {
@@ -123,6 +132,12 @@ pub struct ServeArgs {
     /// present no certificate.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     pub hold_back_offenders: bool,
+    /// The chance (0 to 0.02) that an HTTP/2 request that is not long-running is answered and then
+    /// its connection sent GOAWAY, so that clients' long-lived connections (kubelets keep theirs
+    /// for days) spread again over the replicas behind a load balancer, as kube-apiserver's
+    /// --goaway-chance does. 0 turns it off.
+    #[arg(long, default_value_t = 0.001, value_parser = goaway_chance)]
+    pub goaway_chance: f64,
     /// Client connections held at once; past it, new ones wait in the listen backlog. 0: the file
     /// descriptor limit (raised to its hard limit at start) less an eighth, at least 64, kept for
     /// upstream connections and the admin listener.

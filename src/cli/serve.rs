@@ -86,6 +86,7 @@ pub fn run(args: ServeArgs) -> Result<ExitCode> {
             client_queue_wait: args.client_queue_wait,
             max_client_connections: args.max_client_connections,
             hold_back_offenders: args.hold_back_offenders,
+            goaway_chance: args.goaway_chance,
             tls,
             identity_headers: std::sync::Arc::new(identity_headers),
             pool: PoolSettings {

@@ -41,6 +41,9 @@ pub(crate) struct Metrics {
     /// `skewgate_clients_held_back_total{reason}`: holds put on a misbehaving client's next
     /// connections.
     pub clients_held_back: IntCounterVec,
+    /// `skewgate_client_goaways_total{reason}`: client connections sent GOAWAY so that they spread
+    /// again (reason `rebalance`).
+    pub client_goaways: IntCounterVec,
     /// `skewgate_fallbacks_total{from,to}`.
     pub fallbacks: IntCounterVec,
     /// `skewgate_pin_moves_total{pin}`.
@@ -128,6 +131,11 @@ impl Metrics {
             client_connections_closed: counter(
                 "skewgate_client_connections_closed_total",
                 "Client connections skewgate closed for misbehaving, by reason (premature_resets).",
+                &["reason"],
+            ),
+            client_goaways: counter(
+                "skewgate_client_goaways_total",
+                "Client HTTP/2 connections sent GOAWAY after a response so that clients reconnect and spread over the replicas (reason rebalance).",
                 &["reason"],
             ),
             clients_held_back: counter(

@@ -18,6 +18,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::detect::detect_h2;
 use super::limits::ClientKey;
+use super::rebalance::Goaway;
 use super::resets::ResetBudget;
 use super::{Proxy, service};
 use crate::identity::VerifiedClient;
@@ -63,6 +64,7 @@ pub(crate) async fn serve(proxy: Arc<Proxy>, listener: TcpListener, stop: Cancel
             remote,
             builders: builders.clone(),
             watcher: graceful.watcher(),
+            stop: stop.clone(),
             _slot: slot,
         };
         // One task type per transport, each sized for its own state only.
@@ -94,6 +96,8 @@ struct Accepted {
     remote: SocketAddr,
     builders: Arc<Builders>,
     watcher: Watcher,
+    /// Fired when the server shuts down.
+    stop: CancellationToken,
     /// Its place under the connection bound, given back when the connection ends.
     _slot: tokio::sync::OwnedSemaphorePermit,
 }
@@ -113,8 +117,13 @@ impl Accepted {
             identity: None,
             is_h2,
         };
-        conn.serve(TokioIo::new(stream), &self.builders, self.watcher)
-            .await;
+        conn.serve(
+            TokioIo::new(stream),
+            &self.builders,
+            self.watcher,
+            self.stop,
+        )
+        .await;
     }
 
     /// TLS: the protocol by ALPN, the client's identity from its certificate.
@@ -151,8 +160,13 @@ impl Accepted {
             identity,
             is_h2,
         };
-        conn.serve(TokioIo::new(stream), &self.builders, self.watcher)
-            .await;
+        conn.serve(
+            TokioIo::new(stream),
+            &self.builders,
+            self.watcher,
+            self.stop,
+        )
+        .await;
     }
 }
 
@@ -165,8 +179,13 @@ struct Connection {
 }
 
 impl Connection {
-    async fn serve<I>(self, io: TokioIo<I>, builders: &Builders, watcher: Watcher)
-    where
+    async fn serve<I>(
+        self,
+        io: TokioIo<I>,
+        builders: &Builders,
+        watcher: Watcher,
+        stop: CancellationToken,
+    ) where
         I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
     {
         let Connection {
@@ -188,13 +207,16 @@ impl Connection {
         let seen = first_request.clone();
         let resets = ResetBudget::new();
         let streams = resets.clone();
+        let goaway = (is_h2 && proxy.goaway_chance > 0).then(|| Arc::new(Goaway::default()));
+        let drawn = goaway.clone();
         let handle = move |req| {
             let (proxy, identity) = (svc_proxy.clone(), identity.clone());
+            let goaway = goaway.clone();
             seen.store(true, std::sync::atomic::Ordering::Relaxed);
             // Dropped with this future if the client resets the stream before the response.
             let stream = streams.open();
             async move {
-                let resp = service::handle(proxy, remote, identity, req).await;
+                let resp = service::handle(proxy, remote, identity, req, goaway).await;
                 Ok::<_, Infallible>(resp.map(|body| body.with_stream(stream)))
             }
         };
@@ -204,10 +226,10 @@ impl Connection {
         // boxed per request: an idle HTTP/1.1 connection then holds a pointer, not ~11 KB.
         let served: Pin<Box<dyn Future<Output = _> + Send>> = if is_h2 {
             Box::pin(async move {
-                watcher
-                    .watch(builders.h2.serve_connection(io, service_fn(handle)))
-                    .await
-                    .map_err(Into::into)
+                // Kept until the connection ends: the server's shutdown waits for it.
+                let _watcher = watcher;
+                let conn = builders.h2.serve_connection(io, service_fn(handle));
+                until_closed(conn, stop, drawn).await.map_err(Into::into)
             })
         } else {
             let boxed = service_fn(move |req| Box::pin(handle(req)));
@@ -238,6 +260,58 @@ impl Connection {
             }
         }
         gauge.dec();
+    }
+}
+
+/// Serves an HTTP/2 connection until it closes: sent GOAWAY (its open streams finish) when the
+/// server shuts down or one of its requests drew the rebalancing GOAWAY.
+async fn until_closed<C>(
+    conn: C,
+    stop: CancellationToken,
+    goaway: Option<Arc<Goaway>>,
+) -> Result<(), hyper::Error>
+where
+    C: Future<Output = Result<(), hyper::Error>> + GracefulShutdownable,
+{
+    tokio::pin!(conn);
+    let drawn = async {
+        match &goaway {
+            Some(g) => g.drawn().await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::pin!(drawn);
+    let mut closing = false;
+    loop {
+        tokio::select! {
+            r = conn.as_mut() => return r,
+            _ = stop.cancelled(), if !closing => {
+                closing = true;
+                conn.as_mut().shut_down_gracefully();
+            }
+            () = drawn.as_mut(), if !closing => {
+                closing = true;
+                conn.as_mut().shut_down_gracefully();
+            }
+        }
+    }
+}
+
+/// A connection that can be closed gracefully (GOAWAY, its open streams finish).
+trait GracefulShutdownable {
+    fn shut_down_gracefully(self: Pin<&mut Self>);
+}
+
+impl<I, S, E> GracefulShutdownable for hyper::server::conn::http2::Connection<I, S, E>
+where
+    I: hyper::rt::Read + hyper::rt::Write + Unpin,
+    S: hyper::service::HttpService<hyper::body::Incoming>,
+    S::ResBody: http_body::Body + Send + 'static,
+    <S::ResBody as http_body::Body>::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    E: hyper::rt::bounds::Http2ServerConnExec<S::Future, S::ResBody>,
+{
+    fn shut_down_gracefully(self: Pin<&mut Self>) {
+        self.graceful_shutdown();
     }
 }
 

@@ -10,6 +10,7 @@ mod forwarding;
 mod limits;
 mod listener;
 mod offenders;
+mod rebalance;
 mod request_body;
 mod resets;
 mod routing;
@@ -69,6 +70,10 @@ pub struct ProxySettings {
     /// Whether a client cut off for resets, or sending malformed requests 20 a second, waits before
     /// its next connections are served (`offenders`).
     pub hold_back_offenders: bool,
+    /// The chance (0 to 0.02) that an HTTP/2 request that is not long-running is answered and then
+    /// its connection sent GOAWAY, so that long-lived client connections spread again over the
+    /// replicas behind a load balancer (`rebalance`; kube-apiserver's `--goaway-chance`).
+    pub goaway_chance: f64,
 }
 
 impl Default for ProxySettings {
@@ -88,6 +93,7 @@ impl Default for ProxySettings {
             max_client_connections: 0,
             identity_headers: Arc::new(IdentityHeaders::default()),
             hold_back_offenders: true,
+            goaway_chance: 0.0,
         }
     }
 }
@@ -121,6 +127,8 @@ pub(crate) struct Proxy {
     pub connection_slots: Arc<capacity::ConnectionSlots>,
     /// Clients whose connections were closed for resets, held back on reconnecting.
     pub offenders: offenders::Offenders,
+    /// `settings.goaway_chance` in millionths.
+    pub goaway_chance: u32,
 }
 
 impl Proxy {
@@ -168,6 +176,7 @@ impl Proxy {
                 },
             )),
             offenders: offenders::Offenders::new(settings.hold_back_offenders),
+            goaway_chance: rebalance::per_million(settings.goaway_chance),
             settings,
         })
     }

@@ -17,6 +17,7 @@ use super::discovery::{DiscoveryPath, discovery_path};
 use super::forwarding::{credential_of, prepare_headers, strip_hop_by_hop, upstream_uri};
 use super::limits::ClientKey;
 use super::listener::note_client_fault;
+use super::rebalance::Goaway;
 use super::request_body::{ClientBody, ClientFault};
 use super::routing::{RequestTracker, Routing};
 use super::status::ProxyError;
@@ -33,6 +34,7 @@ pub(super) async fn handle(
     remote: SocketAddr,
     client: Option<Arc<VerifiedClient>>,
     req: Request<Incoming>,
+    goaway: Option<Arc<Goaway>>,
 ) -> Response<ProxyBody> {
     let start = Instant::now();
     let routing = proxy.routing();
@@ -45,7 +47,17 @@ pub(super) async fn handle(
     let mut request = decide(&proxy, &routing, caller, &mut parts);
     let tracker = routing.track(&request.decision, request.verb, request.long_running, start);
     let outcome = forward(&proxy, &routing, &mut request, caller, parts, body, tracker).await;
-    respond(&proxy, &routing, &request, caller, outcome)
+    let resp = respond(&proxy, &routing, &request, caller, outcome);
+    if let Some(g) = goaway
+        && g.after_response(proxy.goaway_chance, request.long_running)
+    {
+        proxy
+            .metrics
+            .client_goaways
+            .with_label_values(&["rebalance"])
+            .inc();
+    }
+    resp
 }
 
 /// Who sent the request.

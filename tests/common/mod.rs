@@ -159,7 +159,6 @@ pub fn h2() -> reqwest::Client {
         .expect("client")
 }
 
-/// The simulator version that answered.
 /// Opens a watch of the configmaps of namespace `ns` through the gate at `base` (its `url()`).
 pub async fn watch_configmaps(
     client: &reqwest::Client,
@@ -172,6 +171,7 @@ pub async fn watch_configmaps(
         .await
 }
 
+/// The simulator version that answered.
 pub fn served_by(resp: &reqwest::Response) -> String {
     resp.headers()
         .get(sim::VERSION_HEADER)
