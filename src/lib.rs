@@ -50,6 +50,7 @@ macro_rules! forward_async_write {
 
 pub(crate) mod admin;
 pub mod classify;
+pub mod cluster;
 pub mod config;
 pub mod identity;
 pub(crate) mod metrics;

@@ -81,6 +81,17 @@ pub const RESOURCES: &[ApiResource] = &[
         ..resource("apps", "v1beta2", "deployments", "Deployment", true, &[])
     },
     resource("coordination.k8s.io", "v1", "leases", "Lease", true, &[]),
+    // The `default/kubernetes` Service's endpoints, which the apiserver's endpoint reconciler (or,
+    // with `--endpoint-reconciler-type=none`, skewgate) keeps.
+    resource("", "v1", "endpoints", "Endpoints", true, &["ep"]),
+    resource(
+        "discovery.k8s.io",
+        "v1",
+        "endpointslices",
+        "EndpointSlice",
+        true,
+        &[],
+    ),
     ApiResource {
         since: (1, 30),
         ..resource("sim.skewgate.io", "v1", "widgets", "Widget", true, &[])

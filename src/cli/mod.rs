@@ -138,6 +138,12 @@ pub struct ServeArgs {
     /// --goaway-chance does. 0 turns it off.
     #[arg(long, default_value_t = 0.001, value_parser = goaway_chance)]
     pub goaway_chance: f64,
+    /// This replica's address as in-cluster clients reach it (its node's address). With it,
+    /// skewgate keeps the default/kubernetes Service's Endpoints and EndpointSlice naming the live
+    /// replicas (each renews a Lease in kube-system), so controllers in pods go through skewgate
+    /// too; run the apiservers with --endpoint-reconciler-type=none. The port is --listen's.
+    #[arg(long)]
+    pub advertise_address: Option<std::net::IpAddr>,
     /// Client connections held at once; past it, new ones wait in the listen backlog. 0: the file
     /// descriptor limit (raised to its hard limit at start) less an eighth, at least 64, kept for
     /// upstream connections and the admin listener.

@@ -5,6 +5,7 @@ use std::process::ExitCode;
 
 use anyhow::{Result, bail};
 
+use skewgate::cluster::PublishSettings;
 use skewgate::identity::{IdentityHeaders, ServingTls, TlsFiles, UpstreamTls, UpstreamTlsFiles};
 use skewgate::proxy::{ProxySettings, ServeOptions, Server};
 use skewgate::upstream::PoolSettings;
@@ -87,6 +88,9 @@ pub fn run(args: ServeArgs) -> Result<ExitCode> {
             max_client_connections: args.max_client_connections,
             hold_back_offenders: args.hold_back_offenders,
             goaway_chance: args.goaway_chance,
+            publish: args
+                .advertise_address
+                .map(|ip| PublishSettings::new(std::net::SocketAddr::new(ip, args.listen.port()))),
             tls,
             identity_headers: std::sync::Arc::new(identity_headers),
             pool: PoolSettings {

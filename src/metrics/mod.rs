@@ -44,6 +44,9 @@ pub(crate) struct Metrics {
     /// `skewgate_client_goaways_total{reason}`: client connections sent GOAWAY so that they spread
     /// again (reason `rebalance`).
     pub client_goaways: IntCounterVec,
+    /// `skewgate_endpoint_reconciles_total{result}`: rounds of keeping the `kubernetes` Service's
+    /// endpoints (success, failure).
+    pub endpoint_reconciles: IntCounterVec,
     /// `skewgate_fallbacks_total{from,to}`.
     pub fallbacks: IntCounterVec,
     /// `skewgate_pin_moves_total{pin}`.
@@ -137,6 +140,11 @@ impl Metrics {
                 "skewgate_client_goaways_total",
                 "Client HTTP/2 connections sent GOAWAY after a response so that clients reconnect and spread over the replicas (reason rebalance).",
                 &["reason"],
+            ),
+            endpoint_reconciles: counter(
+                "skewgate_endpoint_reconciles_total",
+                "Rounds of renewing this replica's Lease and keeping the default/kubernetes endpoints naming the live replicas, by result (success, failure).",
+                &["result"],
             ),
             clients_held_back: counter(
                 "skewgate_clients_held_back_total",

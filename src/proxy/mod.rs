@@ -19,6 +19,7 @@ mod service;
 mod status;
 mod upgrade;
 
+use crate::cluster::PublishSettings;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -74,6 +75,9 @@ pub struct ProxySettings {
     /// its connection sent GOAWAY, so that long-lived client connections spread again over the
     /// replicas behind a load balancer (`rebalance`; kube-apiserver's `--goaway-chance`).
     pub goaway_chance: f64,
+    /// Publish this replica in the `default/kubernetes` Service's endpoints (`cluster`), for
+    /// apiservers run with `--endpoint-reconciler-type=none`.
+    pub publish: Option<PublishSettings>,
 }
 
 impl Default for ProxySettings {
@@ -94,6 +98,7 @@ impl Default for ProxySettings {
             identity_headers: Arc::new(IdentityHeaders::default()),
             hold_back_offenders: true,
             goaway_chance: 0.0,
+            publish: None,
         }
     }
 }

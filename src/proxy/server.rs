@@ -1,6 +1,7 @@
 //! Everything `skewgate serve` runs: the route table and its watcher, the client listener, the admin
 //! listener and the health checks, started together and stopped together.
 
+use crate::cluster::{Presence, Target, first_ready};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -36,6 +37,8 @@ pub struct Server {
     pub admin_addr: SocketAddr,
     stop: CancellationToken,
     workers: Vec<std::thread::JoinHandle<()>>,
+    /// This replica in the `kubernetes` Service's endpoints, when it publishes itself.
+    presence: Option<Arc<Presence>>,
 }
 
 /// Why the server did not start.
@@ -141,6 +144,12 @@ impl Server {
             background.clone(),
         );
         watch_for_changes(&proxy, &opts, loaded, background.clone());
+        let presence = opts.settings.publish.clone().map(|publish| {
+            let routing = Arc::downgrade(&proxy);
+            let target: Target =
+                Box::new(move || first_ready(&routing.upgrade()?.routing().backends));
+            Presence::spawn(publish, target, proxy.metrics.clone(), background.clone())
+        });
         tokio::spawn(crate::admin::serve(
             proxy.clone(),
             admin,
@@ -168,6 +177,7 @@ impl Server {
             tracing::info!(%addr, %admin_addr, routes = %opts.routes.display(), "serving in cleartext (HTTP/1.1 and h2c): put a TLS-terminating sidecar in front, or give --tls-cert-file");
         }
         Ok(Server {
+            presence,
             addr,
             admin_addr,
             stop,
@@ -177,6 +187,11 @@ impl Server {
 
     /// Stops accepting, ends watches cleanly, waits for in-flight requests (up to the grace period).
     pub async fn shutdown(mut self) {
+        // Out of the kubernetes Service first, so in-cluster clients stop coming before the
+        // listener closes.
+        if let Some(p) = self.presence.take() {
+            p.withdraw(Duration::from_secs(3)).await;
+        }
         self.stop.cancel();
         let workers = std::mem::take(&mut self.workers);
         let _ = tokio::task::spawn_blocking(move || {

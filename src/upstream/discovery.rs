@@ -8,7 +8,7 @@ use serde_json::Value;
 use xxhash_rust::xxh3::Xxh3;
 
 use super::EndpointPool;
-use super::health::get;
+use super::own::get;
 
 /// What one backend serves: hashes of (group, version, resource) for the request path, and the
 /// discovery documents it answered, for the merged discovery that skewgate answers clients with.

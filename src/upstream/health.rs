@@ -3,12 +3,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
-use http::{Request, StatusCode, Uri};
-use http_body_util::{BodyExt, Empty};
+use http::StatusCode;
 use tokio_util::sync::CancellationToken;
 
-use super::{BackendPool, Credential, EndpointPool, EndpointState, send};
+use super::own::get;
+use super::{BackendPool, EndpointPool, EndpointState};
 use crate::classify::ClientVersion;
 use crate::metrics::Metrics;
 
@@ -166,35 +165,4 @@ pub(crate) fn answered(ep: &EndpointPool, path: &str, code: StatusCode, body: &[
     } else {
         format!("{path} answered {code} ({message}){hint}")
     }
-}
-
-/// GETs `path` from the endpoint: its status and body (bounded by a 5 s timeout).
-pub(crate) async fn get(ep: &Arc<EndpointPool>, path: &str) -> Result<(StatusCode, Bytes), String> {
-    let uri: Uri = format!(
-        "{}://{}{path}",
-        if ep.endpoint.tls { "https" } else { "http" },
-        ep.endpoint.authority()
-    )
-    .parse()
-    .map_err(|e| format!("{e}"))?;
-    let mut req = Request::get(uri).body(()).map_err(|e| e.to_string())?;
-    if let Some((name, value)) = &ep.settings().own_user {
-        req.headers_mut().insert(name.clone(), value.clone());
-    }
-    let exchange = async {
-        let resp = send(ep, Credential::FrontProxy, req, Empty::<Bytes>::new())
-            .await
-            .map_err(|e| e.to_string())?;
-        let code = resp.status();
-        let body = resp
-            .into_body()
-            .collect()
-            .await
-            .map_err(|e| e.to_string())?
-            .to_bytes();
-        Ok((code, body))
-    };
-    tokio::time::timeout(Duration::from_secs(5), exchange)
-        .await
-        .map_err(|_| "timed out".to_owned())?
 }

@@ -3,6 +3,7 @@
 mod dial;
 mod discovery;
 mod health;
+mod own;
 mod pool;
 mod send;
 mod settings;
@@ -14,6 +15,7 @@ use std::sync::{Arc, Mutex, Weak};
 pub(crate) use dial::{DialError, Dialed};
 pub(crate) use discovery::Served;
 pub(crate) use health::spawn_health_checks;
+pub(crate) use own::request as own_request;
 pub use pool::PoolSettings;
 pub(crate) use pool::{Credential, EndpointPool, EndpointState};
 pub(crate) use send::{UpstreamBody, send};

@@ -1,0 +1,267 @@
+//! skewgate's presence in the cluster: the `default/kubernetes` Service's endpoints name the live
+//! skewgate replicas, so that in-cluster clients (controllers, operators: `KUBERNETES_SERVICE_HOST`)
+//! reach the apiservers through skewgate too.
+//!
+//! It does what kube-apiserver's lease endpoint reconciler does, for the apiservers run with
+//! `--endpoint-reconciler-type=none`: each replica renews a Lease of its own (`kube-system`,
+//! `skewgate-<address>`) every `interval`; the replicas whose Lease is current are the live ones,
+//! and the Endpoints and EndpointSlice `default/kubernetes` are rewritten when they differ. A
+//! replica that dies stops renewing and drops out when its Lease expires; one that shuts down
+//! removes itself first. Writing goes through the apiservers as skewgate's own user (least
+//! privilege: deploy/kubeadm/rbac.yaml), and a failure is logged and counted, never in the way of
+//! serving.
+
+mod objects;
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use http::{Method, StatusCode};
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+use crate::metrics::Metrics;
+use crate::upstream::{BackendPool, EndpointPool, own_request};
+use objects::{Desired, endpoint_slice, endpoints, lease, live_replicas};
+
+/// How this replica publishes itself.
+#[derive(Clone, Debug)]
+pub struct PublishSettings {
+    /// The address in-cluster clients reach this replica at (its node's address) and its port.
+    pub address: SocketAddr,
+    /// How often the Lease is renewed and the endpoints checked.
+    pub interval: Duration,
+    /// How long a Lease holds without renewal.
+    pub lease_duration: Duration,
+}
+
+impl PublishSettings {
+    /// Renewing every 10 s, a Lease holding 15 s: kube-apiserver's own master lease settings.
+    pub fn new(address: SocketAddr) -> PublishSettings {
+        PublishSettings {
+            address,
+            interval: Duration::from_secs(10),
+            lease_duration: Duration::from_secs(15),
+        }
+    }
+}
+
+/// Where skewgate's own writes go: an endpoint that is up, of the backends in order.
+pub(crate) type Target = Box<dyn Fn() -> Option<Arc<EndpointPool>> + Send + Sync>;
+
+/// A replica's presence: its Lease and its place in the `kubernetes` endpoints.
+pub(crate) struct Presence {
+    settings: PublishSettings,
+    target: Target,
+    metrics: Arc<Metrics>,
+    last_error: Mutex<Option<String>>,
+}
+
+impl Presence {
+    /// Publishes this replica until `stop`.
+    pub(crate) fn spawn(
+        settings: PublishSettings,
+        target: Target,
+        metrics: Arc<Metrics>,
+        stop: CancellationToken,
+    ) -> Arc<Presence> {
+        let presence = Arc::new(Presence {
+            settings,
+            target,
+            metrics,
+            last_error: Mutex::new(None),
+        });
+        let me = presence.clone();
+        tokio::spawn(async move {
+            loop {
+                me.reconcile(true).await;
+                tokio::select! {
+                    _ = tokio::time::sleep(me.settings.interval) => {}
+                    _ = stop.cancelled() => return,
+                }
+            }
+        });
+        presence
+    }
+
+    /// Takes this replica out: deletes its Lease and rewrites the endpoints without it (within
+    /// `within`), so clients stop coming before the listener closes.
+    pub(crate) async fn withdraw(&self, within: Duration) {
+        let _ = tokio::time::timeout(within, self.reconcile(false)).await;
+    }
+
+    /// One round: renew (or, when `present` is false, delete) this replica's Lease, then make the
+    /// endpoints name the live replicas.
+    async fn reconcile(&self, present: bool) {
+        let Some(ep) = (self.target)() else {
+            self.failed("no apiserver endpoint is up".to_owned());
+            return;
+        };
+        let result = async {
+            let now = SystemTime::now();
+            if present {
+                self.renew_lease(&ep, now).await?;
+            } else {
+                self.delete_lease(&ep).await?;
+            }
+            let leases = read(&ep, &lease_collection()).await?;
+            let mut live = live_replicas(&leases, now);
+            live.retain(|a| present || *a != self.settings.address);
+            if live.is_empty() {
+                // The last replica going away leaves the endpoints as they are: an empty Service
+                // would serve no one, a stale address at least is retried.
+                return Ok(());
+            }
+            let desired = Desired::new(live, self.settings.address.port());
+            write_if_changed(
+                &ep,
+                "/api/v1/namespaces/default/endpoints",
+                &endpoints(&desired),
+            )
+            .await?;
+            write_if_changed(
+                &ep,
+                "/apis/discovery.k8s.io/v1/namespaces/default/endpointslices",
+                &endpoint_slice(&desired),
+            )
+            .await
+        }
+        .await;
+        match result {
+            Ok(()) => self.succeeded(),
+            Err(e) => self.failed(e),
+        }
+    }
+
+    async fn renew_lease(&self, ep: &Arc<EndpointPool>, now: SystemTime) -> Result<(), String> {
+        let name = lease_name(self.settings.address);
+        let path = format!("{}/{name}", lease_collection());
+        let current = read_optional(ep, &path).await?;
+        let body = lease(
+            &name,
+            self.settings.address,
+            self.settings.lease_duration,
+            now,
+            current.as_ref(),
+        );
+        match current {
+            Some(_) => send_json(ep, Method::PUT, &path, &body).await,
+            None => send_json(ep, Method::POST, &lease_collection(), &body).await,
+        }
+    }
+
+    async fn delete_lease(&self, ep: &Arc<EndpointPool>) -> Result<(), String> {
+        let path = format!(
+            "{}/{}",
+            lease_collection(),
+            lease_name(self.settings.address)
+        );
+        match own_request(ep, Method::DELETE, &path, None).await? {
+            (code, _) if code.is_success() || code == StatusCode::NOT_FOUND => Ok(()),
+            (code, body) => Err(answered(&path, code, &body)),
+        }
+    }
+
+    fn succeeded(&self) {
+        self.count("success");
+        let mut last = self.last_error.lock().unwrap_or_else(|e| e.into_inner());
+        if last.take().is_some() {
+            tracing::info!("the kubernetes Service's endpoints are kept again");
+        }
+    }
+
+    fn failed(&self, error: String) {
+        self.count("failure");
+        let mut last = self.last_error.lock().unwrap_or_else(|e| e.into_inner());
+        if last.as_deref() != Some(error.as_str()) {
+            tracing::warn!(%error, "cannot keep the kubernetes Service's endpoints; serving on, retrying");
+            *last = Some(error);
+        }
+    }
+
+    fn count(&self, result: &str) {
+        self.metrics
+            .endpoint_reconciles
+            .with_label_values(&[result])
+            .inc();
+    }
+}
+
+/// The first endpoint that is up, of `backends` in order.
+pub(crate) fn first_ready(backends: &[Arc<BackendPool>]) -> Option<Arc<EndpointPool>> {
+    backends.iter().find_map(|b| b.pick().cloned())
+}
+
+fn lease_collection() -> String {
+    "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases".to_owned()
+}
+
+/// `skewgate-10-0-0-11-6443`: a replica's Lease, by its address.
+fn lease_name(address: SocketAddr) -> String {
+    let ip: String = address
+        .ip()
+        .to_string()
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
+        .collect();
+    format!("skewgate-{ip}-{}", address.port())
+}
+
+async fn read(ep: &Arc<EndpointPool>, path: &str) -> Result<Value, String> {
+    read_optional(ep, path)
+        .await?
+        .ok_or_else(|| format!("{path}: not found"))
+}
+
+/// The object at `path`, or `None` when it does not exist.
+async fn read_optional(ep: &Arc<EndpointPool>, path: &str) -> Result<Option<Value>, String> {
+    match own_request(ep, Method::GET, path, None).await? {
+        (StatusCode::NOT_FOUND, _) => Ok(None),
+        (code, body) if code.is_success() => serde_json::from_slice(&body)
+            .map(Some)
+            .map_err(|e| format!("{path}: {e}")),
+        (code, body) => Err(answered(path, code, &body)),
+    }
+}
+
+async fn send_json(
+    ep: &Arc<EndpointPool>,
+    method: Method,
+    path: &str,
+    body: &Value,
+) -> Result<(), String> {
+    let bytes = serde_json::to_vec(body).map_err(|e| e.to_string())?;
+    match own_request(ep, method, path, Some(bytes)).await? {
+        (code, _) if code.is_success() => Ok(()),
+        (code, body) => Err(answered(path, code, &body)),
+    }
+}
+
+/// Creates or replaces the object `desired` (named `kubernetes`) in `collection` unless it already
+/// holds what `desired` holds.
+async fn write_if_changed(
+    ep: &Arc<EndpointPool>,
+    collection: &str,
+    desired: &Value,
+) -> Result<(), String> {
+    let path = format!("{collection}/kubernetes");
+    match read_optional(ep, &path).await? {
+        None => send_json(ep, Method::POST, collection, desired).await,
+        Some(current) if objects::same_content(&current, desired) => Ok(()),
+        Some(current) => {
+            let mut replacement = desired.clone();
+            replacement["metadata"]["resourceVersion"] =
+                current["metadata"]["resourceVersion"].clone();
+            send_json(ep, Method::PUT, &path, &replacement).await
+        }
+    }
+}
+
+fn answered(path: &str, code: StatusCode, body: &[u8]) -> String {
+    let message = serde_json::from_slice::<Value>(body)
+        .ok()
+        .and_then(|v| v["message"].as_str().map(str::to_owned))
+        .unwrap_or_default();
+    format!("{path} answered {code} {message}")
+}

@@ -1,0 +1,64 @@
+//! skewgate's own requests to an apiserver (health checks, discovery, its Lease and the
+//! `kubernetes` Service's endpoints): on a front-proxy connection, naming skewgate's own user, each
+//! bounded by a 5 s timeout.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{Method, Request, StatusCode, Uri, header};
+use http_body_util::{BodyExt, Full};
+
+use super::{Credential, EndpointPool, send};
+
+/// GETs `path` from the endpoint: its status and body.
+pub(crate) async fn get(ep: &Arc<EndpointPool>, path: &str) -> Result<(StatusCode, Bytes), String> {
+    request(ep, Method::GET, path, None).await
+}
+
+/// Sends `method` to `path` with a JSON `body`, if any: the apiserver's status and body.
+pub(crate) async fn request(
+    ep: &Arc<EndpointPool>,
+    method: Method,
+    path: &str,
+    body: Option<Vec<u8>>,
+) -> Result<(StatusCode, Bytes), String> {
+    let uri: Uri = format!(
+        "{}://{}{path}",
+        if ep.endpoint.tls { "https" } else { "http" },
+        ep.endpoint.authority()
+    )
+    .parse()
+    .map_err(|e| format!("{e}"))?;
+    let mut req = Request::builder()
+        .method(method)
+        .uri(uri)
+        .body(())
+        .map_err(|e| e.to_string())?;
+    if let Some((name, value)) = &ep.settings().own_user {
+        req.headers_mut().insert(name.clone(), value.clone());
+    }
+    if body.is_some() {
+        req.headers_mut().insert(
+            header::CONTENT_TYPE,
+            header::HeaderValue::from_static("application/json"),
+        );
+    }
+    let body = Full::new(Bytes::from(body.unwrap_or_default()));
+    let exchange = async {
+        let resp = send(ep, Credential::FrontProxy, req, body)
+            .await
+            .map_err(|e| e.to_string())?;
+        let code = resp.status();
+        let body = resp
+            .into_body()
+            .collect()
+            .await
+            .map_err(|e| e.to_string())?
+            .to_bytes();
+        Ok((code, body))
+    };
+    tokio::time::timeout(Duration::from_secs(5), exchange)
+        .await
+        .map_err(|_| "timed out".to_owned())?
+}
