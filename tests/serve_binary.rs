@@ -87,7 +87,11 @@ async fn serve_stops_gracefully_on_sigterm() {
         routes(&sims, "writes:\n  default: old\nreads:\n  default: old\n"),
     )
     .expect("routes");
-    let mut serving = serve(&routes_file, &["--shutdown-grace", "5s"], None);
+    let mut serving = serve(
+        &routes_file,
+        &["--shutdown-grace", "5s", "--shutdown-delay", "2s"],
+        None,
+    );
     let (addr, log) = (serving.addr.clone(), serving.log.clone());
     assert!(
         log.iter().any(|l| l.contains("cleartext")),
@@ -109,6 +113,23 @@ async fn serve_stops_gracefully_on_sigterm() {
         .status()
         .expect("kill");
     assert!(kill.success());
+    // First the delay: not ready, so the load balancer stops sending, but still serving.
+    let admin = serving.admin.clone();
+    assert!(
+        eventually(2, || async {
+            reqwest::get(format!("http://{admin}/readyz"))
+                .await
+                .is_ok_and(|r| r.status() == 503)
+        })
+        .await,
+        "not ready once SIGTERM came"
+    );
+    let during = h1()
+        .get(format!("http://{addr}/api/v1/namespaces"))
+        .send()
+        .await
+        .expect("served during the delay");
+    assert_eq!(during.status(), 200);
     // The watch ends cleanly: no error, nothing appended.
     let ended = tokio::time::timeout(Duration::from_secs(5), async {
         let mut chunks = Vec::new();

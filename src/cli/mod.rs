@@ -89,6 +89,15 @@ pub struct ServeArgs {
     /// How long in-flight requests may finish after SIGTERM (e.g. 25s).
     #[arg(long, default_value = "25s", value_parser = humantime::parse_duration)]
     pub shutdown_grace: std::time::Duration,
+    /// After SIGTERM and before the listener closes: /readyz answers 503 and this replica leaves
+    /// the kubernetes Service, so the load balancer (keepalived, kube-vip, a cloud LB) and
+    /// kube-proxy stop sending new connections; requests are served meanwhile (e.g. 5s).
+    #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
+    pub shutdown_delay: std::time::Duration,
+    /// Load and check everything (route file, certificates and keys, flags), say what would be
+    /// served, and exit without binding: 0 when serve would start.
+    #[arg(long)]
+    pub dry_run: bool,
     /// Worker threads, each with its own event loop and upstream connections (default: one per core).
     #[arg(long)]
     pub workers: Option<usize>,

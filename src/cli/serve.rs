@@ -103,13 +103,42 @@ pub fn run(args: ServeArgs) -> Result<ExitCode> {
             ..ProxySettings::default()
         },
     };
+    if args.dry_run {
+        return dry_run(&opts);
+    }
+    let delay = args.shutdown_delay;
     runtime()?.block_on(async move {
         let server = Server::start(opts).await?;
         wait_for_signal().await;
+        server.drain(delay).await;
         server.shutdown().await;
         tracing::info!("stopped");
         Ok(ExitCode::SUCCESS)
     })
+}
+
+/// `--dry-run`: the flags and files were loaded above; the route table is loaded here.
+fn dry_run(opts: &ServeOptions) -> Result<ExitCode> {
+    let table = skewgate::config::load_path(&opts.routes).map_err(|e| anyhow::anyhow!("{e}"))?;
+    println!(
+        "ok: would serve {} on {} (admin {}), {} with {} backends; TLS {}; upstream TLS {}",
+        opts.routes.display(),
+        opts.listen,
+        opts.admin_listen,
+        table.name.as_deref().unwrap_or("an unnamed route table"),
+        table.backends.len(),
+        if opts.settings.tls.is_some() {
+            "on"
+        } else {
+            "off (cleartext)"
+        },
+        if opts.settings.pool.tls.is_some() {
+            "on"
+        } else {
+            "off"
+        },
+    );
+    Ok(ExitCode::SUCCESS)
 }
 
 /// Waits for SIGTERM or SIGINT.

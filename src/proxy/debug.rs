@@ -19,6 +19,9 @@ impl AdminSource for Proxy {
     /// Ready when every backend that some rule sends traffic to now has a reachable endpoint; a
     /// backend no live rule uses (added ahead of its apiservers, say) does not count.
     fn readiness(&self) -> Result<(), String> {
+        if self.draining.load(std::sync::atomic::Ordering::Relaxed) {
+            return Err("shutting down: draining before the listener closes".to_owned());
+        }
         let routing = self.routing();
         let users = routing.rules_using_backends(self.settings.clock.now());
         let down: Vec<String> = routing

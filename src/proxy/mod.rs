@@ -134,6 +134,8 @@ pub(crate) struct Proxy {
     pub offenders: offenders::Offenders,
     /// `settings.goaway_chance` in millionths.
     pub goaway_chance: u32,
+    /// Set when shutdown begins: readiness fails from then on.
+    pub draining: std::sync::atomic::AtomicBool,
 }
 
 impl Proxy {
@@ -182,6 +184,7 @@ impl Proxy {
             )),
             offenders: offenders::Offenders::new(settings.hold_back_offenders),
             goaway_chance: rebalance::per_million(settings.goaway_chance),
+            draining: std::sync::atomic::AtomicBool::new(false),
             settings,
         })
     }

@@ -39,6 +39,7 @@ pub struct Server {
     workers: Vec<std::thread::JoinHandle<()>>,
     /// This replica in the `kubernetes` Service's endpoints, when it publishes itself.
     presence: Option<Arc<Presence>>,
+    proxy: Arc<Proxy>,
 }
 
 /// Why the server did not start.
@@ -178,6 +179,7 @@ impl Server {
         }
         Ok(Server {
             presence,
+            proxy: proxy.clone(),
             addr,
             admin_addr,
             stop,
@@ -185,11 +187,33 @@ impl Server {
         })
     }
 
+    /// The first step of a shutdown: /readyz answers 503 and this replica leaves the kubernetes
+    /// Service, then requests are served on for `delay` while load balancers and kube-proxy stop
+    /// sending new connections here.
+    pub async fn drain(&self, delay: Duration) {
+        self.proxy
+            .draining
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+        tracing::info!(
+            ?delay,
+            "draining: not ready, leaving the kubernetes Service, serving on"
+        );
+        if let Some(p) = &self.presence {
+            p.withdraw(Duration::from_secs(3)).await;
+        }
+        tokio::time::sleep(delay).await;
+    }
+
     /// Stops accepting, ends watches cleanly, waits for in-flight requests (up to the grace period).
     pub async fn shutdown(mut self) {
-        // Out of the kubernetes Service first, so in-cluster clients stop coming before the
-        // listener closes.
-        if let Some(p) = self.presence.take() {
+        // Out of the kubernetes Service first (if `drain` did not already), so in-cluster clients
+        // stop coming before the listener closes.
+        if let Some(p) = self.presence.take()
+            && !self
+                .proxy
+                .draining
+                .load(std::sync::atomic::Ordering::Relaxed)
+        {
             p.withdraw(Duration::from_secs(3)).await;
         }
         self.stop.cancel();
