@@ -1,0 +1,401 @@
+//! What deploy/ ships is what it claims: every manifest parses into the objects it names, with the
+//! properties the layouts rely on; the kubeadm configuration uses only fields of kubeadm.k8s.io/v1beta4;
+//! every route file passes `skewgate check`; and the static pod's and the Deployment's arguments
+//! start `skewgate serve --dry-run` on a kubeadm-shaped /etc/kubernetes/pki.
+
+mod common;
+#[path = "common/pki.rs"]
+mod pki;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::Value;
+
+fn deploy() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy")
+}
+
+/// Every YAML document under deploy/ (route files included), with the file it came from.
+fn documents() -> Vec<(PathBuf, Value)> {
+    let mut out = Vec::new();
+    let mut dirs = vec![deploy()];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).expect("deploy/").flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else if path.extension().is_some_and(|e| e == "yaml") {
+                let text = std::fs::read_to_string(&path).expect("read");
+                let docs: Vec<Value> = serde_saphyr::from_multiple(&text)
+                    .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+                out.extend(docs.into_iter().map(|d| (path.clone(), d)));
+            }
+        }
+    }
+    out
+}
+
+fn of_kind<'a>(docs: &'a [(PathBuf, Value)], file: &str, kind: &str) -> Vec<&'a Value> {
+    docs.iter()
+        .filter(|(p, d)| p.ends_with(file) && d["kind"] == kind)
+        .map(|(_, d)| d)
+        .collect()
+}
+
+fn args(container: &Value) -> Vec<String> {
+    container["args"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|a| a.as_str().map(str::to_owned))
+        .collect()
+}
+
+fn flag<'a>(args: &'a [String], name: &str) -> Option<&'a str> {
+    args.iter()
+        .find_map(|a| a.strip_prefix(&format!("--{name}=")))
+}
+
+#[test]
+fn every_manifest_names_its_kind_and_the_layouts_hold() {
+    let docs = documents();
+    for (path, d) in &docs {
+        assert!(
+            d["apiVersion"].is_string() && d["kind"].is_string(),
+            "{}: a document without apiVersion and kind",
+            path.display()
+        );
+    }
+    // The static pod: host network, the node's own files, admin on loopback, probes there.
+    let pods = of_kind(&docs, "kubeadm/skewgate.yaml", "Pod");
+    assert_eq!(pods.len(), 1);
+    let pod = pods[0];
+    assert_eq!(pod["metadata"]["namespace"], "kube-system");
+    assert_eq!(pod["spec"]["hostNetwork"], true);
+    let c = &pod["spec"]["containers"][0];
+    let a = args(c);
+    assert_eq!(a.first().map(String::as_str), Some("serve"));
+    assert_eq!(flag(&a, "admin-listen"), Some("127.0.0.1:9443"));
+    assert_eq!(flag(&a, "listen"), Some("0.0.0.0:6443"));
+    assert_eq!(flag(&a, "advertise-address"), Some("NODE_IP"));
+    for probe in ["livenessProbe", "readinessProbe", "startupProbe"] {
+        assert_eq!(c[probe]["httpGet"]["host"], "127.0.0.1", "{probe}");
+        assert_eq!(c[probe]["httpGet"]["port"], 9443, "{probe}");
+    }
+    assert_eq!(c["readinessProbe"]["httpGet"]["path"], "/readyz");
+    assert_eq!(c["livenessProbe"]["httpGet"]["path"], "/livez");
+    assert!(
+        pod["spec"]["volumes"]
+            .as_array()
+            .is_some_and(|v| v.iter().all(|v| v["hostPath"].is_object())),
+        "the static pod reads only the node's files"
+    );
+    hardened(c, "the static pod");
+
+    // The Deployment: no token, no Secret, one pod per control-plane node, never surging.
+    let deployments = of_kind(&docs, "deploy/skewgate.yaml", "Deployment");
+    assert_eq!(deployments.len(), 1);
+    let spec = &deployments[0]["spec"]["template"]["spec"];
+    assert_eq!(spec["automountServiceAccountToken"], false);
+    assert_eq!(spec["hostNetwork"], true);
+    assert_eq!(
+        deployments[0]["spec"]["strategy"]["rollingUpdate"]["maxSurge"],
+        0
+    );
+    assert!(spec["affinity"]["podAntiAffinity"].is_object());
+    assert!(
+        spec["volumes"]
+            .as_array()
+            .is_some_and(|v| v.iter().all(|v| v.get("secret").is_none())),
+        "front-proxy material never from a Secret"
+    );
+    let c = &spec["containers"][0];
+    assert!(
+        flag(&args(c), "admin-listen").is_some_and(|a| a.starts_with("127.0.0.1:")),
+        "admin on loopback"
+    );
+    hardened(c, "the Deployment");
+    let namespaces = of_kind(&docs, "deploy/skewgate.yaml", "Namespace");
+    assert_eq!(
+        namespaces[0]["metadata"]["labels"]["pod-security.kubernetes.io/warn"],
+        "baseline"
+    );
+
+    // RBAC: skewgate's own user, and only the objects it writes.
+    for binding in of_kind(&docs, "kubeadm/rbac.yaml", "RoleBinding") {
+        assert_eq!(binding["subjects"][0]["name"], "skewgate");
+        assert_eq!(binding["subjects"][0]["kind"], "User");
+    }
+    assert_eq!(of_kind(&docs, "kubeadm/rbac.yaml", "Role").len(), 2);
+    assert!(of_kind(&docs, "kubeadm/rbac.yaml", "ClusterRole").is_empty());
+}
+
+fn hardened(c: &Value, what: &str) {
+    let sc = &c["securityContext"];
+    assert_eq!(sc["allowPrivilegeEscalation"], false, "{what}");
+    assert_eq!(sc["readOnlyRootFilesystem"], true, "{what}");
+    assert_eq!(sc["capabilities"]["drop"][0], "ALL", "{what}");
+    assert!(
+        c["resources"]["limits"]["memory"].is_string(),
+        "{what}: a memory limit"
+    );
+}
+
+/// The fields of kubeadm.k8s.io/v1beta4 that the configuration may use, by kind and path.
+fn kubeadm_fields(kind: &str) -> &'static [&'static str] {
+    match kind {
+        "InitConfiguration" => &[
+            "apiVersion",
+            "kind",
+            "bootstrapTokens",
+            "nodeRegistration",
+            "localAPIEndpoint",
+            "certificateKey",
+            "skipPhases",
+            "patches",
+            "timeouts",
+        ],
+        "ClusterConfiguration" => &[
+            "apiVersion",
+            "kind",
+            "etcd",
+            "networking",
+            "kubernetesVersion",
+            "controlPlaneEndpoint",
+            "apiServer",
+            "controllerManager",
+            "scheduler",
+            "dns",
+            "proxy",
+            "certificatesDir",
+            "imageRepository",
+            "featureGates",
+            "clusterName",
+            "encryptionAlgorithm",
+            "certificateValidityPeriod",
+            "caCertificateValidityPeriod",
+        ],
+        "JoinConfiguration" => &[
+            "apiVersion",
+            "kind",
+            "dryRun",
+            "nodeRegistration",
+            "caCertPath",
+            "discovery",
+            "controlPlane",
+            "skipPhases",
+            "patches",
+            "timeouts",
+        ],
+        _ => &[],
+    }
+}
+
+#[test]
+fn the_kubeadm_configuration_uses_only_v1beta4_fields() {
+    let docs = documents();
+    let config: Vec<&Value> = docs
+        .iter()
+        .filter(|(p, _)| p.ends_with("kubeadm/kubeadm-config.yaml"))
+        .map(|(_, d)| d)
+        .collect();
+    assert_eq!(config.len(), 3);
+    for d in &config {
+        assert_eq!(d["apiVersion"], "kubeadm.k8s.io/v1beta4");
+        let kind = d["kind"].as_str().unwrap_or_default();
+        let known = kubeadm_fields(kind);
+        assert!(!known.is_empty(), "unknown kind {kind}");
+        for key in d.as_object().into_iter().flat_map(|o| o.keys()) {
+            assert!(
+                known.contains(&key.as_str()),
+                "{kind}.{key} is not a v1beta4 field"
+            );
+        }
+    }
+    let cluster = config
+        .iter()
+        .find(|d| d["kind"] == "ClusterConfiguration")
+        .expect("ClusterConfiguration");
+    // v1beta4 extraArgs are a list of name/value pairs (a map in v1beta3).
+    let extra = cluster["apiServer"]["extraArgs"]
+        .as_array()
+        .expect("a list");
+    assert!(
+        extra
+            .iter()
+            .all(|a| a["name"].is_string() && a["value"].is_string())
+    );
+    assert!(
+        extra
+            .iter()
+            .any(|a| a["name"] == "endpoint-reconciler-type" && a["value"] == "none"),
+        "the apiservers leave the kubernetes endpoints to skewgate"
+    );
+    let init = config
+        .iter()
+        .find(|d| d["kind"] == "InitConfiguration")
+        .expect("InitConfiguration");
+    assert_eq!(init["localAPIEndpoint"]["bindPort"], 6444);
+    assert!(
+        cluster["controlPlaneEndpoint"]
+            .as_str()
+            .is_some_and(|e| e.ends_with(":6443"))
+    );
+}
+
+#[test]
+fn every_route_file_under_deploy_passes_check() {
+    let exe = env!("CARGO_BIN_EXE_skewgate");
+    for dir in [
+        deploy().join("routes"),
+        deploy().join("kubeadm/routes"),
+        deploy().join("kubeadm/upgrade"),
+    ] {
+        let out = Command::new(exe)
+            .arg("check")
+            .arg(&dir)
+            .output()
+            .expect("check");
+        assert!(
+            out.status.success(),
+            "{}: {}",
+            dir.display(),
+            String::from_utf8_lossy(&out.stdout)
+        );
+    }
+}
+
+/// kubeadm's /etc/kubernetes/pki, as far as skewgate reads it.
+fn kubeadm_pki(dir: &Path) {
+    let ca = pki::Ca::new(dir, "ca");
+    let front_proxy_ca = pki::Ca::new(dir, "front-proxy-ca");
+    ca.issue(
+        dir,
+        "apiserver",
+        "kube-apiserver",
+        &[],
+        &["k8s-api.example.com", "127.0.0.1"],
+    );
+    front_proxy_ca.issue(dir, "front-proxy-client", "front-proxy-client", &[], &[]);
+}
+
+#[test]
+fn the_shipped_arguments_start_serve_on_a_kubeadm_node() {
+    let exe = env!("CARGO_BIN_EXE_skewgate");
+    let etc = common::temp_dir("deploy-etc");
+    std::fs::create_dir_all(etc.join("pki")).expect("mkdir");
+    kubeadm_pki(&etc.join("pki"));
+    let docs = documents();
+    let cases = [
+        (
+            "kubeadm/skewgate.yaml",
+            "Pod",
+            &docs,
+            deploy().join("kubeadm/routes"),
+        ),
+        (
+            "deploy/skewgate.yaml",
+            "Deployment",
+            &docs,
+            deploy().join("routes"),
+        ),
+    ];
+    for (file, kind, docs, routes) in cases {
+        let doc = of_kind(docs, file, kind)[0];
+        let container = if kind == "Pod" {
+            &doc["spec"]["containers"][0]
+        } else {
+            &doc["spec"]["template"]["spec"]["containers"][0]
+        };
+        let args: Vec<String> = args(container)
+            .into_iter()
+            .map(|a| {
+                a.replace(
+                    "/etc/kubernetes/pki",
+                    &etc.join("pki").display().to_string(),
+                )
+                .replace("NODE_IP", "127.0.0.1")
+                .replace("0.0.0.0:6443", "127.0.0.1:0")
+            })
+            .map(|a| {
+                if a.starts_with("--routes=") {
+                    format!("--routes={}", routes.display())
+                } else {
+                    a
+                }
+            })
+            .collect();
+        let out = Command::new(exe)
+            .args(&args)
+            .arg("--dry-run")
+            .output()
+            .expect("skewgate");
+        assert!(
+            out.status.success(),
+            "{file}: skewgate {args:?} --dry-run: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(String::from_utf8_lossy(&out.stdout).starts_with("ok: would serve"));
+    }
+}
+
+/// Splits a command line as a shell would: words, and "double-quoted" words.
+fn words(line: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut word = String::new();
+    let mut quoted = false;
+    for c in line.chars() {
+        match c {
+            '"' => quoted = !quoted,
+            ' ' if !quoted => {
+                if !word.is_empty() {
+                    out.push(std::mem::take(&mut word));
+                }
+            }
+            c => word.push(c),
+        }
+    }
+    if !word.is_empty() {
+        out.push(word);
+    }
+    out
+}
+
+#[test]
+fn every_skewgate_command_of_the_runbook_runs_on_the_files_it_names() {
+    let exe = env!("CARGO_BIN_EXE_skewgate");
+    let runbook = std::fs::read_to_string(deploy().join("UPGRADE.md")).expect("UPGRADE.md");
+    // The lines of its ```sh blocks that run skewgate.
+    let mut in_block = false;
+    let commands: Vec<Vec<String>> = runbook
+        .lines()
+        .filter(|l| {
+            if l.starts_with("```") {
+                in_block = *l == "```sh";
+                return false;
+            }
+            in_block && l.starts_with("skewgate ")
+        })
+        .map(words)
+        .collect();
+    assert!(commands.len() >= 8, "{commands:?}");
+    for command in commands {
+        let out = Command::new(exe)
+            .args(&command[1..])
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .output()
+            .expect("skewgate");
+        assert!(
+            out.status.success(),
+            "{command:?}: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        if command[1] == "explain" {
+            let text = String::from_utf8_lossy(&out.stdout);
+            assert!(text.contains("backend:      v1-30"), "{command:?}: {text}");
+        }
+    }
+}
