@@ -111,19 +111,7 @@ impl Accepted {
         let Ok(Ok((is_h2, stream))) = detected.await else {
             return;
         };
-        let conn = Connection {
-            proxy: self.proxy,
-            remote: self.remote,
-            identity: None,
-            is_h2,
-        };
-        conn.serve(
-            TokioIo::new(stream),
-            &self.builders,
-            self.watcher,
-            self.stop,
-        )
-        .await;
+        self.serve(stream, None, is_h2).await;
     }
 
     /// TLS: the protocol by ALPN, the client's identity from its certificate.
@@ -154,9 +142,17 @@ impl Accepted {
             .peer_certificates()
             .and_then(|c| c.first())
             .and_then(VerifiedClient::from_certificate);
+        self.serve(stream, identity, is_h2).await;
+    }
+
+    /// Serves the connection, once its protocol and client are known.
+    async fn serve<I>(self, stream: I, identity: Option<Arc<VerifiedClient>>, is_h2: bool)
+    where
+        I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    {
         let conn = Connection {
-            proxy: self.proxy.clone(),
-            remote,
+            proxy: self.proxy,
+            remote: self.remote,
             identity,
             is_h2,
         };
