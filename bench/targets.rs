@@ -215,11 +215,20 @@ pub async fn start_targets(exe: &str, dir: &Path, sim: SocketAddr) -> Vec<Target
             "apiVersion: skewgate.io/v1alpha1\nkind: RouteTable\nbackends:\n  - name: sim\n    endpoints: [http://{sim}]\nwrites:\n  default: sim\nreads:\n  default: sim\n"
         ),
     );
-    serve_skewgate(&mut targets, "skewgate", exe, &routes).await;
+    // The load generators keep their connections for the whole run and do not reconnect, as
+    // HAProxy and nginx never send them GOAWAY: rebalancing is off here.
+    serve_skewgate(
+        &mut targets,
+        "skewgate",
+        exe,
+        &routes,
+        &["--goaway-chance=0"],
+    )
+    .await;
     // Another build of skewgate beside this one, in the same run (to show a change is no slower):
     // SKEWGATE_BASELINE_BIN=/path/to/skewgate.
     if let Ok(baseline) = std::env::var("SKEWGATE_BASELINE_BIN") {
-        serve_skewgate(&mut targets, "baseline", &baseline, &routes).await;
+        serve_skewgate(&mut targets, "baseline", &baseline, &routes, &[]).await;
     }
 
     if let Some(haproxy) = which("haproxy") {
@@ -264,8 +273,14 @@ pub async fn start_targets(exe: &str, dir: &Path, sim: SocketAddr) -> Vec<Target
     targets
 }
 
-/// `exe serve` with `routes`, as target `name`.
-async fn serve_skewgate(targets: &mut Vec<Target>, name: &'static str, exe: &str, routes: &Path) {
+/// `exe serve` with `routes` and `extra` arguments, as target `name`.
+async fn serve_skewgate(
+    targets: &mut Vec<Target>,
+    name: &'static str,
+    exe: &str,
+    routes: &Path,
+    extra: &[&str],
+) {
     let port = free_port();
     let admin = format!("127.0.0.1:{}", free_port());
     let listen = format!("127.0.0.1:{port}");
@@ -274,7 +289,8 @@ async fn serve_skewgate(targets: &mut Vec<Target>, name: &'static str, exe: &str
         Command::new(exe)
             .args(["serve", "--routes"])
             .arg(routes)
-            .args(["--listen", &listen, "--admin-listen", &admin]),
+            .args(["--listen", &listen, "--admin-listen", &admin])
+            .args(extra),
     );
     push_when_ready(targets, name, port, port, p).await;
 }
