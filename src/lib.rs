@@ -55,5 +55,6 @@ pub mod config;
 pub mod identity;
 pub(crate) mod metrics;
 pub mod proxy;
+pub mod skew;
 pub mod steer;
 pub mod upstream;

@@ -14,6 +14,7 @@ fn main() -> ExitCode {
         Command::Check { paths } => cli::check::check(&paths),
         Command::Explain(args) => cli::explain::explain(&args).map(|()| ExitCode::SUCCESS),
         Command::Serve(args) => cli::serve::run(*args),
+        Command::Skew(args) => cli::skew::run(&args),
         #[cfg(feature = "demo")]
         Command::Demo(args) => cli::demo::run(args),
         #[cfg(feature = "demo")]

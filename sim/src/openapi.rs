@@ -64,7 +64,12 @@ fn documents(version: Minor, git_version: &str) -> BTreeMap<String, Value> {
                 "components": {"schemas": {}},
             })
         });
-        doc["components"]["schemas"][schema_name(r)] = kind_schema(version, r);
+        let name = schema_name(r);
+        let mut schema = kind_schema(version, r);
+        // As kube-apiserver's documents do: every nested object is a schema of its own, referred to
+        // by `allOf: [{$ref}]`.
+        hoist(&mut schema, &name, &mut doc["components"]["schemas"]);
+        doc["components"]["schemas"][name] = schema;
         add_paths(doc, r);
     }
     docs
@@ -96,6 +101,30 @@ fn add_paths(doc: &mut Value, r: &ApiResource) {
         doc["paths"][format!("{list}/{{name}}")] = json!({"get": operation("get")});
     } else {
         doc["paths"][list.as_str()] = json!({"post": operation("post")});
+    }
+}
+
+/// Moves every object property of `node` that has properties of its own into `components` as
+/// `{name}.{property}` (deepest first), leaving an `allOf` reference in its place.
+fn hoist(node: &mut Value, name: &str, components: &mut Value) {
+    let Some(properties) = node.get_mut("properties").and_then(Value::as_object_mut) else {
+        return;
+    };
+    for (key, property) in properties.iter_mut() {
+        if property.get("properties").is_none() {
+            continue;
+        }
+        let component = format!("{name}.{key}");
+        hoist(property, &component, components);
+        let description = property.get("description").cloned();
+        let mut reference = json!({
+            "allOf": [{"$ref": format!("#/components/schemas/{component}")}],
+            "default": {},
+        });
+        if let Some(d) = description {
+            reference["description"] = d;
+        }
+        components[component.as_str()] = std::mem::replace(property, reference);
     }
 }
 

@@ -62,7 +62,9 @@ pub fn apply(version: Minor, resource: &str, object: &mut Value) {
 }
 
 /// The fields beyond the standard ones that `version` knows for `resource`, by path, with their
-/// OpenAPI schema (defaults included): what its OpenAPI document describes.
+/// OpenAPI schema (defaults included): what its OpenAPI document describes. Every version knows the
+/// structure its objects have (containers, a deployment's pod template); only the fields and
+/// defaults above differ.
 pub fn fields(version: Minor, resource: &str) -> Vec<(&'static [&'static str], Value)> {
     let mut out: Vec<(&'static [&'static str], Value)> = match resource {
         "configmaps" => vec![(
@@ -75,6 +77,22 @@ pub fn fields(version: Minor, resource: &str) -> Vec<(&'static [&'static str], V
             json!({"type": "object", "description": "The desired state."}),
         )],
     };
+    let containers = json!({"type": "array", "items": {"type": "object", "properties": {
+        "name": {"type": "string"},
+        "image": {"type": "string"},
+    }}});
+    match resource {
+        "pods" => out.push((&["spec", "containers"][..], containers)),
+        "deployments" => {
+            out.push((&["spec", "replicas"][..], json!({"type": "integer"})));
+            out.push((
+                &["spec", "template", "metadata"][..],
+                json!({"type": "object"}),
+            ));
+            out.push((&["spec", "template", "spec", "containers"][..], containers));
+        }
+        _ => {}
+    }
     for (r, path, since) in NEW_FIELDS {
         if *r == resource && version >= *since {
             out.push((path, json!({"type": "string"})));

@@ -21,6 +21,8 @@ pub(crate) trait AdminSource: Send + Sync + 'static {
     fn readiness(&self) -> Result<(), String>;
     /// The live route table, rollouts and endpoints as JSON.
     fn debug_routes(&self) -> serde_json::Value;
+    /// What differs between the backends' versions, with the pins that follow, as JSON.
+    fn debug_skew(&self) -> serde_json::Value;
 }
 
 /// Serves the admin endpoints until `stop`.
@@ -70,6 +72,10 @@ fn answer(source: &dyn AdminSource, req: &Request<Incoming>) -> Response<Full<By
                 format!("not ready: {why}\n"),
             ),
         },
+        "/debug/skew" => {
+            let body = serde_json::to_string_pretty(&source.debug_skew()).unwrap_or_default();
+            text(StatusCode::OK, "application/json", body)
+        }
         "/debug/routes" => {
             let body = serde_json::to_string_pretty(&source.debug_routes()).unwrap_or_default();
             text(StatusCode::OK, "application/json", body)
@@ -77,7 +83,7 @@ fn answer(source: &dyn AdminSource, req: &Request<Incoming>) -> Response<Full<By
         _ => text(
             StatusCode::NOT_FOUND,
             "text/plain",
-            "not found; try /metrics, /healthz, /readyz or /debug/routes\n".to_owned(),
+            "not found; try /metrics, /healthz, /readyz, /debug/routes or /debug/skew\n".to_owned(),
         ),
     }
 }

@@ -7,6 +7,7 @@ pub mod explain;
 pub mod serve;
 #[cfg(feature = "demo")]
 pub mod sim;
+pub mod skew;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -39,6 +40,9 @@ pub enum Command {
     },
     /// Print the RequestInfo, the client, the class, the rule and the backend of one request, and why.
     Explain(ExplainArgs),
+    /// What differs between the backends' versions (from their OpenAPI v3): fields only some know,
+    /// changed defaults, resources only some serve, and the pins that follow.
+    Skew(SkewArgs),
     #[cfg(feature = "demo")]
     /// Run simulated apiservers of two versions with skewgate in front, and print commands to try.
     Demo(DemoArgs),
@@ -67,6 +71,52 @@ fn goaway_chance(s: &str) -> Result<f64, String> {
         Ok(c) if (0.0..=0.02).contains(&c) => Ok(c),
         _ => Err(format!(
             "{s:?} is not a chance from 0 to 0.02 (at most one request in fifty, as kube-apiserver allows)"
+        )),
+    }
+}
+
+/// How skewgate connects to the apiservers (`serve`, `skew`).
+#[derive(clap::Args)]
+pub struct UpstreamArgs {
+    /// CA that verifies apiserver certificates.
+    #[arg(long)]
+    pub upstream_ca_file: Option<PathBuf>,
+    /// Front-proxy client certificate presented to apiservers.
+    #[arg(long)]
+    pub proxy_client_cert_file: Option<PathBuf>,
+    /// Front-proxy client key.
+    #[arg(long)]
+    pub proxy_client_key_file: Option<PathBuf>,
+    /// The user skewgate's own requests (health checks, discovery) name upstream, in the first
+    /// username header, on the front-proxy connection; it needs the system:public-info-viewer and
+    /// system:discovery roles, which every authenticated user has by default. Empty: none.
+    #[arg(long, default_value = "skewgate")]
+    pub proxy_user: String,
+}
+
+/// `skewgate skew`.
+#[derive(clap::Args)]
+pub struct SkewArgs {
+    /// Read the backends of this route file, connecting as `serve` would.
+    #[arg(long, conflicts_with = "openapi_dir")]
+    pub routes: Option<PathBuf>,
+    /// Or read saved OpenAPI v3 documents: VERSION=DIR, one directory of *.json group/version
+    /// documents per version (repeat the flag), for offline use and for versions no longer running.
+    #[arg(long = "openapi-dir", value_parser = version_dir)]
+    pub openapi_dir: Vec<(String, PathBuf)>,
+    /// How to connect (with --routes).
+    #[command(flatten)]
+    pub upstream: UpstreamArgs,
+    /// Output format.
+    #[arg(short = 'o', long, value_enum, default_value_t = Output::Text)]
+    pub output: Output,
+}
+
+fn version_dir(s: &str) -> Result<(String, PathBuf), String> {
+    match s.split_once('=') {
+        Some((v, d)) if !v.is_empty() && !d.is_empty() => Ok((v.to_owned(), PathBuf::from(d))),
+        _ => Err(format!(
+            "{s:?} is not VERSION=DIR (e.g. v1.29=./openapi-1.29)"
         )),
     }
 }
@@ -113,20 +163,9 @@ pub struct ServeArgs {
     /// CA that verifies client certificates.
     #[arg(long)]
     pub client_ca_file: Option<PathBuf>,
-    /// CA that verifies apiserver certificates.
-    #[arg(long)]
-    pub upstream_ca_file: Option<PathBuf>,
-    /// Front-proxy client certificate presented to apiservers.
-    #[arg(long)]
-    pub proxy_client_cert_file: Option<PathBuf>,
-    /// Front-proxy client key.
-    #[arg(long)]
-    pub proxy_client_key_file: Option<PathBuf>,
-    /// The user skewgate's own requests (health checks, discovery) name upstream, in the first
-    /// username header, on the front-proxy connection; it needs the system:public-info-viewer and
-    /// system:discovery roles, which every authenticated user has by default. Empty: none.
-    #[arg(long, default_value = "skewgate")]
-    pub proxy_user: String,
+    /// How skewgate connects to the apiservers.
+    #[command(flatten)]
+    pub upstream: UpstreamArgs,
     /// Requests in flight per client (its verified user, else its address), watches and other
     /// long-running requests not counted; past it, 429 with Retry-After. 0: no limit.
     #[arg(long, default_value_t = 100)]

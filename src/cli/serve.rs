@@ -2,6 +2,7 @@
 
 use std::io::IsTerminal;
 use std::process::ExitCode;
+use std::sync::Arc;
 
 use anyhow::{Result, bail};
 
@@ -10,7 +11,7 @@ use skewgate::identity::{IdentityHeaders, ServingTls, TlsFiles, UpstreamTls, Ups
 use skewgate::proxy::{ProxySettings, ServeOptions, Server};
 use skewgate::upstream::PoolSettings;
 
-use super::ServeArgs;
+use super::{ServeArgs, UpstreamArgs};
 
 /// Starts logging to stderr, filtered by `RUST_LOG` (default `info`).
 pub fn init_logging() {
@@ -48,18 +49,7 @@ pub fn run(args: ServeArgs) -> Result<ExitCode> {
             None
         }
     };
-    let client_cert = match (&args.proxy_client_cert_file, &args.proxy_client_key_file) {
-        (Some(c), Some(k)) => Some((c.clone(), k.clone())),
-        (None, None) => None,
-        _ => bail!("give both --proxy-client-cert-file and --proxy-client-key-file, or neither"),
-    };
-    let upstream_tls = match (&args.upstream_ca_file, &client_cert) {
-        (None, None) => None,
-        _ => Some(UpstreamTls::load(UpstreamTlsFiles {
-            ca: args.upstream_ca_file.clone(),
-            client_cert,
-        })?),
-    };
+    let upstream_tls = upstream_tls(&args.upstream)?;
     let identity_headers = IdentityHeaders::new(
         &args.requestheader_username_headers,
         &args.requestheader_group_headers,
@@ -67,7 +57,10 @@ pub fn run(args: ServeArgs) -> Result<ExitCode> {
         &args.requestheader_uid_headers,
     )
     .map_err(|e| anyhow::anyhow!("--requestheader-*: {e}"))?;
-    let own_user = match (args.proxy_user.as_str(), identity_headers.user.first()) {
+    let own_user = match (
+        args.upstream.proxy_user.as_str(),
+        identity_headers.user.first(),
+    ) {
         ("", _) | (_, None) => None,
         (user, Some(header)) => Some((
             header.clone(),
@@ -139,6 +132,22 @@ fn dry_run(opts: &ServeOptions) -> Result<ExitCode> {
         },
     );
     Ok(ExitCode::SUCCESS)
+}
+
+/// The upstream TLS of the flags: the apiservers' CA and the front-proxy client certificate.
+pub fn upstream_tls(args: &UpstreamArgs) -> Result<Option<Arc<UpstreamTls>>> {
+    let client_cert = match (&args.proxy_client_cert_file, &args.proxy_client_key_file) {
+        (Some(c), Some(k)) => Some((c.clone(), k.clone())),
+        (None, None) => None,
+        _ => bail!("give both --proxy-client-cert-file and --proxy-client-key-file, or neither"),
+    };
+    Ok(match (&args.upstream_ca_file, &client_cert) {
+        (None, None) => None,
+        _ => Some(UpstreamTls::load(UpstreamTlsFiles {
+            ca: args.upstream_ca_file.clone(),
+            client_cert,
+        })?),
+    })
 }
 
 /// Waits for SIGTERM or SIGINT.

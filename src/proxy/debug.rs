@@ -45,6 +45,17 @@ impl AdminSource for Proxy {
         }
     }
 
+    fn debug_skew(&self) -> Value {
+        let report = self.schemas.report();
+        let routing = self.routing();
+        let t = routing.table();
+        json!({
+            "report": report,
+            "text": report.to_string(),
+            "suggestedPins": report.suggested_pins(t.backend_name(t.writes.default)),
+        })
+    }
+
     fn debug_routes(&self) -> Value {
         let routing = self.routing();
         let t = routing.table();

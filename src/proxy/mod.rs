@@ -14,6 +14,7 @@ mod rebalance;
 mod request_body;
 mod resets;
 mod routing;
+mod schemas;
 mod server;
 mod service;
 mod status;
@@ -136,6 +137,8 @@ pub(crate) struct Proxy {
     pub goaway_chance: u32,
     /// Set when shutdown begins: readiness fails from then on.
     pub draining: std::sync::atomic::AtomicBool,
+    /// The backends' fields, from their OpenAPI v3.
+    pub schemas: Arc<schemas::Schemas>,
 }
 
 impl Proxy {
@@ -185,6 +188,7 @@ impl Proxy {
             offenders: offenders::Offenders::new(settings.hold_back_offenders),
             goaway_chance: rebalance::per_million(settings.goaway_chance),
             draining: std::sync::atomic::AtomicBool::new(false),
+            schemas: Arc::default(),
             settings,
         })
     }
@@ -250,7 +254,9 @@ impl Proxy {
             },
             move || {
                 if let Some(p) = me_too.upgrade() {
-                    p.routing().refresh_discovery(p.settings.clock.now());
+                    let routing = p.routing();
+                    routing.refresh_discovery(p.settings.clock.now());
+                    p.schemas.refresh(routing.backends.clone());
                 }
             },
             self.settings.health_interval,

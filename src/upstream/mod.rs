@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex, Weak};
 pub(crate) use dial::{DialError, Dialed};
 pub(crate) use discovery::Served;
 pub(crate) use health::spawn_health_checks;
-pub(crate) use own::request as own_request;
+pub(crate) use own::{get as own_get, request as own_request};
 pub use pool::PoolSettings;
 pub(crate) use pool::{Credential, EndpointPool, EndpointState};
 pub(crate) use send::{UpstreamBody, send};

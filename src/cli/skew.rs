@@ -1,0 +1,84 @@
+//! `skewgate skew`: what differs between the versions, from the backends of a route file (read as
+//! `serve` connects to them) or from saved OpenAPI v3 documents.
+
+use std::process::ExitCode;
+
+use anyhow::{Result, anyhow, bail};
+use skewgate::skew::{Report, VersionFields, compare, fetch, from_dir};
+use skewgate::upstream::PoolSettings;
+
+use super::serve::{runtime, upstream_tls};
+use super::{Output, SkewArgs};
+
+/// Runs `skew`.
+pub fn run(args: &SkewArgs) -> Result<ExitCode> {
+    let (versions, writes_to) = match &args.routes {
+        Some(routes) => live(args, routes)?,
+        None => offline(args)?,
+    };
+    if versions.len() < 2 {
+        bail!(
+            "skew compares two or more versions: give a route file with two backends, or --openapi-dir twice"
+        );
+    }
+    let report = compare(&versions);
+    print(&report, &writes_to, args.output);
+    Ok(ExitCode::SUCCESS)
+}
+
+type Versions = Vec<(String, VersionFields)>;
+
+/// The backends of the route file, each read from its first endpoint that answers; the pins go to
+/// `writes.default`.
+fn live(args: &SkewArgs, routes: &std::path::Path) -> Result<(Versions, String)> {
+    let table = skewgate::config::load_path(routes).map_err(|e| anyhow!("{e}"))?;
+    let writes_to = table.backend_name(table.writes.default).to_owned();
+    let pool = PoolSettings {
+        tls: upstream_tls(&args.upstream)?,
+        own_user: match args.upstream.proxy_user.as_str() {
+            "" => None,
+            user => Some((
+                http::HeaderName::from_static("x-remote-user"),
+                http::HeaderValue::from_str(user)
+                    .map_err(|e| anyhow!("--proxy-user {user:?}: {e}"))?,
+            )),
+        },
+        ..PoolSettings::default()
+    };
+    let fetched = runtime()?.block_on(fetch(&table, pool));
+    let mut versions = Vec::new();
+    for (backend, result) in fetched {
+        let fields = result.map_err(|e| anyhow!("backend {backend}: {e}"))?;
+        versions.push((backend, fields));
+    }
+    Ok((versions, writes_to))
+}
+
+/// The saved documents of `--openapi-dir`; the pins go to the first version given.
+fn offline(args: &SkewArgs) -> Result<(Versions, String)> {
+    let mut versions = Vec::new();
+    for (version, dir) in &args.openapi_dir {
+        versions.push((version.clone(), from_dir(dir).map_err(|e| anyhow!(e))?));
+    }
+    let first = versions.first().map(|(v, _)| v.clone()).unwrap_or_default();
+    Ok((versions, first))
+}
+
+fn print(report: &Report, writes_to: &str, output: Output) {
+    match output {
+        Output::Text => {
+            println!("{report}");
+            print!("{}", report.suggested_pins(writes_to));
+        }
+        Output::Json => {
+            let value = serde_json::json!({
+                "report": report,
+                "suggestedPins": report.suggested_pins(writes_to),
+            });
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&value).unwrap_or_default()
+            );
+        }
+    }
+}
