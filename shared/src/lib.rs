@@ -5,4 +5,4 @@ pub mod accept;
 pub mod status;
 
 pub use accept::next_connection;
-pub use status::Status;
+pub use status::{Cause, Status};

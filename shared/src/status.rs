@@ -22,10 +22,24 @@ pub struct Status<'a> {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 struct Metadata {}
 
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 struct Details {
-    retry_after_seconds: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    retry_after_seconds: Option<u32>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    causes: Vec<Cause>,
+}
+
+/// One reason of a failure, as `details.causes` lists them (kubectl prints each).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Cause {
+    /// A machine-readable reason, such as `FieldValueForbidden`.
+    pub reason: String,
+    /// For a person.
+    pub message: String,
+    /// The field, as a path (`spec.template.spec.sidecarPolicy`).
+    pub field: String,
 }
 
 impl<'a> Status<'a> {
@@ -47,9 +61,15 @@ impl<'a> Status<'a> {
     /// The same, saying that the client may retry after `seconds` (as the `Retry-After` header sent
     /// with it does), so that clients reading only the body know too.
     pub fn retry_after(mut self, seconds: u32) -> Status<'a> {
-        self.details = Some(Details {
-            retry_after_seconds: seconds,
-        });
+        self.details
+            .get_or_insert_with(Details::default)
+            .retry_after_seconds = Some(seconds);
+        self
+    }
+
+    /// The same, with a cause per field.
+    pub fn causes(mut self, causes: Vec<Cause>) -> Status<'a> {
+        self.details.get_or_insert_with(Details::default).causes = causes;
         self
     }
 

@@ -13,7 +13,10 @@ use std::path::{Path, PathBuf};
 pub(crate) use error::{ConfigError, ConfigErrors};
 pub(crate) use reload::{Fingerprint, Watch, fingerprint, spawn_watcher};
 pub(crate) use selector::{NamePattern, Part, Selector, VerbSet};
-pub(crate) use table::{Abort, BackendId, Endpoint, Pin, PinReads, Schedule, Selectors, StickyBy};
+pub(crate) use table::{
+    Abort, BackendId, Endpoint, Guard, GuardAction, Pin, PinReads, Schedule, Selectors, StickyBy,
+    UnknownVersion,
+};
 pub use table::{Percent, RouteTable};
 
 /// Parses and validates the text of one route file; `file` names it in errors.

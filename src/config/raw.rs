@@ -20,6 +20,21 @@ pub(super) struct FileRouteTable {
     pub backends: Spanned<Vec<FileBackend>>,
     pub writes: Spanned<FileWrites>,
     pub reads: Spanned<FileReads>,
+    #[serde(default)]
+    pub guards: Vec<Spanned<FileGuard>>,
+}
+
+/// An update guard as written.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub(super) struct FileGuard {
+    pub name: Text,
+    #[serde(default, rename = "match")]
+    pub match_: Option<FileMatch>,
+    #[serde(default)]
+    pub action: Option<Text>,
+    #[serde(default)]
+    pub unknown_version: Option<Text>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -41,6 +41,53 @@ pub struct RouteTable {
     pub writes: Writes,
     /// How reads are rolled out.
     pub reads: Reads,
+    /// Update guards, in file order: the first that matches an update decides.
+    pub guards: Vec<Guard>,
+}
+
+/// An update guard: full-object updates it matches, from clients older than the backend serving
+/// them, are checked for fields the client cannot know that the stored object has.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Guard {
+    /// Its name, in metrics and errors.
+    pub name: String,
+    /// Which updates (resources, namespaces, users, groups, clients).
+    pub selectors: Selectors,
+    /// What it does with an update that would drop such fields.
+    pub action: GuardAction,
+    /// What it does with a client whose User-Agent carries no usable version.
+    pub unknown_version: UnknownVersion,
+}
+
+/// What a guard does with an update that would drop fields.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GuardAction {
+    /// 422 with a cause per field; nothing is sent.
+    Reject,
+    /// Sent unchanged; the answer carries a `Warning` naming the fields.
+    Warn,
+    /// The stored values are put back into the body before it is sent; a `Warning` says so.
+    Preserve,
+}
+
+impl GuardAction {
+    /// `reject`, `warn` or `preserve`, as in the route file and metrics.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            GuardAction::Reject => "reject",
+            GuardAction::Warn => "warn",
+            GuardAction::Preserve => "preserve",
+        }
+    }
+}
+
+/// What a guard does with a client whose version is unknown.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum UnknownVersion {
+    /// Treated as older than every backend (the default).
+    Guard,
+    /// Let through unguarded.
+    Pass,
 }
 
 impl RouteTable {

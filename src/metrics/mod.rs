@@ -47,6 +47,9 @@ pub(crate) struct Metrics {
     /// `skewgate_endpoint_reconciles_total{result}`: rounds of keeping the `kubernetes` Service's
     /// endpoints (success, failure).
     pub endpoint_reconciles: IntCounterVec,
+    /// `skewgate_guarded_updates_total{guard,action,resource}`: updates a guard found would drop
+    /// fields, by what it did.
+    pub guarded_updates: IntCounterVec,
     /// `skewgate_fallbacks_total{from,to}`.
     pub fallbacks: IntCounterVec,
     /// `skewgate_pin_moves_total{pin}`.
@@ -140,6 +143,11 @@ impl Metrics {
                 "skewgate_client_goaways_total",
                 "Client HTTP/2 connections sent GOAWAY after a response so that clients reconnect and spread over the replicas (reason rebalance).",
                 &["reason"],
+            ),
+            guarded_updates: counter(
+                "skewgate_guarded_updates_total",
+                "Full-object updates from clients older than their backend that would have dropped fields the stored object has, by guard, action (reject, warn, preserve) and resource.",
+                &["guard", "action", "resource"],
             ),
             endpoint_reconciles: counter(
                 "skewgate_endpoint_reconciles_total",

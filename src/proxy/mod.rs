@@ -7,6 +7,7 @@ mod debug;
 mod detect;
 mod discovery;
 mod forwarding;
+mod guard;
 mod limits;
 mod listener;
 mod offenders;

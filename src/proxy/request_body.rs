@@ -25,6 +25,15 @@ impl ClientFault {
     }
 }
 
+/// Why a body could not be read whole.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum WholeBody {
+    /// Longer than the limit.
+    TooLarge,
+    /// The client's body failed (malformed, reset, gone).
+    Failed,
+}
+
 /// A client's request body, forwarded.
 pub(super) struct ClientBody {
     inner: Incoming,
@@ -90,6 +99,44 @@ impl ClientBody {
             }
         })
         .await
+    }
+
+    /// Reads the whole body, at most `limit` bytes (a guarded update is checked whole). Its
+    /// trailers are kept, to be sent after it.
+    pub(super) async fn read_whole(&mut self, limit: usize) -> Result<Bytes, WholeBody> {
+        let mut data = bytes::BytesMut::new();
+        let mut trailers = VecDeque::new();
+        let mut take = |frame: Frame<Bytes>, data: &mut bytes::BytesMut| match frame.into_data() {
+            Ok(d) => {
+                data.extend_from_slice(&d);
+                (data.len() <= limit)
+                    .then_some(())
+                    .ok_or(WholeBody::TooLarge)
+            }
+            Err(frame) => {
+                trailers.push_back(frame);
+                Ok(())
+            }
+        };
+        let held: Vec<Frame<Bytes>> = self
+            .first
+            .take()
+            .into_iter()
+            .chain(self.more.drain(..))
+            .collect();
+        for frame in held {
+            take(frame, &mut data)?;
+        }
+        while let Some(frame) = std::future::poll_fn(|cx| self.poll_cleaned(cx)).await {
+            take(frame.map_err(|_| WholeBody::Failed)?, &mut data)?;
+        }
+        self.more = trailers;
+        Ok(data.freeze())
+    }
+
+    /// Sends `bytes` as the body (after `read_whole`), then the trailers it kept.
+    pub(super) fn replace(&mut self, bytes: Bytes) {
+        self.first = (!bytes.is_empty()).then(|| Frame::data(bytes));
     }
 
     /// The next frame from the client, trailers cleaned of identity headers, a failure remembered.

@@ -53,6 +53,25 @@ impl Schemas {
         caches.entry(backend.to_owned()).or_default().clone()
     }
 
+    /// The kind of the resource `info` names, as backend `backend` describes it.
+    pub(crate) fn kind_fields(
+        &self,
+        backend: &str,
+        info: &crate::classify::RequestInfo<'_>,
+    ) -> Option<crate::skew::KindFields> {
+        let all = self.fields.load();
+        let (_, fields) = all.iter().find(|(n, _)| n == backend)?;
+        fields
+            .kinds
+            .iter()
+            .find(|(gvk, k)| {
+                gvk.group == info.api_group
+                    && gvk.version == info.api_version
+                    && k.resource == info.resource
+            })
+            .map(|(_, k)| k.clone())
+    }
+
     /// What differs between the backends read so far.
     pub(crate) fn report(&self) -> Report {
         let versions: Vec<(String, VersionFields)> = self

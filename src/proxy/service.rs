@@ -15,6 +15,7 @@ use super::admission::{admit_client, admit_write};
 use super::body::ProxyBody;
 use super::discovery::{DiscoveryPath, discovery_path};
 use super::forwarding::{credential_of, prepare_headers, strip_hop_by_hop, upstream_uri};
+use super::guard;
 use super::limits::ClientKey;
 use super::listener::note_client_fault;
 use super::rebalance::Goaway;
@@ -22,7 +23,7 @@ use super::request_body::{ClientBody, ClientFault};
 use super::routing::{RequestTracker, Routing};
 use super::status::ProxyError;
 use super::upgrade;
-use crate::classify::{Client, Verb, classify};
+use crate::classify::{Client, ClientVersion, Verb, classify};
 use crate::config::BackendId;
 use crate::identity::{ForwardedIdentity, Identity, VerifiedClient, forward_made};
 use crate::steer::{Class, Decision, SteerRequest, WriteTicket, object_key};
@@ -81,6 +82,10 @@ struct Decided {
     merge: Option<Merge>,
     /// Exec, attach and port-forward: the protocol they switch to.
     upgrade: Option<HeaderValue>,
+    /// The update guard that applies (`guards[i]`), for a full-object update.
+    guard: Option<usize>,
+    /// The client's version, from its User-Agent.
+    client: Option<ClientVersion>,
 }
 
 /// Classifies the request and steers it to a backend.
@@ -105,6 +110,8 @@ fn decide(
     let mut decision = routing
         .steering
         .decide(&req, proxy.settings.clock.now(), routing);
+    let guard = routing.steering.guard(&req);
+    let client = req.client.version;
     let object = (decision.class == Class::Write).then(|| object_key(&info));
     let merge = (!info.is_resource && parts.method == Method::GET)
         .then(|| discovery_path(parts.uri.path()))
@@ -133,6 +140,8 @@ fn decide(
         object,
         merge,
         upgrade: parts.headers.get(header::UPGRADE).cloned(),
+        guard,
+        client,
     }
 }
 
@@ -165,14 +174,53 @@ async fn forward(
         return forward_upgrade(proxy, backend, endpoint, upgrade, parts, body, tracker).await;
     }
     parts.uri = upstream_uri(&parts.uri, endpoint).map_err(|e| upstream(backend, e, safe))?;
-    let head = Request::from_parts(parts, ());
+    let mut head = Request::from_parts(parts, ());
     let (mut body, client_fault) = ClientBody::new(body, names.clone());
     body.check_arrived()
         .await
         .map_err(|_| ProxyError::ClientBody)?;
+    let warning = match request.guard {
+        Some(g) => {
+            guarded(
+                proxy, routing, request, g, &mut head, &mut body, endpoint, credential,
+            )
+            .await?
+        }
+        None => None,
+    };
     let sent = send_with_deadline(proxy, routing, request, endpoint, credential, head, body).await;
     let resp = judge(routing, request, backend, sent, &client_fault)?;
-    Ok(relay(routing, request, merged_answer, resp, tracker))
+    let mut resp = relay(routing, request, merged_answer, resp, tracker);
+    if let Some(w) = warning {
+        resp.headers_mut().append(header::WARNING, w);
+    }
+    Ok(resp)
+}
+
+/// The update guard's check of a guarded update (`guard`): the `Warning` to answer with, if any.
+#[allow(clippy::too_many_arguments)]
+async fn guarded(
+    proxy: &Proxy,
+    routing: &Routing,
+    request: &Decided,
+    g: usize,
+    head: &mut Request<()>,
+    body: &mut ClientBody,
+    endpoint: &Arc<EndpointPool>,
+    credential: Credential,
+) -> Result<Option<HeaderValue>, ProxyError> {
+    let (path, query) = (
+        head.uri().path().to_owned(),
+        head.uri().query().map(str::to_owned),
+    );
+    let info = classify("PUT", &path, query.as_deref());
+    let update = guard::Update {
+        guard: g,
+        info: &info,
+        client: request.client,
+        backend: request.decision.backend,
+    };
+    guard::check(proxy, routing, update, head, body, endpoint, credential).await
 }
 
 /// Admission, in order: the client's place among its requests in flight, an endpoint of the

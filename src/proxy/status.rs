@@ -2,7 +2,7 @@
 
 use bytes::Bytes;
 use http::{HeaderValue, Response, StatusCode, header};
-use skewgate_shared::Status;
+use skewgate_shared::{Cause, Status};
 
 use super::body::ProxyBody;
 use crate::upstream::UpstreamError;
@@ -50,13 +50,36 @@ pub(super) enum ProxyError {
     ClientBody,
     /// An upgrade request (exec, attach, port-forward) with a body, which a tunnel cannot carry.
     UpgradeWithBody,
+    /// A guarded update's body is larger than kube-apiserver accepts.
+    BodyTooLarge {
+        /// The limit, in bytes.
+        limit: usize,
+    },
+    /// A guard found that the update would drop fields the client's version does not know.
+    GuardRejected {
+        /// The guard.
+        guard: String,
+        /// The client's version, as said to a person.
+        client: String,
+        /// The fields, and why each would be lost.
+        fields: Vec<(String, crate::skew::LossReason)>,
+    },
+    /// A guard (reject or preserve) could not check the update: it fails closed.
+    GuardCannotCheck {
+        /// The guard.
+        guard: String,
+        /// Why.
+        why: String,
+    },
 }
 
 impl ProxyError {
     /// Whether the client caused it (and nothing failed on the apiserver's side).
     pub(super) fn is_client_fault(&self) -> bool {
         match self {
-            ProxyError::ClientBody | ProxyError::UpgradeWithBody => true,
+            ProxyError::ClientBody
+            | ProxyError::UpgradeWithBody
+            | ProxyError::BodyTooLarge { .. } => true,
             ProxyError::Upstream { error, .. } => error.is_client_error(),
             _ => false,
         }
@@ -117,6 +140,27 @@ impl ProxyError {
                     .to_owned(),
                 false,
             ),
+            ProxyError::BodyTooLarge { limit } => (
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "RequestEntityTooLarge",
+                format!("skewgate: the request body is larger than {limit} bytes, the most the apiserver accepts"),
+                false,
+            ),
+            ProxyError::GuardRejected { guard, client, fields } => (
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "Invalid",
+                format!(
+                    "skewgate guard {guard:?}: this update from a {client} client would drop {} that the stored object has; update with a client as new as the apiserver, or patch",
+                    fields.iter().map(|(p, _)| p.as_str()).collect::<Vec<_>>().join(", ")
+                ),
+                false,
+            ),
+            ProxyError::GuardCannotCheck { guard, why } => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "ServiceUnavailable",
+                format!("skewgate guard {guard:?} cannot check this update ({why}); nothing was sent"),
+                true,
+            ),
             ProxyError::NoEndpoint { backend, why } => (
                 StatusCode::SERVICE_UNAVAILABLE,
                 "ServiceUnavailable",
@@ -134,7 +178,18 @@ impl ProxyError {
     /// The response a client sees.
     pub(super) fn into_response(self) -> Response<ProxyBody> {
         let (code, reason, message, retry) = self.parts();
-        status_response(code, reason, &message, retry)
+        let causes = match &self {
+            ProxyError::GuardRejected { client, fields, .. } => fields
+                .iter()
+                .map(|(path, why)| Cause {
+                    reason: "FieldValueForbidden".to_owned(),
+                    message: super::guard::describe(*why, client),
+                    field: path.clone(),
+                })
+                .collect(),
+            _ => Vec::new(),
+        };
+        status_response(code, reason, &message, retry, causes)
     }
 }
 
@@ -190,8 +245,9 @@ pub(super) fn status_response(
     reason: &str,
     message: &str,
     retry: bool,
+    causes: Vec<Cause>,
 ) -> Response<ProxyBody> {
-    let status = Status::failure(code.as_u16(), reason, message);
+    let status = Status::failure(code.as_u16(), reason, message).causes(causes);
     // As kube-apiserver does with Retry-After, so that clients reading only the body know too.
     let status = if retry { status.retry_after(1) } else { status };
     let bytes = status.to_json();

@@ -5,11 +5,13 @@
 
 mod fields;
 mod live;
+mod loss;
 mod report;
 
 pub use fields::{Gvk, KindFields, VersionFields};
 pub(crate) use live::{DocumentCache, version_fields};
 pub use live::{fetch, from_dir};
+pub use loss::{Loss, LossReason, losses, restore};
 pub use report::{DefaultChange, FieldSkew, KindSkew, Report, ServedBySome};
 
 use std::collections::{BTreeMap, BTreeSet};

@@ -264,6 +264,18 @@ impl Steering {
 }
 
 impl Steering {
+    /// The first guard that matches an update (`guards[i]`), if any. Only full-object updates are
+    /// guarded: patches and applies send only what they change.
+    pub fn guard(&self, req: &SteerRequest<'_>) -> Option<usize> {
+        let guards = &self.table.guards;
+        if guards.is_empty() || req.verb() != crate::classify::Verb::Update {
+            return None;
+        }
+        guards
+            .iter()
+            .position(|g| selectors_match(&g.selectors, req))
+    }
+
     /// Where pin `i` stands at `now`: settled, before its `flipAt`, or in its fence.
     pub fn pin_move(&self, i: usize, now: SystemTime, live: &impl LiveState) -> PinMove {
         let pin = &self.table.writes.pins[i];

@@ -3,6 +3,7 @@
 //! This file validates the structure (backends, writes, pins, rollouts); `values` checks scalar
 //! values (percents, durations, times, schedules) and `selectors` the selector lists.
 
+mod guards;
 mod selectors;
 mod values;
 
@@ -82,6 +83,7 @@ impl Validator<'_> {
         let pins = self.pins(w.pins);
         let read_default = self.backend_ref(&raw.reads.value.default, "reads.default");
         let rollouts = self.rollouts(raw.reads.value.rollouts);
+        let guards = self.guards(raw.guards);
         RouteTable {
             source: self.file.to_owned(),
             name: raw.metadata.and_then(|m| m.name).map(|n| n.value),
@@ -96,6 +98,7 @@ impl Validator<'_> {
                 default: read_default,
                 rollouts,
             },
+            guards,
         }
     }
 

@@ -1,0 +1,237 @@
+//! The update guard: a full-object update (PUT) that a guard matches, from a client older than the
+//! backend serving it, is read whole and compared with the object as stored (read from the same
+//! backend with the client's own credentials). The fields the stored object has, the body lacks and
+//! the client's version cannot know (and the omitted fields whose default changed) would be lost:
+//! the guard rejects the update, warns, or puts the stored values back.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::header::{self, HeaderValue};
+use http::{Method, Request, StatusCode};
+use http_body_util::{BodyExt, Empty};
+
+use super::Proxy;
+use super::request_body::{ClientBody, WholeBody};
+use super::routing::Routing;
+use super::status::ProxyError;
+use crate::classify::{ClientVersion, RequestInfo};
+use crate::config::{BackendId, Guard, GuardAction, UnknownVersion};
+use crate::skew::{Loss, LossReason, losses, restore};
+use crate::upstream::{Credential, EndpointPool, send};
+
+/// kube-apiserver's limit on a request body (3 MiB): larger updates are refused.
+pub(super) const MAX_BODY: usize = 3 << 20;
+
+/// The update to guard.
+pub(super) struct Update<'a> {
+    pub(super) guard: usize,
+    pub(super) info: &'a RequestInfo<'a>,
+    pub(super) client: Option<ClientVersion>,
+    pub(super) backend: BackendId,
+}
+
+/// Checks a guarded update before it is sent: `Ok(Some(warning))` to send it with a `Warning`,
+/// `Ok(None)` to send it as it is, `Err` to answer instead. `head` is the update's head as it will
+/// be sent (its identity headers and credentials are those of the stored object's read).
+pub(super) async fn check(
+    proxy: &Proxy,
+    routing: &Routing,
+    update: Update<'_>,
+    head: &mut Request<()>,
+    body: &mut ClientBody,
+    endpoint: &Arc<EndpointPool>,
+    credential: Credential,
+) -> Result<Option<HeaderValue>, ProxyError> {
+    let table = routing.table();
+    let guard = &table.guards[update.guard];
+    let Some(client_level) = client_level(routing, &update, guard) else {
+        return Ok(None);
+    };
+    let whole = body.read_whole(MAX_BODY).await.map_err(|e| match e {
+        WholeBody::TooLarge => ProxyError::BodyTooLarge { limit: MAX_BODY },
+        WholeBody::Failed => ProxyError::ClientBody,
+    })?;
+    body.replace(whole.clone());
+    let fail = |why: String| fail(guard, why);
+    let (serving, client) = {
+        let serving_name = table.backend_name(update.backend);
+        let client_name = table.backend_name(client_level);
+        let find = |b: &str| proxy.schemas.kind_fields(b, update.info);
+        match (find(serving_name), find(client_name)) {
+            (Some(s), Some(c)) => (s, c),
+            _ => return fail("the versions' schemas are not known yet".to_owned()),
+        }
+    };
+    let Ok(sent) = serde_json::from_slice::<serde_json::Value>(&whole) else {
+        // Not JSON (protobuf, YAML): nothing to compare with; the apiserver decides.
+        return Ok(None);
+    };
+    let stored = match read_stored(endpoint, credential, head).await {
+        Ok(Some(stored)) => stored,
+        // Nothing stored: nothing to lose.
+        Ok(None) => return Ok(None),
+        Err(why) => return fail(why),
+    };
+    let lost = losses(&serving, &client, &stored, &sent);
+    if lost.is_empty() {
+        return Ok(None);
+    }
+    decide(proxy, guard, &update, lost, sent, &stored, head, body)
+}
+
+/// The backend that stands for the client's version: the newest with a version at or below it,
+/// else the oldest (a client older than every backend is judged by the oldest schema known).
+/// `None` when the update is not guarded: the client is as new as the serving backend, or of
+/// unknown version under `unknownVersion: pass`, or the serving backend names no version.
+fn client_level(routing: &Routing, update: &Update<'_>, guard: &Guard) -> Option<BackendId> {
+    let table = routing.table();
+    let serving = table.backends[update.backend.index()].version?;
+    let client = match update.client {
+        Some(v) => (v.major, v.minor),
+        None if guard.unknown_version == UnknownVersion::Pass => return None,
+        None => (0, 0),
+    };
+    if client >= serving {
+        return None;
+    }
+    let versioned: Vec<((u32, u32), BackendId)> = BackendId::all(table.backends.len())
+        .filter_map(|b| Some((table.backends[b.index()].version?, b)))
+        .collect();
+    let at_or_below = versioned
+        .iter()
+        .copied()
+        .filter(|(v, _)| *v <= client)
+        .max_by_key(|(v, _)| *v);
+    at_or_below
+        .or_else(|| versioned.iter().copied().min_by_key(|(v, _)| *v))
+        .map(|(_, b)| b)
+}
+
+/// A guard that cannot check: `reject` and `preserve` fail closed (503), `warn` lets it pass.
+fn fail(guard: &Guard, why: String) -> Result<Option<HeaderValue>, ProxyError> {
+    match guard.action {
+        GuardAction::Warn => {
+            tracing::warn!(guard = %guard.name, %why, "cannot check a guarded update; sending it (warn fails open)");
+            Ok(None)
+        }
+        GuardAction::Reject | GuardAction::Preserve => Err(ProxyError::GuardCannotCheck {
+            guard: guard.name.clone(),
+            why,
+        }),
+    }
+}
+
+/// The object as stored, read with the update's own credentials; `None` when there is none.
+async fn read_stored(
+    endpoint: &Arc<EndpointPool>,
+    credential: Credential,
+    update: &Request<()>,
+) -> Result<Option<serde_json::Value>, String> {
+    let mut get = Request::builder()
+        .method(Method::GET)
+        .uri(update.uri().clone())
+        .body(())
+        .map_err(|e| e.to_string())?;
+    for (name, value) in update.headers() {
+        let body_header = matches!(
+            *name,
+            header::CONTENT_TYPE
+                | header::CONTENT_LENGTH
+                | header::TRANSFER_ENCODING
+                | header::EXPECT
+        );
+        if !body_header {
+            get.headers_mut().append(name.clone(), value.clone());
+        }
+    }
+    get.headers_mut()
+        .insert(header::ACCEPT, HeaderValue::from_static("application/json"));
+    let resp = send(endpoint, credential, get, Empty::<Bytes>::new())
+        .await
+        .map_err(|e| format!("reading the stored object: {e}"))?;
+    let code = resp.status();
+    let body = resp
+        .into_body()
+        .collect()
+        .await
+        .map_err(|e| format!("reading the stored object: {e}"))?
+        .to_bytes();
+    match code {
+        StatusCode::NOT_FOUND => Ok(None),
+        c if c.is_success() => serde_json::from_slice(&body)
+            .map(Some)
+            .map_err(|e| format!("the stored object is not JSON: {e}")),
+        c => Err(format!("reading the stored object answered {c}")),
+    }
+}
+
+/// Applies the guard's action to an update that would lose `lost`.
+#[allow(clippy::too_many_arguments)]
+fn decide(
+    proxy: &Proxy,
+    guard: &Guard,
+    update: &Update<'_>,
+    lost: Vec<Loss>,
+    mut sent: serde_json::Value,
+    stored: &serde_json::Value,
+    head: &mut Request<()>,
+    body: &mut ClientBody,
+) -> Result<Option<HeaderValue>, ProxyError> {
+    let client = update.client.map_or("an unknown version".to_owned(), |v| {
+        format!("v{}.{}", v.major, v.minor)
+    });
+    let resource = update.info.resource.to_string();
+    proxy
+        .metrics
+        .guarded_updates
+        .with_label_values(&[
+            guard.name.as_str(),
+            guard.action.as_str(),
+            resource.as_str(),
+        ])
+        .inc();
+    let paths: Vec<String> = lost.iter().map(|l| l.path.clone()).collect();
+    tracing::info!(guard = %guard.name, action = guard.action.as_str(), %resource, name = %update.info.name, %client, fields = ?paths, "guarded update");
+    match guard.action {
+        GuardAction::Reject => Err(ProxyError::GuardRejected {
+            guard: guard.name.clone(),
+            client,
+            fields: lost.iter().map(|l| (l.path.clone(), l.why)).collect(),
+        }),
+        GuardAction::Warn => Ok(warning(&format!(
+            "skewgate guard {:?}: this update from a {client} client drops {} that the stored object has",
+            guard.name,
+            paths.join(", ")
+        ))),
+        GuardAction::Preserve => {
+            restore(&mut sent, stored, &lost);
+            let bytes = serde_json::to_vec(&sent).map_err(|_| ProxyError::ClientBody)?;
+            head.headers_mut().remove(header::CONTENT_LENGTH);
+            body.replace(Bytes::from(bytes));
+            Ok(warning(&format!(
+                "skewgate guard {:?}: kept {} of the stored object, which this {client} client does not know",
+                guard.name,
+                paths.join(", ")
+            )))
+        }
+    }
+}
+
+/// A `Warning: 299 - "..."` value (what kubectl prints).
+fn warning(text: &str) -> Option<HeaderValue> {
+    let text = text.replace(['"', '\\'], "'");
+    HeaderValue::from_str(&format!("299 - \"{text}\"")).ok()
+}
+
+/// What a person reads for one lost field.
+pub(super) fn describe(why: LossReason, client: &str) -> String {
+    match why {
+        LossReason::Unknown => format!(
+            "a {client} client does not know this field; the update would drop the stored value"
+        ),
+        LossReason::DefaultChanged => format!(
+            "the default of this field changed after {client}; the update would replace the stored value with the new default"
+        ),
+    }
+}

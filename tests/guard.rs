@@ -1,0 +1,222 @@
+//! The update guard end to end: a full-object update from a client older than the apiserver that
+//! serves it, which would drop a field the stored object has and the client's version does not
+//! know (the simulator's `policy` of configmaps, known from 1.30), is rejected, warned about or
+//! repaired, as the guard says; a current client passes untouched.
+
+mod common;
+
+use std::sync::atomic::Ordering;
+
+use common::*;
+use serde_json::{Value, json};
+
+const OLD_KUBECTL: &str = "kubectl/v1.29.4 (linux/amd64) kubernetes/abc1234";
+const NEW_KUBECTL: &str = "kubectl/v1.30.1 (linux/amd64) kubernetes/abc1234";
+
+fn table(sims: &Sims, action: &str, unknown: &str) -> String {
+    routes(
+        sims,
+        &format!(
+            "writes:\n  default: new\nreads:\n  default: new\nguards:\n  - name: old-clients\n    match: {{resources: [configmaps]}}\n    action: {action}\n    unknownVersion: {unknown}\n"
+        ),
+    )
+}
+
+/// A gate whose guard acts by `action`, once it knows both versions' schemas, and a configmap
+/// stored with the 1.30 field `policy`.
+async fn guarded(sims: &Sims, action: &str, unknown: &str) -> Gate {
+    let gate = gate(&table(sims, action, unknown)).await;
+    let admin = gate.admin();
+    let known = eventually(10, || async {
+        let v: Value = reqwest::get(format!("{admin}/debug/skew"))
+            .await
+            .expect("debug/skew")
+            .json()
+            .await
+            .unwrap_or_default();
+        v["report"]["kinds"]
+            .as_array()
+            .is_some_and(|k| !k.is_empty())
+    })
+    .await;
+    assert!(known, "the schemas are read");
+    let r = h1()
+        .post(format!(
+            "{}/api/v1/namespaces/default/configmaps",
+            gate.url()
+        ))
+        .header("user-agent", NEW_KUBECTL)
+        .json(&json!({"metadata": {"name": "cm"}, "data": {"a": "1"}, "policy": "keep"}))
+        .send()
+        .await
+        .expect("create");
+    assert_eq!(r.status(), 201);
+    gate
+}
+
+async fn put(gate: &Gate, name: &str, user_agent: &str, body: &Value) -> reqwest::Response {
+    h1().put(format!(
+        "{}/api/v1/namespaces/default/configmaps/{name}",
+        gate.url()
+    ))
+    .header("user-agent", user_agent)
+    .json(body)
+    .send()
+    .await
+    .expect("put")
+}
+
+fn updates(sims: &Sims) -> usize {
+    sims.store
+        .writes()
+        .iter()
+        .filter(|w| w.verb == "update")
+        .count()
+}
+
+async fn stored(sims: &Sims) -> Value {
+    reqwest::get(format!(
+        "{}/api/v1/namespaces/default/configmaps/cm",
+        sims.new.url()
+    ))
+    .await
+    .expect("get")
+    .json()
+    .await
+    .expect("json")
+}
+
+/// What an old client sends: the object as it read it, without the field it does not know.
+fn old_body() -> Value {
+    json!({"metadata": {"name": "cm"}, "data": {"a": "2"}})
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reject_answers_422_naming_the_field_and_sends_nothing() {
+    let sims = sims().await;
+    let gate = guarded(&sims, "reject", "guard").await;
+    let before = updates(&sims);
+    let r = put(&gate, "cm", OLD_KUBECTL, &old_body()).await;
+    assert_eq!(r.status(), 422);
+    let status: Value = r.json().await.expect("Status");
+    assert_eq!(status["reason"], "Invalid");
+    assert_eq!(status["details"]["causes"][0]["field"], "policy");
+    assert!(
+        status["details"]["causes"][0]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("v1.29")),
+        "{status}"
+    );
+    assert_eq!(updates(&sims), before, "nothing reached the apiserver");
+    assert_eq!(stored(&sims).await["policy"], "keep");
+    // A client as new as the apiserver is not guarded: it means to drop the field.
+    let r = put(&gate, "cm", NEW_KUBECTL, &old_body()).await;
+    assert_eq!(r.status(), 200);
+    assert!(r.headers().get("warning").is_none());
+    assert!(stored(&sims).await.get("policy").is_none());
+    let m = gate.metrics().await;
+    assert_eq!(
+        metric(
+            &m,
+            "skewgate_guarded_updates_total{action=\"reject\",guard=\"old-clients\",resource=\"configmaps\"}"
+        ),
+        1.0,
+        "{m}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn warn_forwards_and_says_which_fields_were_dropped() {
+    let sims = sims().await;
+    let gate = guarded(&sims, "warn", "guard").await;
+    let r = put(&gate, "cm", OLD_KUBECTL, &old_body()).await;
+    assert_eq!(r.status(), 200);
+    let warning = r
+        .headers()
+        .get("warning")
+        .and_then(|w| w.to_str().ok())
+        .unwrap_or_default()
+        .to_owned();
+    assert!(
+        warning.starts_with("299 - \"") && warning.contains("policy"),
+        "{warning}"
+    );
+    assert!(
+        stored(&sims).await.get("policy").is_none(),
+        "sent unchanged"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn preserve_keeps_the_stored_value_of_the_field() {
+    let sims = sims().await;
+    let gate = guarded(&sims, "preserve", "guard").await;
+    let r = put(&gate, "cm", OLD_KUBECTL, &old_body()).await;
+    assert_eq!(r.status(), 200);
+    assert!(r.headers().get("warning").is_some());
+    let cm = stored(&sims).await;
+    assert_eq!(cm["policy"], "keep", "the field survives");
+    assert_eq!(cm["data"]["a"], "2", "the client's change is applied");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clients_of_unknown_version_are_guarded_unless_the_guard_lets_them_pass() {
+    let sims = sims().await;
+    let gate = guarded(&sims, "reject", "guard").await;
+    assert_eq!(
+        put(&gate, "cm", "my-operator", &old_body()).await.status(),
+        422
+    );
+    let sims = common::sims().await;
+    let gate = guarded(&sims, "reject", "pass").await;
+    assert_eq!(
+        put(&gate, "cm", "my-operator", &old_body()).await.status(),
+        200
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn oversized_missing_and_unreadable_objects() {
+    let sims = sims().await;
+    let gate = guarded(&sims, "reject", "guard").await;
+    // Over the apiserver's 3 MiB: 413, nothing sent.
+    let big = json!({"metadata": {"name": "cm"}, "data": {"a": "x".repeat(3 << 20)}});
+    let r = put(&gate, "cm", OLD_KUBECTL, &big).await;
+    assert_eq!(r.status(), 413);
+    // No stored object: nothing to lose; the apiserver answers for itself.
+    let r = put(
+        &gate,
+        "missing",
+        OLD_KUBECTL,
+        &json!({"metadata": {"name": "missing"}}),
+    )
+    .await;
+    assert_eq!(r.status(), 404);
+    assert_eq!(
+        r.json::<Value>().await.expect("Status")["reason"],
+        "NotFound"
+    );
+    // The stored object cannot be read: reject fails closed.
+    sims.new
+        .controls
+        .fail_reads_per_mille
+        .store(1000, Ordering::Relaxed);
+    let before = updates(&sims);
+    let r = put(&gate, "cm", OLD_KUBECTL, &old_body()).await;
+    assert_eq!(r.status(), 503);
+    assert_eq!(updates(&sims), before);
+    // warn fails open.
+    sims.new
+        .controls
+        .fail_reads_per_mille
+        .store(0, Ordering::Relaxed);
+    let sims2 = common::sims().await;
+    let warn = guarded(&sims2, "warn", "guard").await;
+    sims2
+        .new
+        .controls
+        .fail_reads_per_mille
+        .store(1000, Ordering::Relaxed);
+    let r = put(&warn, "cm", OLD_KUBECTL, &old_body()).await;
+    assert_eq!(r.status(), 200);
+}
