@@ -44,8 +44,12 @@ pub fn check(paths: &[PathBuf]) -> Result<ExitCode> {
 }
 
 fn summary(t: &RouteTable) -> String {
+    let guards = match t.guards.len() {
+        0 => String::new(),
+        n => format!(", {n} guards"),
+    };
     format!(
-        "{} backends, {} pins, {} rollouts",
+        "{} backends, {} pins, {} rollouts{guards}",
         t.backends.len(),
         t.writes.pins.len(),
         t.reads.rollouts.len()

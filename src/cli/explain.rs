@@ -7,7 +7,7 @@ use anyhow::{Context, Result, bail};
 use serde_json::json;
 
 use skewgate::classify::{Client, RequestInfo, classify};
-use skewgate::config::{self, Percent, RouteTable};
+use skewgate::config::{self, Guard, Percent, RouteTable, UnknownVersion};
 use skewgate::steer::{Decision, Quiet, Reason, Rule, SteerRequest, Steering};
 
 use super::{ExplainArgs, Output};
@@ -33,15 +33,25 @@ pub fn explain(args: &ExplainArgs) -> Result<()> {
     };
     let steering = Steering::new(Arc::new(table));
     let decision = steering.decide(&req, now, &Quiet);
+    let guard = steering.guard(&req);
     let table = steering.table();
+    let guard = guard.map(|g| &table.guards[g]);
     match args.output {
-        Output::Text => print_text(&info, &client, &decision, table),
-        Output::Json => println!(
-            "{}",
-            serde_json::to_string_pretty(&explain_json(
-                &info, &client, &decision, table, &args.user, &groups
-            ))?
-        ),
+        Output::Text => {
+            print_text(&info, &client, &decision, table);
+            print_guard(guard, &client, &decision, table);
+        }
+        Output::Json => {
+            let mut value = explain_json(&info, &client, &decision, table, &args.user, &groups);
+            value["guard"] = guard.map_or(serde_json::Value::Null, |g| {
+                json!({
+                    "name": g.name,
+                    "action": g.action.as_str(),
+                    "unknownVersion": match g.unknown_version { UnknownVersion::Guard => "guard", UnknownVersion::Pass => "pass" },
+                })
+            });
+            println!("{}", serde_json::to_string_pretty(&value)?);
+        }
     }
     Ok(())
 }
@@ -101,6 +111,30 @@ fn print_text(info: &RequestInfo<'_>, client: &Client<'_>, d: &Decision, t: &Rou
     println!("  rule:         {}", d.rule_name(t));
     println!("  backend:      {}", t.backend_name(d.backend));
     println!("  why:          {}", d.explain(t));
+}
+
+/// The update guard that applies, and when it acts.
+fn print_guard(guard: Option<&Guard>, client: &Client<'_>, d: &Decision, t: &RouteTable) {
+    let Some(g) = guard else {
+        return;
+    };
+    let serving = t
+        .backends
+        .iter()
+        .find(|b| b.name == t.backend_name(d.backend))
+        .and_then(|b| b.version)
+        .map_or("its backend".to_owned(), |(a, b)| format!("v{a}.{b}"));
+    let when = match (client.version, g.unknown_version) {
+        (Some(v), _) => format!(
+            "when this v{}.{} client is older than {serving}",
+            v.major, v.minor
+        ),
+        (None, UnknownVersion::Guard) => "this client's version is unknown: guarded".to_owned(),
+        (None, UnknownVersion::Pass) => "this client's version is unknown: passes".to_owned(),
+    };
+    println!("guard:");
+    println!("  name:         {}", g.name);
+    println!("  action:       {} ({when})", g.action.as_str());
 }
 
 fn explain_json(

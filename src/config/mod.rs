@@ -13,10 +13,8 @@ use std::path::{Path, PathBuf};
 pub(crate) use error::{ConfigError, ConfigErrors};
 pub(crate) use reload::{Fingerprint, Watch, fingerprint, spawn_watcher};
 pub(crate) use selector::{NamePattern, Part, Selector, VerbSet};
-pub(crate) use table::{
-    Abort, BackendId, Endpoint, Guard, GuardAction, Pin, PinReads, Schedule, Selectors, StickyBy,
-    UnknownVersion,
-};
+pub(crate) use table::{Abort, BackendId, Endpoint, Pin, PinReads, Schedule, Selectors, StickyBy};
+pub use table::{Guard, GuardAction, UnknownVersion};
 pub use table::{Percent, RouteTable};
 
 /// Parses and validates the text of one route file; `file` names it in errors.

@@ -265,8 +265,8 @@ pub struct ClientPattern {
 impl ClientPattern {
     /// Parses one item (without its `!`).
     pub fn parse(item: &str) -> Result<ClientPattern, String> {
-        let hint = "write a User-Agent component, optionally with a version bound, e.g. kubelet, \
-                    kubectl<1.29, kube-controller-manager>=1.30";
+        let hint = "write a User-Agent component, optionally with a version bound, or a bound alone \
+                    for any component, e.g. kubelet, kubectl<1.29, kube-controller-manager>=1.30, <1.30";
         let Some(at) = item.find(['<', '>', '=']) else {
             if item.is_empty() || item.contains(char::is_whitespace) || item.contains('/') {
                 return Err(format!("invalid client {item:?}: {hint}"));
@@ -290,8 +290,9 @@ impl ClientPattern {
         .ok_or_else(|| format!("invalid client {item:?}: {hint}"))?;
         let version = ClientVersion::parse(version.trim())
             .ok_or_else(|| format!("invalid version in client {item:?}: {hint}"))?;
+        // A bound alone (`<1.30`) is any client of such a version.
         let name = name.trim();
-        if name.is_empty() {
+        if name.contains(char::is_whitespace) || name.contains('/') {
             return Err(format!("invalid client {item:?}: {hint}"));
         }
         Ok(ClientPattern {
@@ -302,7 +303,7 @@ impl ClientPattern {
 
     /// Whether the client matches. A bound never matches a client whose version is unknown.
     pub fn matches(&self, client: &Client<'_>) -> bool {
-        if self.name != client.name {
+        if !self.name.is_empty() && self.name != client.name {
             return false;
         }
         let Some((op, bound)) = self.bound else {
@@ -444,14 +445,13 @@ mod tests {
                 .unwrap()
                 .matches(&ua("kubelet/v1.30.0"))
         );
-        for bad in [
-            "",
-            "<1.29",
-            "kubectl<",
-            "kubectl<one",
-            "kubectl=>1.2",
-            "a/b",
-        ] {
+        // A bound alone is any client of such a version (never one whose version is unknown).
+        let any_old = ClientPattern::parse("<1.30").unwrap();
+        assert!(any_old.matches(&ua("kubectl/v1.29.4")));
+        assert!(any_old.matches(&ua("my-operator/v1.2.0")));
+        assert!(!any_old.matches(&ua("kubelet/v1.30.0")));
+        assert!(!any_old.matches(&ua("my-operator")));
+        for bad in ["", "kubectl<", "kubectl<one", "kubectl=>1.2", "a/b"] {
             assert!(ClientPattern::parse(bad).is_err(), "{bad}");
         }
     }

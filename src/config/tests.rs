@@ -5,6 +5,7 @@ use std::time::{Duration, SystemTime};
 
 use super::table::Step;
 use super::*;
+use crate::config::table::{GuardAction, UnknownVersion};
 
 const BASE: &str = "\
 apiVersion: skewgate.io/v1alpha1
@@ -336,5 +337,27 @@ fn from_naming_the_pins_own_backend_is_refused() {
     assert_eq!(
         one_error(&text),
         "14:writes.pins[0].from: from names the pin's own backend \"v1-30\": a pin moves from another backend; leave from out if it does not move"
+    );
+}
+
+#[test]
+fn guards_parse_with_their_defaults_and_bad_values_are_located() {
+    let text = |guard: &str| {
+        format!(
+            "{BASE}guards:\n  - name: old-clients\n    match: {{resources: [configmaps], clients: [\"<1.30\"]}}\n{guard}"
+        )
+    };
+    let t = parse(&text("")).unwrap();
+    assert_eq!(t.guards.len(), 1);
+    assert_eq!(t.guards[0].name, "old-clients");
+    assert_eq!(t.guards[0].action, GuardAction::Reject, "reject by default");
+    assert_eq!(t.guards[0].unknown_version, UnknownVersion::Guard);
+    let t = parse(&text("    action: preserve\n    unknownVersion: pass\n")).unwrap();
+    assert_eq!(t.guards[0].action, GuardAction::Preserve);
+    assert_eq!(t.guards[0].unknown_version, UnknownVersion::Pass);
+    let e = one_error(&text("    action: block\n"));
+    assert!(
+        e.ends_with("guards[0].action: \"block\" is not one of reject, warn, preserve"),
+        "{e}"
     );
 }

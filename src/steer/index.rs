@@ -63,7 +63,9 @@ impl RuleIndex {
                 Part::Any => None,
             }) {
                 file_under(&mut index.by_resource, names, id);
-            } else if let Some(names) = plain_names(s.clients.as_ref(), |p| Some(p.name.as_str())) {
+            } else if let Some(names) = plain_names(s.clients.as_ref(), |p| {
+                (!p.name.is_empty()).then_some(p.name.as_str())
+            }) {
                 file_under(&mut index.by_client, names, id);
             } else {
                 index.always.push(id);
