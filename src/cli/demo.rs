@@ -30,6 +30,8 @@ metadata:
   namespace: team-a
 data:
   color: green
+# Known from 1.30 (the simulators' schema): 1.29 drops it on every write.
+policy: keep-on-upgrade
 ";
 
 /// Runs the demo until Ctrl-C.
@@ -142,6 +144,13 @@ Try, in another terminal:
   curl -s http://{admin}/debug/routes           # the live route table
   curl -s http://{admin}/metrics | grep skewgate_requests_total
   {exe} explain --routes {routes} PATCH /api/v1/namespaces/team-a/configmaps/settings
+  {exe} skew --routes {routes}      # what differs between 1.29 and 1.30, and the pins that follow
+
+The guard old-kubectl (in {routes}): a full update from a 1.29 kubectl would drop the
+configmap's 1.30 field `policy`, so it is refused with 422; the same from a 1.30 kubectl passes:
+
+  curl -s -X PUT -H 'User-Agent: kubectl/v1.29.4' -H 'Content-Type: application/json' -d '{{\"metadata\":{{\"name\":\"settings\",\"namespace\":\"team-a\"}},\"data\":{{\"color\":\"red\"}}}}' http://{addr}/api/v1/namespaces/team-a/configmaps/settings
+  curl -s -X PUT -H 'User-Agent: kubectl/v1.30.1' -H 'Content-Type: application/json' -d '{{\"metadata\":{{\"name\":\"settings\",\"namespace\":\"team-a\"}},\"data\":{{\"color\":\"red\"}}}}' http://{addr}/api/v1/namespaces/team-a/configmaps/settings
 
 Edit {routes} while this runs (move the team-a pin to v1-29, say): skewgate reloads it.
 Ctrl-C stops the demo.",
