@@ -26,15 +26,8 @@ fn table(sims: &Sims, action: &str, unknown: &str) -> String {
 /// stored with the 1.30 field `policy`.
 async fn guarded(sims: &Sims, action: &str, unknown: &str) -> Gate {
     let gate = gate(&table(sims, action, unknown)).await;
-    let admin = gate.admin();
     let known = eventually(10, || async {
-        let v: Value = reqwest::get(format!("{admin}/debug/skew"))
-            .await
-            .expect("debug/skew")
-            .json()
-            .await
-            .unwrap_or_default();
-        v["report"]["kinds"]
+        gate.debug_skew().await["report"]["kinds"]
             .as_array()
             .is_some_and(|k| !k.is_empty())
     })

@@ -181,15 +181,8 @@ async fn skewgate_skew_live_offline_and_debug_skew_agree() {
     );
     // The admin listener shows the same, from the running backends.
     let gate = gate_on(&routes_file, Default::default()).await;
-    let admin = gate.admin();
     let shown = eventually(10, || async {
-        let v: Value = reqwest::get(format!("{admin}/debug/skew"))
-            .await
-            .expect("debug/skew")
-            .json()
-            .await
-            .unwrap_or_default();
-        v["report"] == live["report"]
+        gate.debug_skew().await["report"] == live["report"]
     })
     .await;
     assert!(shown, "/debug/skew shows the report");

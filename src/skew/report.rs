@@ -99,6 +99,15 @@ impl Report {
     }
 }
 
+/// The flag printed after a field under a Pod's containers.
+fn risk(container_hash: bool) -> &'static str {
+    if container_hash {
+        "  [container hash: restarts containers]"
+    } else {
+        ""
+    }
+}
+
 impl fmt::Display for Report {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(f, "versions: {}", self.versions.join(", "))?;
@@ -108,11 +117,7 @@ impl fmt::Display for Report {
         for k in &self.kinds {
             writeln!(f, "\n{}", k.resource)?;
             for field in &k.fields {
-                let risk = if field.container_hash_risk {
-                    "  [container hash: restarts containers]"
-                } else {
-                    ""
-                };
+                let risk = risk(field.container_hash_risk);
                 writeln!(
                     f,
                     "  field    {}  known by {}; dropped by {}{risk}",
@@ -131,11 +136,7 @@ impl fmt::Display for Report {
                         if values.is_empty() { "" } else { ", " }
                     );
                 }
-                let risk = if d.container_hash_risk {
-                    "  [container hash: restarts containers]"
-                } else {
-                    ""
-                };
+                let risk = risk(d.container_hash_risk);
                 writeln!(f, "  default  {}  {values}{risk}", d.path)?;
             }
         }

@@ -106,6 +106,14 @@ impl Gate {
             .expect("JSON")
     }
 
+    /// `/debug/skew`: what differs between the backends' versions (null until it answers).
+    pub async fn debug_skew(&self) -> serde_json::Value {
+        match reqwest::get(format!("{}/debug/skew", self.admin())).await {
+            Ok(r) => r.json().await.unwrap_or_default(),
+            Err(_) => serde_json::Value::Null,
+        }
+    }
+
     pub async fn metrics(&self) -> String {
         reqwest::get(format!("{}/metrics", self.admin()))
             .await
