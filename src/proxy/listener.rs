@@ -250,12 +250,23 @@ impl Connection {
             }
         };
         if let Err(e) = result {
-            tracing::debug!(%remote, error = %e, "client connection ended with an error");
-            if is_client_fault(&*e) {
-                note_client_fault(&proxy, client, remote);
-            }
+            ended_with_error(&proxy, client, remote, &*e);
         }
         gauge.dec();
+    }
+}
+
+/// A client connection that ended with an error: logged, and counted against the client when the
+/// client caused it.
+fn ended_with_error(
+    proxy: &Proxy,
+    client: u64,
+    remote: SocketAddr,
+    e: &(dyn std::error::Error + Send + Sync + 'static),
+) {
+    tracing::debug!(%remote, error = %e, "client connection ended with an error");
+    if is_client_fault(e) {
+        note_client_fault(proxy, client, remote);
     }
 }
 
