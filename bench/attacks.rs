@@ -25,21 +25,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use targets::{Target, start_sim, start_targets};
+use targets::{Target, arg, num_arg, start_sim, start_targets};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-fn arg(name: &str) -> Option<String> {
-    let args: Vec<String> = std::env::args().collect();
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1))
-        .cloned()
-}
-
-fn num_arg(name: &str, default: u64) -> u64 {
-    arg(name).and_then(|v| v.parse().ok()).unwrap_or(default)
-}
 /// Sequential small GETs for `seconds`: their latencies in microseconds, failures, and the first
 /// failure's description.
 async fn victim(base: String, seconds: u64) -> (Vec<u64>, u64, Option<String>) {

@@ -7,6 +7,9 @@
 //! that carries the 1.30 field `policy` without it, one request at a time: in `guarded` the guard
 //! reads the body whole, reads the stored object and finds the field; in `plain` nothing is checked.
 
+#[path = "targets.rs"]
+mod targets;
+
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
@@ -14,15 +17,6 @@ use skewgate::proxy::{ProxySettings, ServeOptions, Server};
 use skewgate_sim::{self as sim, SimConfig, Store};
 
 const OLD_KUBECTL: &str = "kubectl/v1.29.4 (linux/amd64) kubernetes/abc1234";
-
-fn requests() -> usize {
-    let args: Vec<String> = std::env::args().collect();
-    args.iter()
-        .position(|a| a == "--requests")
-        .and_then(|i| args.get(i + 1))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(2000)
-}
 
 fn table(old: &str, new: &str) -> String {
     format!(
@@ -68,7 +62,7 @@ async fn main() {
     if std::env::args().any(|a| a == "--list") {
         return;
     }
-    let n = requests();
+    let n = targets::num_arg("--requests", 2000) as usize;
     let store = Store::new();
     let loopback: SocketAddr = "127.0.0.1:0".parse().expect("addr");
     let old = sim::start(SimConfig::new("v1.29.4"), store.clone(), loopback)

@@ -138,13 +138,7 @@ async fn main() {
     if std::env::args().any(|a| a == "--list") {
         return;
     }
-    let args: Vec<String> = std::env::args().collect();
-    let n: usize = args
-        .iter()
-        .position(|a| a == "--connections")
-        .and_then(|i| args.get(i + 1))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(5000);
+    let n = targets::num_arg("--connections", 5000) as usize;
     let exe = env!("CARGO_BIN_EXE_skewgate");
     let dir = std::env::temp_dir().join(format!("skewgate-bench-idle-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("dir");

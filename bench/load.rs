@@ -30,17 +30,9 @@ struct Options {
 }
 
 fn options() -> Options {
-    let args: Vec<String> = std::env::args().collect();
-    let get = |name: &str, default: u64| {
-        args.iter()
-            .position(|a| a == name)
-            .and_then(|i| args.get(i + 1))
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(default)
-    };
     Options {
-        seconds: get("--seconds", 5),
-        concurrency: get("--concurrency", 64) as usize,
+        seconds: targets::num_arg("--seconds", 5),
+        concurrency: targets::num_arg("--concurrency", 64) as usize,
     }
 }
 

@@ -6,6 +6,9 @@
 //! write; skewgate runs in-process with a route file that pins namespace `team-a`; the file is
 //! rewritten every `--move-every-ms` during the second phase.
 
+#[path = "targets.rs"]
+mod targets;
+
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -13,15 +16,6 @@ use std::time::{Duration, Instant};
 
 use skewgate::proxy::{ProxySettings, ServeOptions, Server};
 use skewgate_sim::{self as sim, SimConfig, Store};
-
-fn arg(name: &str, default: u64) -> u64 {
-    let args: Vec<String> = std::env::args().collect();
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
 
 fn table(old: &str, new: &str, to: &str) -> String {
     format!(
@@ -99,9 +93,9 @@ async fn main() {
     if std::env::args().any(|a| a == "--list") {
         return;
     }
-    let seconds = arg("--seconds", 5);
-    let every = arg("--move-every-ms", 400);
-    let write_ms = arg("--write-ms", 5);
+    let seconds = targets::num_arg("--seconds", 5);
+    let every = targets::num_arg("--move-every-ms", 400);
+    let write_ms = targets::num_arg("--write-ms", 5);
     let loopback: SocketAddr = "127.0.0.1:0".parse().expect("addr");
     let store = Store::new();
     let old = sim::start(SimConfig::new("v1.29.0"), store.clone(), loopback)

@@ -13,6 +13,20 @@ use http_body_util::Full;
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
 
+/// The value after `name` on the command line (`cargo bench --bench B -- --name value`).
+pub fn arg(name: &str) -> Option<String> {
+    let args: Vec<String> = std::env::args().collect();
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1))
+        .cloned()
+}
+
+/// The number after `name` on the command line, else `default`.
+pub fn num_arg(name: &str, default: u64) -> u64 {
+    arg(name).and_then(|v| v.parse().ok()).unwrap_or(default)
+}
+
 /// A proxy under test: its name, its h2c and HTTP/1.1 addresses, and its process (none for going
 /// direct to the simulator).
 pub struct Target {

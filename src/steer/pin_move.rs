@@ -41,14 +41,6 @@ pub enum Stage {
 }
 
 impl Stage {
-    /// The fence's end, when writes are held.
-    pub fn holds_writes_until(self) -> Option<SystemTime> {
-        match self {
-            Stage::Fenced { until } | Stage::Waiting { until } => Some(until),
-            Stage::Settled | Stage::BeforeFlip { .. } => None,
-        }
-    }
-
     /// A phrase for a person (`/debug/routes`).
     pub fn describe(self) -> &'static str {
         match self {
@@ -270,7 +262,6 @@ mod tests {
         assert_eq!(at(&q, Some(0), 50).backend, BackendId::new(0));
         // Neither known: writes wait for the fence to end, from before flipAt on.
         assert_eq!(at(&q, None, 50).stage, Stage::Waiting { until: t(110) });
-        assert_eq!(at(&q, None, 50).stage.holds_writes_until(), Some(t(110)));
     }
 
     #[test]
