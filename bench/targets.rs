@@ -230,15 +230,16 @@ pub async fn start_targets(exe: &str, dir: &Path, sim: SocketAddr) -> Vec<Target
         ),
     );
     // The load generators keep their connections for the whole run and do not reconnect, as
-    // HAProxy and nginx never send them GOAWAY: rebalancing is off here.
-    serve_skewgate(
-        &mut targets,
-        "skewgate",
-        exe,
-        &routes,
-        &["--goaway-chance=0"],
-    )
-    .await;
+    // HAProxy and nginx never send them GOAWAY: rebalancing is off here. HAProxy and nginx run
+    // without request logs, and so does skewgate (`--no-access-log`); SKEWGATE_ACCESS_LOG=1 keeps it,
+    // written to /dev/null, to measure its cost.
+    let log = std::env::var("SKEWGATE_ACCESS_LOG").is_ok_and(|v| v == "1");
+    let args: &[&str] = if log {
+        &["--goaway-chance=0"]
+    } else {
+        &["--goaway-chance=0", "--no-access-log"]
+    };
+    serve_skewgate(&mut targets, "skewgate", exe, &routes, args).await;
     // Another build of skewgate beside this one, in the same run (to show a change is no slower):
     // SKEWGATE_BASELINE_BIN=/path/to/skewgate.
     if let Ok(baseline) = std::env::var("SKEWGATE_BASELINE_BIN") {

@@ -58,3 +58,9 @@ pub mod proxy;
 pub mod skew;
 pub mod steer;
 pub mod upstream;
+
+/// skewgate's version.
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// The commit it was built from (`build.rs`), or `unknown`.
+pub const COMMIT: &str = env!("SKEWGATE_COMMIT");

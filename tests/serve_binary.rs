@@ -2,80 +2,15 @@
 //! file descriptors, it keeps its admin listener answering and serves again when clients leave.
 
 mod common;
+#[path = "common/process.rs"]
+mod process;
 
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
 use common::*;
 use futures_util::StreamExt;
-
-/// A running `skewgate serve`: the process, its client and admin addresses, its log so far.
-struct Serving {
-    child: std::process::Child,
-    addr: String,
-    admin: String,
-    log: Vec<String>,
-}
-
-impl Drop for Serving {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// Starts `skewgate serve` on `routes` with `args`, under a file descriptor limit of `nofile` (soft
-/// and hard) when given, and waits for it to say where it listens.
-fn serve(routes: &std::path::Path, args: &[&str], nofile: Option<u32>) -> Serving {
-    let exe = env!("CARGO_BIN_EXE_skewgate");
-    let mut command = match nofile {
-        Some(n) => {
-            let mut c = Command::new("bash");
-            c.args(["-c", &format!("ulimit -n {n} && exec \"$0\" \"$@\""), exe]);
-            c
-        }
-        None => Command::new(exe),
-    };
-    let mut child = command
-        .args(["serve", "--routes"])
-        .arg(routes)
-        .args(["--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"])
-        .args(args)
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("skewgate serve starts");
-    let stderr = child.stderr.take();
-    let (tx, rx) = std::sync::mpsc::channel::<String>();
-    std::thread::spawn(move || {
-        let Some(stderr) = stderr else { return };
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            let _ = tx.send(line);
-        }
-    });
-    // Killed when dropped, also when no address is logged.
-    let mut serving = Serving {
-        child,
-        addr: String::new(),
-        admin: String::new(),
-        log: Vec::new(),
-    };
-    let field = |line: &str, name: &str| {
-        line.split(&format!(" {name}="))
-            .nth(1)
-            .and_then(|rest| rest.split_whitespace().next())
-            .map(str::to_owned)
-    };
-    while let Ok(line) = rx.recv_timeout(Duration::from_secs(10)) {
-        serving.log.push(line.clone());
-        if let (Some(addr), Some(admin)) = (field(&line, "addr"), field(&line, "admin_addr")) {
-            serving.addr = addr;
-            serving.admin = admin;
-            return serving;
-        }
-    }
-    panic!("skewgate serve logged no address: {:?}", serving.log);
-}
+use process::{Serving, serve};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serve_stops_gracefully_on_sigterm() {

@@ -13,7 +13,7 @@ use skewgate::proxy::{ProxySettings, ServeOptions, Server};
 use skewgate_sim::{self as sim, SimConfig, Store};
 
 use super::DemoArgs;
-use super::serve::{init_logging, runtime, wait_for_signal};
+use super::serve::{runtime, wait_for_signal};
 
 const DEMO_ROUTES: &str = include_str!("../../routes/demo.yaml");
 
@@ -36,9 +36,9 @@ policy: keep-on-upgrade
 
 /// Runs the demo until Ctrl-C.
 pub fn run(args: DemoArgs) -> Result<ExitCode> {
-    init_logging();
-    let dir = std::env::temp_dir().join(format!("skewgate-demo-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let _log = super::logging::init(&args.log);
+    let dir = TempDir::create()?;
+    let dir = dir.path();
     let routes = dir.join("routes.yaml");
     let text = match &args.routes {
         Some(p) => {
@@ -89,6 +89,7 @@ pub fn run(args: DemoArgs) -> Result<ExitCode> {
             reload_poll: Duration::from_secs(2),
             settings: ProxySettings {
                 shutdown_grace: Duration::from_secs(2),
+                access_log: args.log.access_log(),
                 ..ProxySettings::default()
             },
         })
@@ -138,6 +139,9 @@ Try, in another terminal:
   {k} apply --validate=false -f {manifest}   # the simulators serve no OpenAPI v2 for kubectl's client-side validation
   {k} patch configmap settings -n team-a --type merge -p '{{\"data\":{{\"color\":\"blue\"}}}}'
   {k} get configmaps -A -w
+  {k} get configmaps -n team-a -w             # ends when the team-a pin moves (edit the routes below):
+                                              # a watch keeps a cache of the version that served it, so
+                                              # skewgate ends it and the client lists again from the new one
   {k} get --raw /version                      # /version is in no namespace: reads.default (1.29) answers
   {k} api-resources | grep widgets            # discovery merged across versions: widgets only 1.30 serves
   {k} get widgets -A                          # sent to 1.30, the one version that serves it
@@ -153,7 +157,9 @@ configmap's 1.30 field `policy`, so it is refused with 422; the same from a 1.30
   curl -s -X PUT -H 'User-Agent: kubectl/v1.30.1' -H 'Content-Type: application/json' -d '{{\"metadata\":{{\"name\":\"settings\",\"namespace\":\"team-a\"}},\"data\":{{\"color\":\"red\"}}}}' http://{addr}/api/v1/namespaces/team-a/configmaps/settings
 
 Edit {routes} while this runs (move the team-a pin to v1-29, say): skewgate reloads it.
-Ctrl-C stops the demo.",
+Each request is logged on stderr as it ends (--no-access-log turns that off).
+Ctrl-C stops the demo and removes {dir}.",
+        dir = routes.parent().unwrap_or(routes).display(),
         addr = server.addr,
         admin = server.admin_addr,
         kc = kubeconfig.display(),
@@ -161,4 +167,26 @@ Ctrl-C stops the demo.",
         exe = exe.display(),
         routes = routes.display(),
     );
+}
+
+/// The demo's working directory, removed when the demo ends (or fails to start).
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn create() -> Result<TempDir> {
+        let dir = std::env::temp_dir().join(format!("skewgate-demo-{}", std::process::id()));
+        std::fs::create_dir_all(&dir)
+            .with_context(|| format!("cannot create {}", dir.display()))?;
+        Ok(TempDir(dir))
+    }
+
+    fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }

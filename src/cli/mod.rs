@@ -4,6 +4,7 @@ pub mod check;
 #[cfg(feature = "demo")]
 pub mod demo;
 pub mod explain;
+pub mod logging;
 pub mod serve;
 #[cfg(feature = "demo")]
 pub mod sim;
@@ -18,7 +19,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 #[derive(Parser)]
 #[command(
     name = "skewgate",
-    version,
+    version = concat!(env!("CARGO_PKG_VERSION"), " (commit ", env!("SKEWGATE_COMMIT"), ")"),
     about = "Steers Kubernetes API traffic between apiserver versions during an upgrade"
 )]
 pub struct Cli {
@@ -127,8 +128,10 @@ pub struct ServeArgs {
     /// A route file, or a directory holding one; watched and reloaded.
     #[arg(long)]
     pub routes: PathBuf,
-    /// Where clients connect.
-    #[arg(long, default_value = "0.0.0.0:6443")]
+    /// Where clients connect. The default port is not kube-apiserver's 6443, so that skewgate
+    /// started by hand on a control-plane node does not take (or fail on) the apiserver's port;
+    /// the kubeadm static pod in deploy/ takes 6443 on purpose, with the apiserver moved to 6444.
+    #[arg(long, default_value = "0.0.0.0:7443")]
     pub listen: SocketAddr,
     /// Where /metrics, /healthz, /readyz and /debug/routes are served.
     #[arg(long, default_value = "127.0.0.1:9443")]
@@ -213,6 +216,9 @@ pub struct ServeArgs {
     /// Headers that carry the UID, removed from clients (default X-Remote-Uid).
     #[arg(long, value_delimiter = ',')]
     pub requestheader_uid_headers: Vec<String>,
+    /// Logging.
+    #[command(flatten)]
+    pub log: logging::LogArgs,
 }
 
 /// `skewgate explain`.
@@ -256,6 +262,9 @@ pub struct DemoArgs {
     /// of its http:// endpoints.
     #[arg(long)]
     pub routes: Option<PathBuf>,
+    /// Logging.
+    #[command(flatten)]
+    pub log: logging::LogArgs,
 }
 
 /// Output formats of `explain`.

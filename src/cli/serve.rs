@@ -1,6 +1,5 @@
 //! `skewgate serve`: run the proxy until SIGTERM or Ctrl-C, then shut down gracefully.
 
-use std::io::IsTerminal;
 use std::process::ExitCode;
 use std::sync::Arc;
 
@@ -13,17 +12,6 @@ use skewgate::upstream::PoolSettings;
 
 use super::{ServeArgs, UpstreamArgs};
 
-/// Starts logging to stderr, filtered by `RUST_LOG` (default `info`).
-pub fn init_logging() {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(std::io::stderr().is_terminal())
-        .with_writer(std::io::stderr)
-        .try_init();
-}
-
 /// A multi-threaded runtime for the proxy.
 pub fn runtime() -> Result<tokio::runtime::Runtime> {
     Ok(tokio::runtime::Builder::new_multi_thread()
@@ -33,7 +21,7 @@ pub fn runtime() -> Result<tokio::runtime::Runtime> {
 
 /// Runs `serve`.
 pub fn run(args: ServeArgs) -> Result<ExitCode> {
-    init_logging();
+    let _log = super::logging::init(&args.log);
     let tls = match (&args.tls_cert_file, &args.tls_private_key_file) {
         (Some(cert), Some(key)) => Some(ServingTls::load(TlsFiles {
             cert: cert.clone(),
@@ -81,6 +69,7 @@ pub fn run(args: ServeArgs) -> Result<ExitCode> {
             max_client_connections: args.max_client_connections,
             hold_back_offenders: args.hold_back_offenders,
             goaway_chance: args.goaway_chance,
+            access_log: args.log.access_log(),
             publish: args
                 .advertise_address
                 .map(|ip| PublishSettings::new(std::net::SocketAddr::new(ip, args.listen.port()))),
@@ -101,11 +90,14 @@ pub fn run(args: ServeArgs) -> Result<ExitCode> {
     }
     let delay = args.shutdown_delay;
     runtime()?.block_on(async move {
+        let cleartext = opts.settings.tls.is_none();
         let server = Server::start(opts).await?;
+        if cleartext {
+            tracing::warn!("clients connect in cleartext: give --tls-cert-file and --tls-private-key-file, or put a TLS-terminating sidecar in front");
+        }
         wait_for_signal().await;
         server.drain(delay).await;
         server.shutdown().await;
-        tracing::info!("stopped");
         Ok(ExitCode::SUCCESS)
     })
 }

@@ -7,11 +7,11 @@ use anyhow::{Context, Result};
 use skewgate_sim::{self as sim, SimConfig, Store};
 
 use super::SimArgs;
-use super::serve::{init_logging, runtime, wait_for_signal};
+use super::serve::{runtime, wait_for_signal};
 
 /// Runs the simulator until SIGTERM or Ctrl-C.
 pub fn run(args: SimArgs) -> Result<ExitCode> {
-    init_logging();
+    let _log = super::logging::init(&super::logging::LogArgs::default());
     runtime()?.block_on(async move {
         let config = SimConfig {
             max_concurrent_streams: args.max_concurrent_streams,

@@ -9,6 +9,7 @@ use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use tokio_util::sync::WaitForCancellationFutureOwned;
 
+use super::access_log::AccessRecord;
 use super::resets::StreamGuard;
 use super::routing::RequestTracker;
 use crate::upstream::UpstreamBody;
@@ -18,6 +19,8 @@ pub(crate) struct ProxyBody {
     inner: Inner,
     tracker: Option<RequestTracker>,
     stream: Option<StreamGuard>,
+    /// The access-log record, written when the body is dropped.
+    access: Option<Box<AccessRecord>>,
 }
 
 enum Inner {
@@ -39,6 +42,7 @@ impl ProxyBody {
             inner: Inner::Full(Some(bytes)),
             tracker: None,
             stream: None,
+            access: None,
         }
     }
 
@@ -56,6 +60,7 @@ impl ProxyBody {
             },
             tracker: None,
             stream: None,
+            access: None,
         }
     }
 
@@ -63,6 +68,14 @@ impl ProxyBody {
     pub(crate) fn with_stream(mut self, stream: StreamGuard) -> ProxyBody {
         self.stream = Some(stream);
         self
+    }
+
+    /// Attaches the request's access-log record, which counts the bytes sent and is written when
+    /// the body is dropped.
+    pub(crate) fn with_access(&mut self, access: Option<Box<AccessRecord>>) {
+        if access.is_some() {
+            self.access = access;
+        }
     }
 
     /// Attaches the request's tracker, dropped when the body ends.
@@ -103,6 +116,11 @@ impl Body for ProxyBody {
                 }
             }
         };
+        if let (Some(a), Poll::Ready(Some(Ok(frame)))) = (&mut this.access, &polled)
+            && let Some(data) = frame.data_ref()
+        {
+            a.add_bytes(data.len() as u64);
+        }
         let ended = match &polled {
             Poll::Ready(None) => true,
             // A failure on the apiserver's side is no premature reset of the client's.

@@ -24,8 +24,13 @@ use super::{Proxy, service};
 use crate::identity::VerifiedClient;
 
 /// Accepts clients until `stop` fires, then stops accepting, ends watches cleanly, lets in-flight
-/// requests finish for the grace period, and returns.
-pub(crate) async fn serve(proxy: Arc<Proxy>, listener: TcpListener, stop: CancellationToken) {
+/// requests finish for the grace period, and returns whether every connection closed within it (the
+/// rest are closed).
+pub(crate) async fn serve(
+    proxy: Arc<Proxy>,
+    listener: TcpListener,
+    stop: CancellationToken,
+) -> bool {
     let graceful = GracefulShutdown::new();
     // HTTP/1.1 through the auto builder, limited to HTTP/1.1, for its upgradeable connections
     // (exec, attach, port-forward) that graceful shutdown can watch.
@@ -74,13 +79,16 @@ pub(crate) async fn serve(proxy: Arc<Proxy>, listener: TcpListener, stop: Cancel
         };
     }
     drop(listener);
-    tracing::info!(
-        "shutting down: no new connections; ending watches; waiting for in-flight requests"
-    );
     proxy.stop_long_running.cancel();
+    let open = graceful.count();
+    tracing::debug!(
+        worker = crate::upstream::worker::current(),
+        open,
+        "worker shutting down: no new connections; ending watches; waiting for in-flight requests"
+    );
     tokio::select! {
-        _ = graceful.shutdown() => tracing::info!("all client connections closed"),
-        _ = tokio::time::sleep(proxy.settings.shutdown_grace) => tracing::warn!("grace period over; closing the remaining connections"),
+        _ = graceful.shutdown() => true,
+        _ = tokio::time::sleep(proxy.settings.shutdown_grace) => false,
     }
 }
 

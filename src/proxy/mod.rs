@@ -1,5 +1,6 @@
 //! The proxy: listeners and the service that runs one request through classify, steer and upstream.
 
+mod access_log;
 mod admission;
 mod body;
 mod capacity;
@@ -80,6 +81,8 @@ pub struct ProxySettings {
     /// Publish this replica in the `default/kubernetes` Service's endpoints (`cluster`), for
     /// apiservers run with `--endpoint-reconciler-type=none`.
     pub publish: Option<PublishSettings>,
+    /// Write an access-log line (target `skewgate::access`, at info) as each request ends.
+    pub access_log: bool,
 }
 
 impl Default for ProxySettings {
@@ -101,6 +104,7 @@ impl Default for ProxySettings {
             hold_back_offenders: true,
             goaway_chance: 0.0,
             publish: None,
+            access_log: false,
         }
     }
 }

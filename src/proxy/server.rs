@@ -36,7 +36,7 @@ pub struct Server {
     /// Where the admin endpoints are.
     pub admin_addr: SocketAddr,
     stop: CancellationToken,
-    workers: Vec<std::thread::JoinHandle<()>>,
+    workers: Vec<std::thread::JoinHandle<bool>>,
     /// This replica in the `kubernetes` Service's endpoints, when it publishes itself.
     presence: Option<Arc<Presence>>,
     proxy: Arc<Proxy>,
@@ -168,15 +168,7 @@ impl Server {
                 .map_err(|error| StartError::Bind { addr, error })?;
             handles.push(handle);
         }
-        tracing::info!(
-            max_client_connections = proxy.connection_slots.max(),
-            "client connections are bounded"
-        );
-        if opts.settings.tls.is_some() {
-            tracing::info!(%addr, %admin_addr, routes = %opts.routes.display(), "serving TLS (h2 and http/1.1 by ALPN)");
-        } else {
-            tracing::info!(%addr, %admin_addr, routes = %opts.routes.display(), "serving in cleartext (HTTP/1.1 and h2c): put a TLS-terminating sidecar in front, or give --tls-cert-file");
-        }
+        startup_summary(&proxy, &opts, addr, admin_addr, workers);
         Ok(Server {
             presence,
             proxy: proxy.clone(),
@@ -216,14 +208,29 @@ impl Server {
         {
             p.withdraw(Duration::from_secs(3)).await;
         }
+        let began = std::time::Instant::now();
         self.stop.cancel();
         let workers = std::mem::take(&mut self.workers);
-        let _ = tokio::task::spawn_blocking(move || {
-            for w in workers {
-                let _ = w.join();
-            }
+        let n = workers.len();
+        let cut_off = tokio::task::spawn_blocking(move || {
+            workers
+                .into_iter()
+                .map(|w| w.join())
+                .filter(|closed| !matches!(closed, Ok(true)))
+                .count()
         })
-        .await;
+        .await
+        .unwrap_or(n);
+        let took = began.elapsed();
+        if cut_off == 0 {
+            tracing::info!(
+                ?took,
+                workers = n,
+                "stopped: every client connection closed within the grace period"
+            );
+        } else {
+            tracing::warn!(?took, workers = n, cut_off, grace = ?self.proxy.settings.shutdown_grace, "stopped: the grace period ended with connections open on some workers; they were closed");
+        }
     }
 }
 
@@ -241,7 +248,7 @@ fn run_worker(
     proxy: Arc<Proxy>,
     listener: std::net::TcpListener,
     stop: CancellationToken,
-) {
+) -> bool {
     crate::upstream::worker::enter(i);
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -250,13 +257,61 @@ fn run_worker(
         Ok(rt) => rt,
         Err(e) => {
             tracing::error!(worker = i, error = %e, "cannot start a worker runtime");
-            return;
+            return false;
         }
     };
     runtime.block_on(async move {
         match TcpListener::from_std(listener) {
             Ok(listener) => super::serve(proxy, listener, stop).await,
-            Err(e) => tracing::error!(worker = i, error = %e, "cannot use the listener"),
+            Err(e) => {
+                tracing::error!(worker = i, error = %e, "cannot use the listener");
+                false
+            }
         }
-    });
+    })
+}
+
+/// The one line that says what this replica serves: version, listeners, workers, the route table.
+fn startup_summary(
+    proxy: &Proxy,
+    opts: &ServeOptions,
+    addr: SocketAddr,
+    admin_addr: SocketAddr,
+    workers: usize,
+) {
+    let routing = proxy.routing();
+    let t = routing.table();
+    let backends = t
+        .backends
+        .iter()
+        .map(|b| {
+            let urls: Vec<&str> = b.endpoints.iter().map(|e| e.url.as_str()).collect();
+            format!("{}=[{}]", b.name, urls.join(" "))
+        })
+        .collect::<Vec<_>>()
+        .join(" ");
+    let tls = if opts.settings.tls.is_some() {
+        "on (h2 and http/1.1 by ALPN)"
+    } else {
+        "off (cleartext HTTP/1.1 and h2c)"
+    };
+    tracing::info!(
+        version = crate::VERSION,
+        commit = crate::COMMIT,
+        %addr,
+        %admin_addr,
+        tls,
+        workers,
+        max_client_connections = proxy.connection_slots.max(),
+        routes = %opts.routes.display(),
+        table = t.name.as_deref().unwrap_or(""),
+        backends,
+        writes_default = t.backend_name(t.writes.default),
+        reads_default = t.backend_name(t.reads.default),
+        pins = t.writes.pins.len(),
+        rollouts = t.reads.rollouts.len(),
+        guards = t.guards.len(),
+        access_log = opts.settings.access_log,
+        "skewgate serving"
+    );
 }

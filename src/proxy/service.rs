@@ -11,6 +11,7 @@ use http::{Method, Request, Response, StatusCode};
 use hyper::body::Incoming;
 
 use super::Proxy;
+use super::access_log::AccessRecord;
 use super::admission::{admit_client, admit_write};
 use super::body::ProxyBody;
 use super::discovery::{DiscoveryPath, discovery_path};
@@ -46,9 +47,27 @@ pub(super) async fn handle(
     };
     let (mut parts, body) = req.into_parts();
     let mut request = decide(&proxy, &routing, caller, &mut parts);
+    let mut access = AccessRecord::start(
+        proxy.settings.access_log,
+        remote,
+        client.as_ref(),
+        &parts,
+        routing.steering.table(),
+        request.decision,
+        start,
+    );
     let tracker = routing.track(&request.decision, request.verb, request.long_running, start);
-    let outcome = forward(&proxy, &routing, &mut request, caller, parts, body, tracker).await;
-    let resp = respond(&proxy, &routing, &request, caller, outcome);
+    let outcome = forward(
+        &proxy,
+        &routing,
+        &mut request,
+        caller,
+        (parts, body),
+        tracker,
+        &mut access,
+    )
+    .await;
+    let resp = respond(&proxy, &routing, &request, caller, outcome, access);
     if let Some(g) = goaway
         && g.after_response(proxy.goaway_chance, request.long_running)
     {
@@ -151,9 +170,9 @@ async fn forward(
     routing: &Routing,
     request: &mut Decided,
     caller: Caller<'_>,
-    mut parts: http::request::Parts,
-    body: Incoming,
+    (mut parts, body): (http::request::Parts, Incoming),
     mut tracker: RequestTracker,
+    access: &mut Option<Box<AccessRecord>>,
 ) -> Result<Response<ProxyBody>, ProxyError> {
     let backend = &routing.backends[request.decision.backend.index()];
     let (endpoint, _ticket) = admit(proxy, routing, request, caller, &parts, &mut tracker).await?;
@@ -171,7 +190,8 @@ async fn forward(
             protocol,
             safe,
         };
-        return forward_upgrade(proxy, backend, endpoint, upgrade, parts, body, tracker).await;
+        let session = (tracker, access);
+        return forward_upgrade(proxy, backend, endpoint, upgrade, parts, body, session).await;
     }
     parts.uri = upstream_uri(&parts.uri, endpoint).map_err(|e| upstream(backend, e, safe))?;
     let mut head = Request::from_parts(parts, ());
@@ -342,10 +362,14 @@ fn respond(
     request: &Decided,
     caller: Caller<'_>,
     outcome: Result<Response<ProxyBody>, ProxyError>,
+    mut access: Option<Box<AccessRecord>>,
 ) -> Response<ProxyBody> {
-    let resp = match outcome {
+    let mut resp = match outcome {
         Ok(resp) => resp,
         Err(error) => {
+            if let Some(a) = &mut access {
+                a.set_error(error.log_reason());
+            }
             if error.is_client_fault() {
                 tracing::debug!(remote = %caller.remote, ?error, "the client's request failed");
                 let client = ClientKey::of(caller.identity, caller.remote).hash();
@@ -361,7 +385,12 @@ fn respond(
             error.into_response()
         }
     };
-    routing.count_response(&request.decision, request.verb, resp.status().as_u16());
+    let code = resp.status().as_u16();
+    routing.count_response(&request.decision, request.verb, code);
+    if let Some(a) = &mut access {
+        a.set_code(code);
+    }
+    resp.body_mut().with_access(access);
     resp
 }
 
@@ -392,7 +421,7 @@ async fn forward_upgrade(
     upgrade: Upgrade,
     parts: http::request::Parts,
     body: Incoming,
-    tracker: RequestTracker,
+    session: (RequestTracker, &mut Option<Box<AccessRecord>>),
 ) -> Result<Response<ProxyBody>, ProxyError> {
     // The tunnel carries no request body: one announced would leave the apiserver waiting.
     if !http_body::Body::is_end_stream(&body) {
@@ -400,7 +429,7 @@ async fn forward_upgrade(
     }
     let head_timeout = proxy.settings.response_timeout;
     let (credential, protocol) = (upgrade.credential, upgrade.protocol);
-    upgrade::tunnel(endpoint, credential, parts, protocol, head_timeout, tracker)
+    upgrade::tunnel(endpoint, credential, parts, protocol, head_timeout, session)
         .await
         .map_err(|error| upstream(backend, error, upgrade.safe))
 }

@@ -97,6 +97,27 @@ impl ProxyError {
         }
     }
 
+    /// What the access log says of it: a short reason, and the upstream error's own words.
+    pub(super) fn log_reason(&self) -> String {
+        let reason = match self {
+            ProxyError::NoEndpoint { why, .. } => return format!("unavailable: {why}"),
+            ProxyError::Upstream { error, .. } => {
+                return format!("{}: {}", error.reason(), error_chain(error));
+            }
+            ProxyError::ClientBusy { .. } => "client_busy",
+            ProxyError::PinFenced { .. } => "pin_fenced",
+            ProxyError::ObjectMoving { .. } => "object_moving",
+            ProxyError::ClientBody => "client_body",
+            ProxyError::UpgradeWithBody => "upgrade_with_body",
+            ProxyError::BodyTooLarge { .. } => "body_too_large",
+            ProxyError::GuardRejected { .. } => "guard_rejected",
+            ProxyError::GuardCannotCheck { why, .. } => {
+                return format!("guard_cannot_check: {why}");
+            }
+        };
+        reason.to_owned()
+    }
+
     fn parts(&self) -> (StatusCode, &'static str, String, bool) {
         match self {
             ProxyError::ClientBusy { client, limit } => (
@@ -262,4 +283,20 @@ pub(super) fn status_response(
         h.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
     }
     resp
+}
+
+/// An error and its sources, as one line.
+fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut line = error.to_string();
+    let mut source = error.source();
+    while let Some(s) = source {
+        // Many errors repeat their source's words in their own.
+        let text = s.to_string();
+        if !line.contains(&text) {
+            line.push_str(": ");
+            line.push_str(&text);
+        }
+        source = s.source();
+    }
+    line
 }

@@ -12,7 +12,9 @@ use http_body_util::{BodyExt, Empty};
 use hyper::upgrade::OnUpgrade;
 use hyper_util::rt::TokioIo;
 
+use super::access_log::AccessRecord;
 use super::body::ProxyBody;
+use super::routing::RequestTracker;
 use crate::identity::Alpn;
 use crate::upstream::{Credential, DialError, Dialed, EndpointPool, UpstreamError};
 
@@ -24,14 +26,15 @@ const MAX_REFUSAL: usize = 1 << 20;
 /// dialer's (the pool's connect timeout, TLS with the client's credential, ALPN http/1.1; a failure
 /// marks the endpoint down); the apiserver's answer must come within `head_timeout`: an apiserver
 /// that accepts connections but does not answer (a frozen process) never holds a client forever.
-/// `session` is kept until the tunnel closes (the session counts as in flight).
-pub(super) async fn tunnel<S: Send + 'static>(
+/// `session`'s tracker is kept until the tunnel closes (the session counts as in flight), and its
+/// access-log record is taken and written then, with the bytes sent to the client.
+pub(super) async fn tunnel(
     endpoint: &EndpointPool,
     credential: Credential,
     mut parts: Parts,
     upgrade: HeaderValue,
     head_timeout: Duration,
-    session: S,
+    session: (RequestTracker, &mut Option<Box<AccessRecord>>),
 ) -> Result<Response<ProxyBody>, UpstreamError> {
     let client_side = parts.extensions.remove::<OnUpgrade>();
     let dialed = endpoint.dial(credential, Alpn::Http11).await?;
@@ -66,6 +69,15 @@ pub(super) async fn tunnel<S: Send + 'static>(
     let upstream_side = hyper::upgrade::on(&mut resp);
     let (head, _) = resp.into_parts();
     let url = endpoint.endpoint.url.clone();
+    let (tracker, access) = session;
+    let mut access = access.take();
+    if let Some(a) = &mut access {
+        a.set_code(StatusCode::SWITCHING_PROTOCOLS.as_u16());
+    }
+    let session = Session {
+        _tracker: tracker,
+        access,
+    };
     tokio::spawn(splice(client_side, upstream_side, url, session));
     Ok(Response::from_parts(head, ProxyBody::full(Bytes::new())))
 }
@@ -83,13 +95,12 @@ async fn refusal(resp: Response<hyper::body::Incoming>) -> Response<ProxyBody> {
 
 /// Once both sides have switched protocols, copies bytes both ways until either closes; `session`
 /// lives as long.
-async fn splice<S>(
+async fn splice(
     client_side: Option<OnUpgrade>,
     upstream_side: OnUpgrade,
     url: String,
-    session: S,
+    mut session: Session,
 ) {
-    let _session = session;
     let upstream = match upstream_side.await {
         Ok(u) => u,
         Err(e) => {
@@ -109,9 +120,20 @@ async fn splice<S>(
         }
     };
     let (mut a, mut b) = (TokioIo::new(client), TokioIo::new(upstream));
-    if let Err(e) = tokio::io::copy_bidirectional(&mut a, &mut b).await {
-        tracing::debug!(endpoint = %url, error = %e, "upgraded connection ended");
+    match tokio::io::copy_bidirectional(&mut a, &mut b).await {
+        Ok((_, to_client)) => {
+            if let Some(access) = &mut session.access {
+                access.add_bytes(to_client);
+            }
+        }
+        Err(e) => tracing::debug!(endpoint = %url, error = %e, "upgraded connection ended"),
     }
+}
+
+/// What an upgraded session holds until it closes: its place in flight, and its access-log record.
+struct Session {
+    _tracker: RequestTracker,
+    access: Option<Box<AccessRecord>>,
 }
 
 async fn within<T>(
