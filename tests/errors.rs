@@ -53,7 +53,7 @@ async fn an_unreachable_backend_gets_a_503_status_with_retry_after() {
     assert!(
         metric(
             &m,
-            "skewgate_requests_total{backend=\"old\",class=\"read\",code=\"503\",verb=\"list\"}"
+            "skewgate_requests_total{backend=\"old\",class=\"read\",code=\"503\",group=\"\",resource=\"namespaces\",verb=\"list\"}"
         ) >= 2.0,
         "{m}"
     );
@@ -91,11 +91,11 @@ async fn metrics_move_with_the_requests_made() {
     let m = gate.metrics().await;
     for (line, want) in [
         (
-            "skewgate_requests_total{backend=\"old\",class=\"read\",code=\"200\",verb=\"list\"}",
+            "skewgate_requests_total{backend=\"old\",class=\"read\",code=\"200\",group=\"\",resource=\"configmaps\",verb=\"list\"}",
             3.0,
         ),
         (
-            "skewgate_requests_total{backend=\"new\",class=\"read\",code=\"404\",verb=\"get\"}",
+            "skewgate_requests_total{backend=\"new\",class=\"read\",code=\"404\",group=\"\",resource=\"configmaps\",verb=\"get\"}",
             1.0,
         ),
         (

@@ -42,7 +42,7 @@ async fn balancer(first: SocketAddr) -> Balancer {
 async fn gets_served(gate: &Gate) -> f64 {
     metric(
         &gate.metrics().await,
-        "skewgate_requests_total{backend=\"old\",class=\"read\",code=\"200\",verb=\"get\"}",
+        "skewgate_requests_total{backend=\"old\",class=\"read\",code=\"200\",group=\"\",resource=\"namespaces\",verb=\"get\"}",
     )
 }
 

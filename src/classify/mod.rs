@@ -4,12 +4,14 @@
 //! file means exactly what it means in the apiserver's RBAC and audit. Pure functions, no I/O, and no
 //! allocation unless the path is percent-encoded.
 
+mod builtin;
 mod client;
 mod query;
 mod verb;
 
 use std::borrow::Cow;
 
+pub use builtin::{BUILTIN_RESOURCES, builtin_resources};
 pub use client::Client;
 pub(crate) use client::ClientVersion;
 pub(crate) use verb::Verb;

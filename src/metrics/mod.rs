@@ -1,8 +1,16 @@
 //! Every Prometheus metric skewgate exports, declared in one place with its help text.
 //!
-//! Label values are bounded: backends, rules and endpoints come from the route file, verbs and
-//! classes are enums, codes are HTTP status codes. The request path never takes the registry's lock
-//! after the first request of a label set: `Slots` caches each child handle in a `OnceLock`.
+//! Label values are bounded: backends, rules and endpoints come from the route file (and their
+//! series are removed when a reload drops them, `prune`), verbs and classes are enums, codes are
+//! HTTP status codes, groups and resources those discovery found (others are `other`). The request
+//! path never takes the registry's lock after the first request of a label set: `Slots` caches each
+//! child handle in a `OnceLock`.
+
+mod prune;
+mod resources;
+
+pub(crate) use prune::TableLabels;
+pub(crate) use resources::ResourceIndex;
 
 use std::sync::OnceLock;
 
@@ -14,7 +22,7 @@ use prometheus::{
 /// The registry and every metric family.
 pub(crate) struct Metrics {
     registry: Registry,
-    /// `skewgate_requests_total{backend,class,verb,code}`.
+    /// `skewgate_requests_total{backend,class,verb,group,resource,code}`.
     pub requests: IntCounterVec,
     /// `skewgate_request_duration_seconds{backend,class,verb}`, not for long-running requests.
     pub request_duration: HistogramVec,
@@ -66,6 +74,12 @@ pub(crate) struct Metrics {
     pub config_reloads: IntCounterVec,
     /// `skewgate_config_last_reload_success_timestamp_seconds`.
     pub config_last_success: Gauge,
+    /// `skewgate_config_last_reload_successful`.
+    pub config_last_successful: prometheus::IntGauge,
+    /// `skewgate_pin_backend{pin,backend}`.
+    pub pin_backend: IntGaugeVec,
+    /// `skewgate_rollout_error_ratio{rollout}`.
+    pub rollout_error_ratio: GaugeVec,
 }
 
 fn register<C: prometheus::core::Collector + Clone + 'static>(registry: &Registry, c: C) -> C {
@@ -98,8 +112,8 @@ impl Metrics {
         Metrics {
             requests: counter(
                 "skewgate_requests_total",
-                "Requests answered, by the backend that served them (or none), class (write/read), Kubernetes verb and HTTP status code.",
-                &["backend", "class", "verb", "code"],
+                "Requests answered, by the backend that served them, class (write for create, update, patch, delete and deletecollection, else read), Kubernetes verb, API group and resource (those discovery found; others are other, non-resource paths empty) and HTTP status code.",
+                &["backend", "class", "verb", "group", "resource", "code"],
             ),
             request_duration: register(
                 &r,
@@ -125,7 +139,7 @@ impl Metrics {
             upstream_streams: gauge("skewgate_upstream_streams", "HTTP/2 streams open to each apiserver endpoint.", &["backend", "endpoint"]),
             upstream_errors: counter(
                 "skewgate_upstream_errors_total",
-                "Failures talking to apiservers, by backend and reason (connect, timeout, reset, ping, unavailable).",
+                "Failures talking to apiservers, by backend and reason: connect (no connection could be made), reset (the connection or stream failed), timeout (no response head in time), headers_too_large (the apiserver refused the request head), unavailable (no endpoint of the backend was ready).",
                 &["backend", "reason"],
             ),
             endpoint_ready: gauge("skewgate_endpoint_ready", "1 when the endpoint answers its health check and has a connection, else 0.", &["backend", "endpoint"]),
@@ -195,8 +209,72 @@ impl Metrics {
                 )
                 .unwrap_or_else(|_| unreachable!()),
             ),
+            config_last_successful: register(
+                &r,
+                prometheus::IntGauge::new(
+                    "skewgate_config_last_reload_successful",
+                    "1 when the last load of the route file succeeded (or found it unchanged), 0 when it was rejected and an older table is in force.",
+                )
+                .unwrap_or_else(|_| unreachable!()),
+            ),
+            pin_backend: gauge(
+                "skewgate_pin_backend",
+                "1 for the backend each pin (and writes.default, reads.default) sends its writes to now: the previous backend until flipAt.",
+                &["pin", "backend"],
+            ),
+            rollout_error_ratio: register(
+                &r,
+                GaugeVec::new(
+                    Opts::new("skewgate_rollout_error_ratio", "The share of a rollout's requests to its `to` backend that failed (5xx or no answer) in its abort window now, for rollouts with abort."),
+                    &["rollout"],
+                )
+                .unwrap_or_else(|_| unreachable!()),
+            ),
             registry: r,
         }
+        .with_process_and_build_info()
+    }
+
+    /// Adds `skewgate_build_info` and the process metrics (CPU, memory, file descriptors), and
+    /// starts the counters whose label values are fixed at 0.
+    fn with_process_and_build_info(self) -> Metrics {
+        let build = IntGaugeVec::new(
+            Opts::new(
+                "skewgate_build_info",
+                "1, labelled with the version and commit skewgate was built from.",
+            ),
+            &["version", "commit"],
+        )
+        .unwrap_or_else(|_| unreachable!());
+        build
+            .with_label_values(&[crate::VERSION, crate::COMMIT])
+            .set(1);
+        register(&self.registry, build);
+        #[cfg(target_os = "linux")]
+        {
+            let _ = self.registry.register(Box::new(
+                prometheus::process_collector::ProcessCollector::for_self(),
+            ));
+        }
+        let zero = |c: &IntCounterVec, values: &[&str]| {
+            for v in values {
+                c.with_label_values(&[v]);
+            }
+        };
+        zero(&self.config_reloads, &["success", "failure", "unchanged"]);
+        zero(
+            &self.tls_handshake_errors,
+            &["timeout", "not_tls", "bad_certificate", "eof", "protocol"],
+        );
+        zero(&self.client_connections_closed, &["premature_resets"]);
+        zero(
+            &self.clients_held_back,
+            &["premature_resets", "malformed_requests"],
+        );
+        zero(&self.client_goaways, &["rebalance"]);
+        zero(&self.endpoint_reconciles, &["success", "failure"]);
+        self.config_last_successful.set(1);
+        self
     }
 
     /// The Prometheus text exposition of every metric.
@@ -219,7 +297,7 @@ pub(crate) struct Slots<T> {
     cells: Box<[OnceLock<T>]>,
 }
 
-impl<T: Clone> Slots<T> {
+impl<T> Slots<T> {
     /// A table of `n` empty slots.
     pub(crate) fn new(n: usize) -> Slots<T> {
         Slots {

@@ -12,7 +12,7 @@ use crate::upstream::EndpointState;
 
 impl AdminSource for Proxy {
     fn metrics_text(&self) -> String {
-        self.routing().refresh_rollout_gauges(SystemTime::now());
+        self.routing().refresh_gauges(self.settings.clock.now());
         self.metrics.render()
     }
 

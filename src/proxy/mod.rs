@@ -212,6 +212,7 @@ impl Proxy {
                     .config_reloads
                     .with_label_values(&["failure"])
                     .inc();
+                self.metrics.config_last_successful.set(0);
                 for e in &errors.0 {
                     tracing::error!(error = %e, "route file rejected; the running route table stays");
                 }
@@ -222,6 +223,7 @@ impl Proxy {
                     .config_reloads
                     .with_label_values(&["unchanged"])
                     .inc();
+                self.metrics.config_last_successful.set(1);
                 ReloadOutcome::Unchanged
             }
             Ok(table) => {
@@ -242,6 +244,7 @@ impl Proxy {
                     .with_label_values(&["success"])
                     .inc();
                 self.metrics.config_last_success.set(unix_now());
+                self.metrics.config_last_successful.set(1);
                 tracing::info!(table = %name, "route table reloaded");
                 ReloadOutcome::Applied
             }

@@ -9,9 +9,10 @@ use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 
 use super::discovery::MergedDiscovery;
 use super::limits::ClientPermit;
+use crate::classify::RequestInfo;
 use crate::classify::{Client, Verb, classify};
 use crate::config::{BackendId, RouteTable};
-use crate::metrics::{COMMON_CODES, Metrics, Slots, code_slot};
+use crate::metrics::{COMMON_CODES, Metrics, ResourceIndex, Slots, TableLabels, code_slot};
 use crate::steer::{
     Class, Clock, Decision, LiveState, PinMove, RolloutState, Rule, Stage, SteerRequest, Steering,
     previous_backends,
@@ -43,7 +44,10 @@ pub(crate) struct Routing {
     /// Backends a request fell back to since this table loaded (they count for readiness).
     fallen_back_to: Box<[std::sync::atomic::AtomicBool]>,
     metrics: Arc<Metrics>,
-    requests: Slots<IntCounter>,
+    /// The resources with label values of their own (grows as discovery finds more).
+    resources: arc_swap::ArcSwap<ResourceIndex>,
+    /// By backend, class, verb and resource slot: by code.
+    requests: Slots<Box<Slots<IntCounter>>>,
     durations: Slots<Histogram>,
     inflight: Slots<IntGauge>,
     watches: Slots<IntGauge>,
@@ -54,6 +58,16 @@ fn class_index(c: Class) -> usize {
     match c {
         Class::Write => 0,
         Class::Read => 1,
+    }
+}
+
+/// The `class` label: `write` for requests that change objects, whatever rule steered them (a
+/// create is steered as a read unless `writes.verbs` names it).
+fn class_label(d: &Decision, verb: Verb) -> Class {
+    if d.class == Class::Write || Verb::WRITES.contains(&verb) {
+        Class::Write
+    } else {
+        Class::Read
     }
 }
 
@@ -86,6 +100,19 @@ impl Routing {
         }
         let n = backends.len();
         let rules = table.writes.pins.len() + table.reads.rollouts.len() + 2;
+        metrics.follow(&table, &TableLabels::of(&table));
+        // Built-in resources have label values from the start; discovery adds the rest.
+        let resources = previous.map_or_else(
+            || {
+                let builtin = crate::classify::builtin_resources();
+                Arc::new(
+                    ResourceIndex::default()
+                        .extended(builtin)
+                        .unwrap_or_default(),
+                )
+            },
+            |p| p.resources.load_full(),
+        );
         let pin_previous = previous_backends(
             &table,
             previous.map(|p| (p.table(), p.pin_previous.as_slice())),
@@ -121,7 +148,8 @@ impl Routing {
             steering: Steering::new(Arc::new(table)),
             backends,
             metrics,
-            requests: Slots::new(n * CLASSES * VERBS * COMMON_CODES.len()),
+            resources: arc_swap::ArcSwap::new(resources),
+            requests: Slots::new(n * CLASSES * VERBS * ResourceIndex::SLOTS),
             durations: Slots::new(n * CLASSES * VERBS),
             inflight: Slots::new(n * CLASSES),
             watches: Slots::new(n),
@@ -146,6 +174,7 @@ impl Routing {
         let served: Vec<_> = order
             .filter_map(|b| Some((b, self.backends.get(b.index())?.served.load_full()?)))
             .collect();
+        self.extend_resources(served.iter().map(|(_, s)| &**s));
         let merged = MergedDiscovery::build(&served, |group, version, resource| {
             let path = if group.is_empty() {
                 format!("/api/{version}/{resource}")
@@ -162,6 +191,30 @@ impl Routing {
             self.steering.decide(&req, now, self).backend
         });
         self.discovery.store(merged.map(Arc::new));
+    }
+
+    /// Gives the resources the backends serve label values of their own.
+    fn extend_resources<'s>(&self, served: impl Iterator<Item = &'s crate::upstream::Served>) {
+        let pairs: Vec<(&str, &str)> = served
+            .flat_map(|s| s.lists.iter())
+            .flat_map(|l| {
+                let resources = l.list.get("resources").and_then(|r| r.as_array());
+                resources
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|r| r.get("name")?.as_str())
+                    .filter(|name| !name.contains('/'))
+                    .map(|name| (l.group.as_str(), name))
+            })
+            .collect();
+        if let Some(grown) = self.resources.load().extended(pairs.into_iter()) {
+            self.resources.store(Arc::new(grown));
+        }
+    }
+
+    /// The resource slot of a request, for `count_response`.
+    pub(crate) fn resource_slot(&self, info: &RequestInfo<'_>) -> usize {
+        self.resources.load().slot(info)
     }
 
     /// The route table.
@@ -192,26 +245,31 @@ impl Routing {
         }
     }
 
-    /// Counts an answered request under its status code.
-    pub(crate) fn count_response(&self, d: &Decision, verb: Verb, code: u16) {
-        let base = (d.backend.index() * CLASSES + class_index(d.class)) * VERBS + verb as usize;
+    /// Counts an answered request under its resource (`resource_slot`) and status code.
+    pub(crate) fn count_response(&self, d: &Decision, verb: Verb, resource: usize, code: u16) {
+        let class = class_label(d, verb);
+        let row = ((d.backend.index() * CLASSES + class_index(class)) * VERBS + verb as usize)
+            * ResourceIndex::SLOTS
+            + resource.min(ResourceIndex::SLOTS - 1);
         let labels = |code: &str| {
+            let resources = self.resources.load();
+            let (group, resource) = resources.labels(resource);
             self.metrics.requests.with_label_values(&[
                 self.backend_name(d),
-                d.class.as_str(),
+                class.as_str(),
                 verb_label(verb),
+                group,
+                resource,
                 code,
             ])
         };
-        match code_slot(code) {
-            Some(c) => {
-                if let Some(counter) = self
-                    .requests
-                    .get(base * COMMON_CODES.len() + c, || labels(&code.to_string()))
-                {
-                    counter.inc();
-                }
-            }
+        let counter = code_slot(code).and_then(|c| {
+            self.requests
+                .get(row, || Box::new(Slots::new(COMMON_CODES.len())))?
+                .get(c, || labels(&code.to_string()))
+        });
+        match counter {
+            Some(counter) => counter.inc(),
             None => labels(&code.to_string()).inc(),
         }
     }
@@ -332,23 +390,53 @@ impl Routing {
         }
     }
 
-    /// Sets the rollout gauges to the state at `now` (called before /metrics is rendered).
-    pub(crate) fn refresh_rollout_gauges(&self, now: SystemTime) {
+    /// Sets the gauges of the state at `now` (before /metrics is rendered): each rollout's percent,
+    /// abort and error ratio, and the backend each pin sends its writes to.
+    pub(crate) fn refresh_gauges(&self, now: SystemTime) {
+        let m = &self.metrics;
         for (i, r) in self.table().reads.rollouts.iter().enumerate() {
-            let aborted = self.rollouts.window(i).is_some_and(|w| w.is_aborted());
+            let name = [r.name.as_str()];
+            let window = self.rollouts.window(i);
+            let aborted = window.is_some_and(|w| w.is_aborted());
             let percent = if aborted {
                 0.0
             } else {
                 r.schedule.at(now).percent.as_f64()
             };
-            self.metrics
-                .rollout_percent
-                .with_label_values(&[r.name.as_str()])
-                .set(percent);
-            self.metrics
-                .rollout_aborted
-                .with_label_values(&[r.name.as_str()])
+            m.rollout_percent.with_label_values(&name).set(percent);
+            m.rollout_aborted
+                .with_label_values(&name)
                 .set(i64::from(aborted));
+            if let Some(w) = window {
+                m.rollout_error_ratio
+                    .with_label_values(&name)
+                    .set(w.counts(now).ratio());
+            }
+        }
+        let t = self.table();
+        let mut in_force: Vec<(&str, BackendId)> = t
+            .writes
+            .pins
+            .iter()
+            .enumerate()
+            .map(|(i, pin)| {
+                (
+                    pin.name.as_str(),
+                    self.steering.pin_move(i, now, self).backend,
+                )
+            })
+            .collect();
+        in_force.push(("writes.default", t.writes.default));
+        in_force.push(("reads.default", t.reads.default));
+        for (pin, backend) in in_force {
+            for b in BackendId::all(t.backends.len()) {
+                let labels = [pin, t.backend_name(b)];
+                if b == backend {
+                    m.pin_backend.with_label_values(&labels).set(1);
+                } else {
+                    let _ = m.pin_backend.remove_label_values(&labels);
+                }
+            }
         }
     }
 
@@ -361,13 +449,14 @@ impl Routing {
         start: Instant,
     ) -> RequestTracker {
         let backend = self.backend_name(d);
-        let class = class_index(d.class);
+        let class_name = class_label(d, verb);
+        let class = class_index(class_name);
         let inflight = self
             .inflight
             .get(d.backend.index() * CLASSES + class, || {
                 self.metrics
                     .inflight
-                    .with_label_values(&[backend, d.class.as_str()])
+                    .with_label_values(&[backend, class_name.as_str()])
             })
             .cloned();
         let is_watch = verb == Verb::Watch;
@@ -389,7 +478,7 @@ impl Routing {
                     || {
                         self.metrics.request_duration.with_label_values(&[
                             backend,
-                            d.class.as_str(),
+                            class_name.as_str(),
                             verb_label(verb),
                         ])
                     },

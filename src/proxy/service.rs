@@ -105,6 +105,8 @@ struct Decided {
     guard: Option<usize>,
     /// The client's version, from its User-Agent.
     client: Option<ClientVersion>,
+    /// Its resource's slot in the request metrics.
+    resource: usize,
 }
 
 /// Classifies the request and steers it to a backend.
@@ -161,6 +163,7 @@ fn decide(
         upgrade: parts.headers.get(header::UPGRADE).cloned(),
         guard,
         client,
+        resource: routing.resource_slot(&info),
     }
 }
 
@@ -386,7 +389,7 @@ fn respond(
         }
     };
     let code = resp.status().as_u16();
-    routing.count_response(&request.decision, request.verb, code);
+    routing.count_response(&request.decision, request.verb, request.resource, code);
     if let Some(a) = &mut access {
         a.set_code(code);
     }

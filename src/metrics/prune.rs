@@ -1,0 +1,195 @@
+//! Series that follow the route table: at each load, the series of backends, endpoints and rules
+//! the table no longer has are removed (an alert on a removed endpoint's `skewgate_endpoint_ready 0`
+//! would fire forever), and the counters of the ones it has start at 0 (so a rate or a ratio over
+//! them exists before the first event).
+
+use std::collections::{HashMap, HashSet};
+
+use prometheus::core::{Collector, MetricVec, MetricVecBuilder};
+
+use super::Metrics;
+use crate::config::RouteTable;
+
+/// The reasons of `skewgate_upstream_errors_total`.
+pub(crate) const UPSTREAM_REASONS: [&str; 5] = [
+    "connect",
+    "reset",
+    "timeout",
+    "headers_too_large",
+    "unavailable",
+];
+
+/// The label values a route table gives series to.
+pub(crate) struct TableLabels {
+    backends: HashSet<String>,
+    endpoints: HashSet<(String, String)>,
+    /// Pins, and `writes.default`, `reads.default`.
+    pins: HashSet<String>,
+    rollouts: HashSet<String>,
+    guards: HashSet<String>,
+}
+
+impl TableLabels {
+    /// The label values of `table`.
+    pub(crate) fn of(table: &RouteTable) -> TableLabels {
+        let names = |it: &mut dyn Iterator<Item = &String>| it.cloned().collect::<HashSet<_>>();
+        let mut pins = names(&mut table.writes.pins.iter().map(|p| &p.name));
+        pins.extend(["writes.default".to_owned(), "reads.default".to_owned()]);
+        TableLabels {
+            backends: names(&mut table.backends.iter().map(|b| &b.name)),
+            endpoints: table
+                .backends
+                .iter()
+                .flat_map(|b| b.endpoints.iter().map(|e| (b.name.clone(), e.url.clone())))
+                .collect(),
+            pins,
+            rollouts: names(&mut table.reads.rollouts.iter().map(|r| &r.name)),
+            guards: names(&mut table.guards.iter().map(|g| &g.name)),
+        }
+    }
+
+    fn backend(&self, labels: &Labels<'_>, name: &str) -> bool {
+        labels.get(name).is_none_or(|b| self.backends.contains(*b))
+    }
+
+    fn rule(&self, labels: &Labels<'_>, name: &str) -> bool {
+        labels
+            .get(name)
+            .is_none_or(|r| self.pins.contains(*r) || self.rollouts.contains(*r))
+    }
+}
+
+type Labels<'a> = HashMap<&'a str, &'a str>;
+
+/// Removes the series of `vec` that `keep` does not keep.
+fn prune<B: MetricVecBuilder>(vec: &MetricVec<B>, keep: impl Fn(&Labels<'_>) -> bool) {
+    for family in vec.collect() {
+        for metric in family.get_metric() {
+            let labels: Labels<'_> = metric
+                .get_label()
+                .iter()
+                .map(|p| (p.name(), p.value()))
+                .collect();
+            if !keep(&labels) {
+                let _ = vec.remove(&labels);
+            }
+        }
+    }
+}
+
+impl Metrics {
+    /// Makes the series follow `table`: removes those of backends, endpoints and rules it no
+    /// longer has, and starts the counters of the ones it has at 0.
+    pub(crate) fn follow(&self, table: &RouteTable, keep: &TableLabels) {
+        let backend = |l: &Labels<'_>| keep.backend(l, "backend");
+        prune(&self.requests, backend);
+        prune(&self.request_duration, backend);
+        prune(&self.inflight, backend);
+        prune(&self.watches, backend);
+        prune(&self.upstream_errors, backend);
+        let endpoint = |l: &Labels<'_>| match (l.get("backend"), l.get("endpoint")) {
+            (Some(b), Some(e)) => keep.endpoints.contains(&((*b).to_owned(), (*e).to_owned())),
+            _ => true,
+        };
+        prune(&self.upstream_connections, endpoint);
+        prune(&self.upstream_streams, endpoint);
+        prune(&self.endpoint_ready, endpoint);
+        prune(&self.fallbacks, |l| {
+            keep.backend(l, "from") && keep.backend(l, "to")
+        });
+        prune(&self.decisions, |l| keep.rule(l, "rule"));
+        prune(&self.pin_moves, |l| keep.rule(l, "pin"));
+        prune(&self.writes_held, |l| keep.rule(l, "pin"));
+        prune(&self.pin_backend, |l| {
+            keep.rule(l, "pin") && keep.backend(l, "backend")
+        });
+        let rollout = |l: &Labels<'_>| l.get("rollout").is_none_or(|r| keep.rollouts.contains(*r));
+        prune(&self.rollout_percent, rollout);
+        prune(&self.rollout_aborted, rollout);
+        prune(&self.rollout_error_ratio, rollout);
+        prune(&self.guarded_updates, |l| {
+            l.get("guard").is_none_or(|g| keep.guards.contains(*g))
+        });
+        self.start_at_zero(table);
+    }
+
+    /// The counters of the table's backends and rules, at 0 until their first event.
+    fn start_at_zero(&self, table: &RouteTable) {
+        for b in &table.backends {
+            for reason in UPSTREAM_REASONS {
+                self.upstream_errors
+                    .with_label_values(&[b.name.as_str(), reason]);
+            }
+        }
+        for p in &table.writes.pins {
+            self.pin_moves.with_label_values(&[p.name.as_str()]);
+            for class in ["write", "read"] {
+                self.decisions.with_label_values(&[class, p.name.as_str()]);
+            }
+        }
+        self.pin_moves.with_label_values(&["writes.default"]);
+        self.decisions
+            .with_label_values(&["write", "writes.default"]);
+        self.decisions.with_label_values(&["read", "reads.default"]);
+        for r in &table.reads.rollouts {
+            self.decisions.with_label_values(&["read", r.name.as_str()]);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn table(text: &str) -> RouteTable {
+        crate::config::parse_route_table(std::path::Path::new("t.yaml"), text).expect("valid")
+    }
+
+    const BEFORE: &str = "apiVersion: skewgate.io/v1alpha1
+kind: RouteTable
+backends:
+  - {name: old, endpoints: [http://127.0.0.1:1, http://127.0.0.1:2]}
+  - {name: new, endpoints: [http://127.0.0.1:3]}
+writes:
+  default: old
+  pins: [{name: team-a, namespaces: [a], backend: new}]
+reads:
+  default: old
+  rollouts: [{name: canary, to: new, percent: 10}]
+";
+
+    #[test]
+    fn a_reload_removes_the_series_of_what_the_table_no_longer_has() {
+        let m = Metrics::new();
+        let before = table(BEFORE);
+        m.follow(&before, &TableLabels::of(&before));
+        m.endpoint_ready
+            .with_label_values(&["old", "http://127.0.0.1:2"])
+            .set(0);
+        m.endpoint_ready
+            .with_label_values(&["old", "http://127.0.0.1:1"])
+            .set(1);
+        m.rollout_percent.with_label_values(&["canary"]).set(10.0);
+        m.pin_backend.with_label_values(&["team-a", "new"]).set(1);
+        let text = m.render();
+        assert!(
+            text.contains(r#"skewgate_upstream_errors_total{backend="new",reason="connect"} 0"#)
+        );
+        assert!(text.contains(r#"skewgate_decisions_total{class="read",rule="canary"} 0"#));
+
+        let after = table(
+            &BEFORE
+                .replace(", http://127.0.0.1:2", "")
+                .replace("name: canary", "name: canary-2")
+                .replace("name: team-a", "name: team-b"),
+        );
+        m.follow(&after, &TableLabels::of(&after));
+        let text = m.render();
+        assert!(!text.contains("127.0.0.1:2"), "{text}");
+        assert!(text.contains(r#"endpoint="http://127.0.0.1:1""#));
+        assert!(!text.contains(r#"rollout="canary""#), "{text}");
+        assert!(!text.contains(r#"rule="canary""#), "{text}");
+        assert!(!text.contains("team-a"), "{text}");
+        assert!(text.contains(r#"skewgate_pin_moves_total{pin="team-b"} 0"#));
+    }
+}
