@@ -46,22 +46,25 @@ fn check_prints_every_error_with_file_line_and_field_and_fails() {
     ]);
     assert_eq!(out.status.code(), Some(1));
     let err = text(&out.stderr);
-    let lines: Vec<&str> = err.lines().collect();
-    assert_eq!(lines.len(), 2, "{err}");
     let f = file.display();
-    assert!(lines[0].starts_with(&format!("{f}:")), "{err}");
+    let headers: Vec<&str> = err.lines().filter(|l| l.starts_with("error: ")).collect();
+    assert_eq!(headers.len(), 2, "{err}");
     assert!(
-        lines[0].contains(": writes.pins[0].backend: unknown backend \"v1-31\""),
+        headers[0].contains("writes.pins[0].backend: unknown backend \"v1-31\""),
         "{err}"
     );
     assert!(
-        lines[1].contains(": reads.rollouts[1].percent: 250 is not a percent"),
+        headers[1].contains("reads.rollouts[1].percent: 250 is not a percent"),
         "{err}"
     );
-    // The line number is the line of the bad value.
-    let line_no: usize = lines[0]
+    // The place is the line of the bad value, shown under it.
+    let place = err
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("  --> {f}:")))
+        .expect("a place");
+    let line_no: usize = place
         .split(':')
-        .nth(1)
+        .next()
         .and_then(|n| n.parse().ok())
         .expect("line");
     assert!(
@@ -69,6 +72,10 @@ fn check_prints_every_error_with_file_line_and_field_and_fails() {
             .lines()
             .nth(line_no - 1)
             .is_some_and(|l| l.contains("v1-31")),
+        "{err}"
+    );
+    assert!(
+        err.contains(&format!("{line_no} |       backend: v1-31")),
         "{err}"
     );
     // The good file is still reported ok.
@@ -148,7 +155,7 @@ fn explain_refuses_a_bad_route_file_or_url() {
     ]);
     assert_eq!(out.status.code(), Some(1));
     assert!(
-        text(&out.stderr).contains("missing field"),
+        text(&out.stderr).contains("needs `apiVersion`"),
         "{}",
         text(&out.stderr)
     );
@@ -161,4 +168,96 @@ fn explain_refuses_a_bad_route_file_or_url() {
     ]);
     assert_eq!(out.status.code(), Some(1));
     assert!(text(&out.stderr).contains("must be a path starting with /"));
+}
+
+/// `check` on a file with six structural mistakes: all six, each with file:line:col, the field
+/// path, what to do (a "did you mean" for misspelt fields), and the line with a caret.
+#[test]
+fn check_reports_every_structural_mistake_with_its_line_and_a_caret() {
+    let out = skewgate(&["check", "tests/fixtures/many-mistakes.yaml"]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = text(&out.stderr);
+    for expected in [
+        "error: backends[1].endpoint: unknown field `endpoint`: did you mean `endpoints`?\n  --> tests/fixtures/many-mistakes.yaml:8:5\n  |\n8 |     endpoint: [https://10.0.0.21:6443]\n  |     ^^^^^^^^\n",
+        "error: backends[1].endpoints: backends[1] needs `endpoints`",
+        "error: writes.pins[0].namespaces: namespaces must be a list, not a string; e.g. `namespaces: [team-a]`\n  --> tests/fixtures/many-mistakes.yaml:13:19",
+        "error: writes.pins[0].flip_at: unknown field `flip_at`: did you mean `flipAt`?",
+        "error: reads.rollouts[0].percent: percent is a number: write 50 without quotes\n  --> tests/fixtures/many-mistakes.yaml:21:16\n   |\n21 |       percent: \"50\"\n   |                ^^^^\n",
+        "error: reads.rollouts[0].stickyby: unknown field `stickyby`: did you mean `stickyBy`?",
+        "many-mistakes.yaml: 6 errors",
+    ] {
+        assert!(err.contains(expected), "{expected}\n---\n{err}");
+    }
+    // The project's words, never the parser's.
+    for internal in [
+        "expected sequence",
+        "invalid type",
+        "serde",
+        "DuplicateKeyPolicy",
+    ] {
+        assert!(!err.contains(internal), "{internal}: {err}");
+    }
+}
+
+/// `check` on a file of the right shape with mistaken values: every one, resources checked against
+/// the kinds Kubernetes ships, backend names with the one meant, a duplicate reported once.
+#[test]
+fn check_reports_every_mistaken_value_with_the_name_meant() {
+    let out = skewgate(&["check", "tests/fixtures/mistaken-values.yaml"]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = text(&out.stderr);
+    for expected in [
+        "error: backends[1].name: duplicate backend name \"v1-29\"",
+        "resources[0]: Kubernetes has no resource \"deploymnets\" in group apps: did you mean deployments.apps?",
+        "resources[1]: Kubernetes has no resource \"pod\" in the core group: did you mean pods?",
+        "resources[2]: Kubernetes has no resource \"deployments\" in the core group: did you mean deployments.apps?",
+        "writes.pins[0].backend: unknown backend \"v1-31\": did you mean v1-30?",
+        "mistaken-values.yaml: 5 errors",
+    ] {
+        assert!(err.contains(expected), "{expected}\n---\n{err}");
+    }
+    assert_eq!(err.matches("duplicate backend name").count(), 1, "{err}");
+}
+
+/// Rules that never decide or change nothing load, with warnings.
+#[test]
+fn check_warns_of_shadowed_and_no_op_rules_and_passes() {
+    let out = skewgate(&["check", "tests/fixtures/warnings.yaml"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains("2 warnings"));
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("warning: reads.rollouts[1].to: to is \"v1-29\", reads.default itself: this rollout changes nothing"),
+        "{err}"
+    );
+    assert!(
+        err.contains("warning: reads.rollouts[1]: never decides: rollout \"everything\" before it has no match"),
+        "{err}"
+    );
+}
+
+/// The YAML itself, in the project's words: an empty file, two documents, a key given twice.
+#[test]
+fn check_explains_yaml_problems_in_its_own_words() {
+    for (body, expected) in [
+        (
+            "",
+            "the file is empty; a route table needs apiVersion, kind, backends, writes and reads",
+        ),
+        (
+            "kind: RouteTable\n---\nkind: RouteTable\n",
+            "a second YAML document ('---')",
+        ),
+        (
+            "kind: RouteTable\nkind: RouteTable\n",
+            "`kind` is given twice in this mapping (first on line 1); keep one",
+        ),
+    ] {
+        let file = temp_file("yaml.yaml", body);
+        let out = skewgate(&["check", file.to_str().expect("utf-8")]);
+        assert_eq!(out.status.code(), Some(1));
+        let err = text(&out.stderr);
+        assert!(err.contains(expected), "{expected}\n---\n{err}");
+        assert!(!err.contains("unexpected end of input"), "{err}");
+    }
 }

@@ -28,11 +28,28 @@ pub fn check(paths: &[PathBuf]) -> Result<ExitCode> {
     }
     let mut failed = false;
     for file in &files {
+        let source = std::fs::read_to_string(file).ok();
+        let show = |level: &str, e: &config::ConfigError| {
+            eprintln!("{}", e.render(level, source.as_deref()));
+        };
         match config::load_file(file) {
-            Ok(table) => println!("{}: ok ({})", file.display(), summary(&table)),
+            Ok(table) => {
+                for w in &table.warnings {
+                    show("warning", w);
+                }
+                println!("{}: ok ({})", file.display(), summary(&table));
+            }
             Err(errors) => {
                 failed = true;
-                eprintln!("{errors}");
+                for e in &errors.0 {
+                    show("error", e);
+                }
+                eprintln!(
+                    "{}: {} error{}",
+                    file.display(),
+                    errors.0.len(),
+                    if errors.0.len() == 1 { "" } else { "s" }
+                );
             }
         }
     }
@@ -48,8 +65,13 @@ fn summary(t: &RouteTable) -> String {
         0 => String::new(),
         n => format!(", {n} guards"),
     };
+    let warnings = match t.warnings.len() {
+        0 => String::new(),
+        1 => ", 1 warning".to_owned(),
+        n => format!(", {n} warnings"),
+    };
     format!(
-        "{} backends, {} pins, {} rollouts{guards}",
+        "{} backends, {} pins, {} rollouts{guards}{warnings}",
         t.backends.len(),
         t.writes.pins.len(),
         t.reads.rollouts.len()

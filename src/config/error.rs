@@ -49,6 +49,41 @@ impl ConfigError {
     }
 }
 
+impl ConfigError {
+    /// The error as a compiler shows one: `level: field: message`, then where, then the line of
+    /// `source` (the file's text) with a caret under the place.
+    pub fn render(&self, level: &str, source: Option<&str>) -> String {
+        let mut out = if self.field.is_empty() {
+            format!("{level}: {}\n", self.message)
+        } else {
+            format!("{level}: {}: {}\n", self.field, self.message)
+        };
+        let file = self.file.display();
+        if self.line == 0 {
+            out.push_str(&format!("  --> {file}\n"));
+            return out;
+        }
+        out.push_str(&format!("  --> {file}:{}:{}\n", self.line, self.column));
+        let Some(text) = source.and_then(|s| s.lines().nth(self.line as usize - 1)) else {
+            return out;
+        };
+        let number = self.line.to_string();
+        let pad = " ".repeat(number.len());
+        let column = (self.column as usize).saturating_sub(1);
+        let rest: String = text.chars().skip(column).collect();
+        let width = rest
+            .find(|c: char| c.is_whitespace() || ",]}:".contains(c))
+            .unwrap_or(rest.len())
+            .max(1);
+        out.push_str(&format!(
+            "{pad} |\n{number} | {text}\n{pad} | {}{}\n",
+            " ".repeat(column),
+            "^".repeat(width)
+        ));
+        out
+    }
+}
+
 impl fmt::Display for ConfigError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}", self.file.display())?;

@@ -5,12 +5,14 @@ mod error;
 mod raw;
 mod reload;
 mod selector;
+mod shape;
 mod table;
+mod tree;
 mod validate;
 
 use std::path::{Path, PathBuf};
 
-pub(crate) use error::{ConfigError, ConfigErrors};
+pub use error::{ConfigError, ConfigErrors};
 pub(crate) use reload::{Fingerprint, Watch, fingerprint, spawn_watcher};
 pub(crate) use selector::{NamePattern, Part, Selector, VerbSet};
 pub(crate) use table::{Abort, BackendId, Endpoint, Pin, PinReads, Schedule, Selectors, StickyBy};
@@ -18,7 +20,15 @@ pub use table::{Guard, GuardAction, UnknownVersion};
 pub use table::{Percent, RouteTable};
 
 /// Parses and validates the text of one route file; `file` names it in errors.
+///
+/// First the YAML and its shape (every unknown field, wrong type and missing field at once), then
+/// the values (every bad reference, name, pattern and time at once).
 pub fn parse_route_table(file: &Path, text: &str) -> Result<RouteTable, ConfigErrors> {
+    let root = tree::read(file, text).map_err(ConfigErrors)?;
+    let problems = shape::check(file, &root);
+    if !problems.is_empty() {
+        return Err(ConfigErrors(problems));
+    }
     let raw: raw::FileRouteTable =
         serde_saphyr::from_str(text).map_err(|e| syntax_error(file, &e))?;
     validate::validate(file, raw)

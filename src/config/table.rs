@@ -43,6 +43,9 @@ pub struct RouteTable {
     pub reads: Reads,
     /// Update guards, in file order: the first that matches an update decides.
     pub guards: Vec<Guard>,
+    /// What the file says that loads but likely is not meant (rules that never decide or change
+    /// nothing): printed by `check`, logged at load.
+    pub warnings: Vec<super::ConfigError>,
 }
 
 /// An update guard: full-object updates it matches, from clients older than the backend serving
@@ -346,4 +349,16 @@ pub struct Selectors {
     pub groups: Option<Selector<NamePattern>>,
     /// Clients (User-Agent components with optional version bounds).
     pub clients: Option<Selector<ClientPattern>>,
+}
+
+impl Selectors {
+    /// Whether no selector is given: every request matches.
+    pub fn is_match_all(&self) -> bool {
+        self.namespaces.is_none()
+            && self.resources.is_none()
+            && self.verbs.is_none()
+            && self.users.is_none()
+            && self.groups.is_none()
+            && self.clients.is_none()
+    }
 }

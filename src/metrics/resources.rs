@@ -61,6 +61,11 @@ impl ResourceIndex {
         next
     }
 
+    /// Whether `(group, resource)` has a slot (is built in, or discovery found it).
+    pub(crate) fn contains(&self, group: &str, resource: &str) -> bool {
+        self.slots.contains_key(&key(group, resource))
+    }
+
     /// The slot of a request.
     pub(crate) fn slot(&self, info: &RequestInfo<'_>) -> usize {
         if !info.is_resource {

@@ -109,6 +109,25 @@ impl Default for ProxySettings {
     }
 }
 
+/// Logs what the route file says that loads but likely is not meant.
+fn log_warnings(table: &RouteTable) {
+    for w in &table.warnings {
+        tracing::warn!(warning = %w, "route file");
+    }
+}
+
+/// With several replicas (this one publishes itself beside others), a pin moved without `flipAt`
+/// moves on each replica when that replica reads the file: for a moment two replicas send the
+/// pin's writes to two versions (the fence holds them per replica only).
+fn warn_of_unsynchronised_moves(old: &RouteTable, new: &RouteTable) {
+    for pin in new.writes.pins.iter().filter(|p| p.flip_at.is_none()) {
+        let before = old.writes.pins.iter().find(|p| p.name == pin.name);
+        if before.is_some_and(|b| old.backend_name(b.backend) != new.backend_name(pin.backend)) {
+            tracing::warn!(pin = %pin.name, "pin moved without flipAt while several replicas serve: each moves when it reads the file; give flipAt (a moment all replicas will have read the file by) so they move together");
+        }
+    }
+}
+
 /// What a reload did.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum ReloadOutcome {
@@ -162,6 +181,7 @@ impl Proxy {
         settings: ProxySettings,
         metrics: Arc<Metrics>,
     ) -> Arc<Proxy> {
+        log_warnings(&table);
         let upstreams = Upstreams::new(settings.pool.clone(), metrics.clone());
         let stop_long_running = CancellationToken::new();
         let routing = Routing::new(
@@ -227,6 +247,7 @@ impl Proxy {
                 ReloadOutcome::Unchanged
             }
             Ok(table) => {
+                log_warnings(&table);
                 let name = table.name.clone().unwrap_or_default();
                 let old = self.routing.load_full();
                 let routing = Arc::new(Routing::new(
@@ -239,6 +260,9 @@ impl Proxy {
                 ));
                 self.routing.store(routing.clone());
                 old.end_moved_reads(&routing);
+                if self.settings.publish.is_some() {
+                    warn_of_unsynchronised_moves(old.table(), routing.table());
+                }
                 self.metrics
                     .config_reloads
                     .with_label_values(&["success"])

@@ -41,6 +41,8 @@ pub(crate) struct Routing {
     /// For each pin that was before its `flipAt` when this table loaded: fired at `flipAt`, to end
     /// the long-running reads it sent to the backend it moves from (a child of its `moved`).
     flipping: Vec<Option<CancellationToken>>,
+    /// Whether the resources the rules name were checked against discovery (once per table).
+    resources_checked: std::sync::atomic::AtomicBool,
     /// Backends a request fell back to since this table loaded (they count for readiness).
     fallen_back_to: Box<[std::sync::atomic::AtomicBool]>,
     metrics: Arc<Metrics>,
@@ -141,6 +143,7 @@ impl Routing {
             pin_previous,
             moved,
             flipping,
+            resources_checked: std::sync::atomic::AtomicBool::new(false),
             fallen_back_to: (0..n)
                 .map(|_| std::sync::atomic::AtomicBool::new(false))
                 .collect(),
@@ -207,8 +210,57 @@ impl Routing {
                     .map(|name| (l.group.as_str(), name))
             })
             .collect();
+        let discovered = !pairs.is_empty();
         if let Some(grown) = self.resources.load().extended(pairs.into_iter()) {
             self.resources.store(Arc::new(grown));
+        }
+        if discovered
+            && !self
+                .resources_checked
+                .swap(true, std::sync::atomic::Ordering::Relaxed)
+        {
+            self.warn_of_unserved_resources();
+        }
+    }
+
+    /// Warns (once per table, after discovery) of each resource a rule names that Kubernetes does
+    /// not ship and no backend serves: a custom resource misspelt, or not installed yet.
+    fn warn_of_unserved_resources(&self) {
+        use crate::config::Part;
+        let t = self.table();
+        let index = self.resources.load();
+        let rules = t
+            .writes
+            .pins
+            .iter()
+            .map(|p| (p.name.as_str(), &p.selectors))
+            .chain(
+                t.reads
+                    .rollouts
+                    .iter()
+                    .map(|r| (r.name.as_str(), &r.selectors)),
+            )
+            .chain(t.guards.iter().map(|g| (g.name.as_str(), &g.selectors)));
+        for (rule, selectors) in rules {
+            let Some(resources) = &selectors.resources else {
+                continue;
+            };
+            for p in resources.include.iter().chain(&resources.exclude) {
+                if let (Part::Exact(r), Part::Exact(g)) = (&p.resource, &p.group)
+                    && !index.contains(g, r)
+                {
+                    let resource = if g.is_empty() {
+                        r.clone()
+                    } else {
+                        format!("{r}.{g}")
+                    };
+                    tracing::warn!(
+                        rule,
+                        resource,
+                        "no backend serves this resource (by discovery): is it misspelt, or its custom resource definition not installed yet?"
+                    );
+                }
+            }
         }
     }
 

@@ -32,10 +32,12 @@ pub(super) fn validate(file: &Path, raw: FileRouteTable) -> Result<RouteTable, C
     let mut v = Validator {
         file,
         errors: Vec::new(),
+        warnings: Vec::new(),
         backend_names: Vec::new(),
     };
-    let table = v.table(raw);
+    let mut table = v.table(raw);
     if v.errors.is_empty() {
+        table.warnings = v.warnings;
         Ok(table)
     } else {
         Err(ConfigErrors(v.errors))
@@ -45,12 +47,18 @@ pub(super) fn validate(file: &Path, raw: FileRouteTable) -> Result<RouteTable, C
 struct Validator<'f> {
     file: &'f Path,
     errors: Vec<ConfigError>,
+    warnings: Vec<ConfigError>,
     backend_names: Vec<String>,
 }
 
 impl Validator<'_> {
     fn error(&mut self, at: Location, field: impl Into<String>, message: impl Into<String>) {
         self.errors
+            .push(ConfigError::at(self.file, at, field, message));
+    }
+
+    fn warn(&mut self, at: Location, field: impl Into<String>, message: impl Into<String>) {
+        self.warnings
             .push(ConfigError::at(self.file, at, field, message));
     }
 
@@ -82,7 +90,7 @@ impl Validator<'_> {
         };
         let pins = self.pins(w.pins);
         let read_default = self.backend_ref(&raw.reads.value.default, "reads.default");
-        let rollouts = self.rollouts(raw.reads.value.rollouts);
+        let rollouts = self.rollouts(raw.reads.value.rollouts, read_default);
         let guards = self.guards(raw.guards);
         RouteTable {
             source: self.file.to_owned(),
@@ -99,6 +107,7 @@ impl Validator<'_> {
                 rollouts,
             },
             guards,
+            warnings: Vec::new(),
         }
     }
 
@@ -190,15 +199,19 @@ impl Validator<'_> {
         match self.backend_names.iter().position(|b| *b == name.value) {
             Some(id) => BackendId::new(id),
             None => {
-                let known = self.backend_names.join(", ");
-                self.error(
-                    name.referenced,
-                    field,
-                    format!(
-                        "unknown backend {:?}; the backends are: {known}",
-                        name.value
+                let mut known: Vec<&str> = self.backend_names.iter().map(String::as_str).collect();
+                known.dedup();
+                let message = match crate::config::shape::did_you_mean(&name.value, &known) {
+                    Some(meant) => {
+                        format!("unknown backend {:?}: did you mean {meant}?", name.value)
+                    }
+                    None => format!(
+                        "unknown backend {:?}; the backends are: {}",
+                        name.value,
+                        known.join(", ")
                     ),
-                );
+                };
+                self.error(name.referenced, field, message);
                 BackendId::new(0)
             }
         }
@@ -308,9 +321,9 @@ impl Validator<'_> {
         out
     }
 
-    fn rollouts(&mut self, raw: Vec<Spanned<FileRollout>>) -> Vec<Rollout> {
+    fn rollouts(&mut self, raw: Vec<Spanned<FileRollout>>, default: BackendId) -> Vec<Rollout> {
         let mut names = HashSet::new();
-        let mut out = Vec::new();
+        let mut out: Vec<Rollout> = Vec::new();
         for (i, r) in raw.into_iter().enumerate() {
             let path = format!("reads.rollouts[{i}]");
             let at = r.referenced;
@@ -338,6 +351,12 @@ impl Validator<'_> {
             };
             let schedule = self.schedule(&r, at, &path);
             let abort = r.abort.as_ref().and_then(|a| self.abort(&a.value, &path));
+            if to == default && !self.backend_names.is_empty() {
+                self.warn(r.to.referenced, format!("{path}.to"), format!("to is {:?}, reads.default itself: this rollout changes nothing; name the backend it rolls reads out to", r.to.value));
+            }
+            if let Some(first) = out.iter().find(|o| o.selectors.is_match_all()) {
+                self.warn(at, &path, format!("never decides: rollout {:?} before it has no match, so it takes every read first; give it a match, or put it last", first.name));
+            }
             out.push(Rollout {
                 name: r.name.value,
                 selectors,

@@ -48,7 +48,11 @@ impl Validator<'_> {
         raw: Option<&TextList>,
         path: &str,
     ) -> Option<Selector<ResourcePattern>> {
-        self.list(raw, path, "resources", ResourcePattern::parse)
+        self.list(raw, path, "resources", |item| {
+            let pattern = ResourcePattern::parse(item)?;
+            known_resource(item)?;
+            Ok(pattern)
+        })
     }
 
     pub(super) fn verbs(
@@ -100,4 +104,50 @@ impl Validator<'_> {
         }
         Some(sel)
     }
+}
+
+/// Refuses a resource of the core group or of a group Kubernetes ships that Kubernetes does not
+/// have (a typo, or a singular), with the one meant; resources of other groups (custom resources)
+/// are checked at serve time against the backends' discovery.
+fn known_resource(item: &str) -> Result<(), String> {
+    use crate::classify::BUILTIN_RESOURCES;
+    let main = item.split('/').next().unwrap_or(item);
+    let (resource, group) = main.split_once('.').unwrap_or((main, ""));
+    if resource.contains('*') || group.contains('*') {
+        return Ok(());
+    }
+    let Some((_, known)) = BUILTIN_RESOURCES.iter().find(|(g, _)| *g == group) else {
+        return Ok(());
+    };
+    if known.contains(&resource) {
+        return Ok(());
+    }
+    let spelled = |g: &str, r: &str| {
+        if g.is_empty() {
+            r.to_owned()
+        } else {
+            format!("{r}.{g}")
+        }
+    };
+    let in_group = crate::config::shape::did_you_mean(resource, known).map(|r| spelled(group, r));
+    // `deployments` without its group, or a group's resource under another group.
+    let elsewhere = || {
+        BUILTIN_RESOURCES
+            .iter()
+            .find(|(_, rs)| rs.contains(&resource))
+            .map(|(g, _)| spelled(g, resource))
+    };
+    let home = if group.is_empty() {
+        "the core group".to_owned()
+    } else {
+        format!("group {group}")
+    };
+    Err(match in_group.or_else(elsewhere) {
+        Some(meant) => format!(
+            "Kubernetes has no resource {resource:?} in {home}: did you mean {meant}? (resources are plural and lower case, with their group: pods, deployments.apps)"
+        ),
+        None => format!(
+            "Kubernetes has no resource {resource:?} in {home}; write the plural resource as `kubectl api-resources` lists it, with its group (e.g. deployments.apps)"
+        ),
+    })
 }
