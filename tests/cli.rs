@@ -261,3 +261,80 @@ fn check_explains_yaml_problems_in_its_own_words() {
         assert!(!err.contains("unexpected end of input"), "{err}");
     }
 }
+
+/// `explain` names the user and groups, every rule considered and why, the sticky key, its bucket
+/// and the schedule step in force; `-o yaml` says the same for a script.
+#[test]
+fn explain_shows_each_rule_considered_the_sticky_key_and_the_step() {
+    let args = [
+        "explain",
+        "--routes",
+        "routes/example.yaml",
+        "--user",
+        "system:node:n1",
+        "--group",
+        "system:nodes",
+        "--user-agent",
+        "kubelet/v1.30.2 (linux/amd64) kubernetes/abc",
+        "--at",
+        "2026-11-22T12:00:00Z",
+        "GET",
+        "/api/v1/namespaces/team-b/pods",
+    ];
+    let out = skewgate(&args);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let t = text(&out.stdout);
+    for expected in [
+        "  user:         system:node:n1\n",
+        "  groups:       system:nodes\n",
+        "  pin     team-a                  namespaces does not match\n",
+        "  pin     node-leases             reads: rollout, so the rollouts decide its reads\n",
+        "  rollout kubelet-reads           matches: decides\n",
+        "  rollout new-kubectl             not considered: an earlier rule decided\n",
+        "  sticky by:    user \"system:node:n1\"\n",
+        "  bucket:       2.33 (goes to v1-30 when under the percent)\n",
+        "  in force:     10 %, step 2 of the schedule\n",
+    ] {
+        assert!(t.contains(expected), "{expected}\n---\n{t}");
+    }
+    let mut yaml_args = args.to_vec();
+    yaml_args.extend(["-o", "yaml"]);
+    let out = skewgate(&yaml_args);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let v: serde_json::Value = serde_saphyr::from_str(&text(&out.stdout)).expect("YAML");
+    assert_eq!(v["backend"], "v1-30");
+    assert_eq!(v["rollout"]["stickyBy"], "user");
+    assert_eq!(v["rollout"]["key"], "system:node:n1");
+    assert_eq!(v["rollout"]["step"], 1);
+    assert_eq!(v["rules"][2]["name"], "kubelet-reads");
+    assert_eq!(v["rules"][2]["matched"], true);
+    assert_eq!(v["groups"][0], "system:nodes");
+}
+
+/// A create is steered as a read unless writes.verbs names it, and explain says so; a method the
+/// apiserver does not serve is refused.
+#[test]
+fn explain_says_why_a_create_is_steered_as_a_read_and_refuses_unknown_methods() {
+    let out = skewgate(&[
+        "explain",
+        "--routes",
+        "routes/example.yaml",
+        "POST",
+        "/api/v1/namespaces/team-b/configmaps",
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).contains(
+            "class:        read (create is not in writes.verbs, so it is steered as a read)"
+        ),
+        "{}",
+        text(&out.stdout)
+    );
+    let out = skewgate(&["explain", "--routes", "routes/example.yaml", "FLY", "/api"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).contains("\"FLY\" is not a method the apiserver serves"),
+        "{}",
+        text(&out.stderr)
+    );
+}

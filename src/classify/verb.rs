@@ -60,6 +60,14 @@ impl Verb {
         Verb::DeleteCollection,
     ];
 
+    /// Whether the verb only reads (get, list, watch, and the non-resource reads).
+    pub fn is_read(self) -> bool {
+        matches!(
+            self,
+            Verb::Get | Verb::List | Verb::Watch | Verb::Head | Verb::Options
+        )
+    }
+
     /// The verb's name as the apiserver spells it.
     pub fn as_str(self) -> &'static str {
         match self {

@@ -7,8 +7,8 @@ use anyhow::{Context, Result, bail};
 use serde_json::json;
 
 use skewgate::classify::{Client, RequestInfo, classify};
-use skewgate::config::{self, Guard, Percent, RouteTable, UnknownVersion};
-use skewgate::steer::{Decision, Quiet, Reason, Rule, SteerRequest, Steering};
+use skewgate::config::{self, Guard, Percent, PinReads, RouteTable, StickyBy, UnknownVersion};
+use skewgate::steer::{Decision, Quiet, Reason, Rule, SteerRequest, Steering, mismatch};
 
 use super::{ExplainArgs, Output};
 
@@ -21,6 +21,13 @@ pub fn explain(args: &ExplainArgs) -> Result<()> {
         None => SystemTime::now(),
     };
     let method = args.method.to_ascii_uppercase();
+    if !METHODS.contains(&method.as_str()) {
+        bail!(
+            "{:?} is not a method the apiserver serves; give one of {}",
+            args.method,
+            METHODS.join(", ")
+        );
+    }
     let (path, query) = split_url(&args.url)?;
     let info = classify(&method, path, query);
     let groups: Vec<&str> = args.groups.iter().map(String::as_str).collect();
@@ -36,13 +43,28 @@ pub fn explain(args: &ExplainArgs) -> Result<()> {
     let guard = steering.guard(&req);
     let table = steering.table();
     let guard = guard.map(|g| &table.guards[g]);
+    let rules = considered(table, &req, &decision);
     match args.output {
         Output::Text => {
-            print_text(&info, &client, &decision, table);
+            print_text(&info, &client, &decision, table, &req);
+            print_steps(&rules);
+            print_rollout(&decision, table, &req, now);
             print_guard(guard, &client, &decision, table);
         }
-        Output::Json => {
+        Output::Json | Output::Yaml => {
             let mut value = explain_json(&info, &client, &decision, table, &args.user, &groups);
+            value["rules"] = rules
+                .iter()
+                .map(
+                    |r| json!({"kind": r.kind, "name": r.name, "matched": r.matched, "why": r.why}),
+                )
+                .collect();
+            if let Rule::Rollout(i) = decision.rule {
+                let r = &table.reads.rollouts[i];
+                value["rollout"]["stickyBy"] = json!(sticky_name(r.sticky_by));
+                value["rollout"]["key"] = json!(sticky_key(r.sticky_by, &req));
+                value["rollout"]["step"] = json!(r.schedule.at(now).step);
+            }
             value["guard"] = guard.map_or(serde_json::Value::Null, |g| {
                 json!({
                     "name": g.name,
@@ -50,10 +72,125 @@ pub fn explain(args: &ExplainArgs) -> Result<()> {
                     "unknownVersion": match g.unknown_version { UnknownVersion::Guard => "guard", UnknownVersion::Pass => "pass" },
                 })
             });
-            println!("{}", serde_json::to_string_pretty(&value)?);
+            match args.output {
+                Output::Yaml => print!("{}", serde_saphyr::to_string(&value)?),
+                _ => println!("{}", serde_json::to_string_pretty(&value)?),
+            }
         }
     }
     Ok(())
+}
+
+/// The methods kube-apiserver serves.
+const METHODS: [&str; 7] = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"];
+
+/// A rule as the decision went past it.
+struct Considered<'t> {
+    kind: &'static str,
+    name: &'t str,
+    matched: bool,
+    why: String,
+}
+
+/// Every rule in the order the decision considers them: the pins (for a write, every pin; for a
+/// read, the pins its reads follow), then for a read the rollouts; the first that matches decides.
+fn considered<'t>(t: &'t RouteTable, req: &SteerRequest<'_>, d: &Decision) -> Vec<Considered<'t>> {
+    let write = d.class.as_str() == "write";
+    let mut out = Vec::new();
+    let mut decided = false;
+    let mut consider = |kind: &'static str, name: &'t str, selectors, skip: Option<&str>| {
+        let (matched, why) = if decided {
+            (false, "not considered: an earlier rule decided".to_owned())
+        } else if let Some(skip) = skip {
+            (false, skip.to_owned())
+        } else {
+            match mismatch(selectors, req) {
+                None => {
+                    decided = true;
+                    (true, "matches: decides".to_owned())
+                }
+                Some(field) => (false, format!("{field} does not match")),
+            }
+        };
+        out.push(Considered {
+            kind,
+            name,
+            matched,
+            why,
+        });
+    };
+    for p in &t.writes.pins {
+        let skip = (!write && p.reads == PinReads::Rollout)
+            .then_some("reads: rollout, so the rollouts decide its reads");
+        consider("pin", &p.name, &p.selectors, skip);
+    }
+    for r in &t.reads.rollouts {
+        let skip = write.then_some("a write: rollouts decide reads only");
+        consider("rollout", &r.name, &r.selectors, skip);
+    }
+    out
+}
+
+fn print_steps(rules: &[Considered<'_>]) {
+    if rules.is_empty() {
+        return;
+    }
+    println!("rules considered:");
+    for r in rules {
+        println!("  {:<8}{:<24}{}", r.kind, r.name, r.why);
+    }
+}
+
+fn sticky_name(by: StickyBy) -> &'static str {
+    match by {
+        StickyBy::Namespace => "namespace",
+        StickyBy::User => "user",
+        StickyBy::Object => "object",
+        StickyBy::Client => "client",
+    }
+}
+
+/// The key a rollout hashes, as a person reads it.
+fn sticky_key(by: StickyBy, req: &SteerRequest<'_>) -> String {
+    let i = req.info;
+    match by {
+        StickyBy::Namespace => i.namespace.to_string(),
+        StickyBy::User => req.user.to_owned(),
+        StickyBy::Object => format!("{}/{}/{}/{}", i.namespace, i.api_group, i.resource, i.name),
+        StickyBy::Client => req.client.to_string(),
+    }
+}
+
+/// A rollout's sticky key, its bucket, and the step in force.
+fn print_rollout(d: &Decision, t: &RouteTable, req: &SteerRequest<'_>, now: SystemTime) {
+    let (
+        Rule::Rollout(i),
+        Reason::Rollout {
+            bucket, percent, ..
+        },
+    ) = (d.rule, d.reason)
+    else {
+        return;
+    };
+    let r = &t.reads.rollouts[i];
+    let point = r.schedule.at(now);
+    println!("rollout:");
+    println!(
+        "  sticky by:    {} {:?}",
+        sticky_name(r.sticky_by),
+        sticky_key(r.sticky_by, req)
+    );
+    println!(
+        "  bucket:       {} (goes to {} when under the percent)",
+        Percent(bucket).as_f64(),
+        t.backend_name(r.to)
+    );
+    let step = point
+        .step
+        .map_or("fixed percent (no steps)".to_owned(), |s| {
+            format!("step {} of the schedule", s + 1)
+        });
+    println!("  in force:     {} %, {step}", Percent(percent).as_f64());
 }
 
 /// Accepts a path (`/api/v1/pods?watch=1`) or a whole URL (`https://host:6443/api/v1/pods`).
@@ -81,7 +218,13 @@ fn or_none(s: &str) -> &str {
     if s.is_empty() { "-" } else { s }
 }
 
-fn print_text(info: &RequestInfo<'_>, client: &Client<'_>, d: &Decision, t: &RouteTable) {
+fn print_text(
+    info: &RequestInfo<'_>,
+    client: &Client<'_>,
+    d: &Decision,
+    t: &RouteTable,
+    req: &SteerRequest<'_>,
+) {
     println!("request:");
     if info.is_resource {
         println!("  verb:         {}", info.verb);
@@ -106,8 +249,25 @@ fn print_text(info: &RequestInfo<'_>, client: &Client<'_>, d: &Decision, t: &Rou
         if info.is_long_running() { "yes" } else { "no" }
     );
     println!("  client:       {client}");
+    println!("  user:         {}", or_none(req.user));
+    println!(
+        "  groups:       {}",
+        if req.groups.is_empty() {
+            "-".to_owned()
+        } else {
+            req.groups.join(", ")
+        }
+    );
     println!("decision:");
-    println!("  class:        {}", d.class.as_str());
+    let steered_as_read = d.class.as_str() == "read" && !info.verb.is_read();
+    if steered_as_read {
+        println!(
+            "  class:        read ({} is not in writes.verbs, so it is steered as a read)",
+            info.verb
+        );
+    } else {
+        println!("  class:        {}", d.class.as_str());
+    }
     println!("  rule:         {}", d.rule_name(t));
     println!("  backend:      {}", t.backend_name(d.backend));
     println!("  why:          {}", d.explain(t));

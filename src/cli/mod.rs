@@ -242,7 +242,7 @@ pub struct ExplainArgs {
     /// Output format.
     #[arg(short = 'o', long, value_enum, default_value_t = Output::Text)]
     pub output: Output,
-    /// The HTTP method: GET, POST, PUT, PATCH, DELETE.
+    /// The HTTP method: GET, HEAD, POST, PUT, PATCH, DELETE or OPTIONS.
     pub method: String,
     /// The request URL or path, with its query: /api/v1/namespaces/a/pods?watch=1
     pub url: String,
@@ -274,4 +274,6 @@ pub enum Output {
     Text,
     /// For a script.
     Json,
+    /// For a script, or a person who reads YAML.
+    Yaml,
 }

@@ -70,15 +70,19 @@ fn print(report: &Report, writes_to: &str, output: Output) {
             println!("{report}");
             print!("{}", report.suggested_pins(writes_to));
         }
-        Output::Json => {
+        Output::Json | Output::Yaml => {
             let value = serde_json::json!({
                 "report": report,
                 "suggestedPins": report.suggested_pins(writes_to),
             });
-            println!(
-                "{}",
-                serde_json::to_string_pretty(&value).unwrap_or_default()
-            );
+            if matches!(output, Output::Yaml) {
+                print!("{}", serde_saphyr::to_string(&value).unwrap_or_default());
+            } else {
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&value).unwrap_or_default()
+                );
+            }
         }
     }
 }

@@ -15,9 +15,10 @@ use std::path::{Path, PathBuf};
 pub use error::{ConfigError, ConfigErrors};
 pub(crate) use reload::{Fingerprint, Watch, fingerprint, spawn_watcher};
 pub(crate) use selector::{NamePattern, Part, Selector, VerbSet};
-pub(crate) use table::{Abort, BackendId, Endpoint, Pin, PinReads, Schedule, Selectors, StickyBy};
+pub(crate) use table::{Abort, BackendId, Endpoint, Pin, Schedule, Selectors};
 pub use table::{Guard, GuardAction, UnknownVersion};
 pub use table::{Percent, RouteTable};
+pub use table::{PinReads, StickyBy};
 
 /// Parses and validates the text of one route file; `file` names it in errors.
 ///

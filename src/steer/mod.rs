@@ -25,7 +25,7 @@ pub(crate) use decision::Class;
 pub use decision::{Decision, Reason, Rule};
 pub(crate) use ledger::{WriteLedger, WriteTicket, object_key};
 pub(crate) use pin_move::{PinMove, Refused, Stage, WriteAdmission, previous_backends};
-pub use request::SteerRequest;
+pub use request::{SteerRequest, mismatch};
 
 use crate::config::{BackendId, PinReads, RouteTable};
 use index::{Keys, RuleIndex};

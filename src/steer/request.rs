@@ -25,23 +25,50 @@ impl SteerRequest<'_> {
 
 /// Whether every selector given matches the request.
 pub(crate) fn selectors_match(s: &Selectors, req: &SteerRequest<'_>) -> bool {
+    mismatch(s, req).is_none()
+}
+
+/// The first selector of `s` the request does not match (`namespaces`, `resources`, `verbs`,
+/// `users`, `groups`, `clients`), or `None` when it matches them all: for `explain`.
+pub fn mismatch(s: &Selectors, req: &SteerRequest<'_>) -> Option<&'static str> {
     let info = req.info;
-    s.namespaces.as_ref().is_none_or(|sel| {
+    if !s.namespaces.as_ref().is_none_or(|sel| {
         !info.namespace.is_empty() && sel.matches_with(|p| p.matches(&info.namespace))
-    }) && s.resources.as_ref().is_none_or(|sel| {
+    }) {
+        return Some("namespaces");
+    }
+    if !s.resources.as_ref().is_none_or(|sel| {
         info.is_resource
             && sel.matches_with(|p| p.matches(&info.api_group, &info.resource, &info.subresource))
-    }) && s.verbs.is_none_or(|(include, exclude)| {
+    }) {
+        return Some("resources");
+    }
+    if !s.verbs.is_none_or(|(include, exclude)| {
         (include == VerbSet::default() || include.contains(info.verb))
             && !exclude.contains(info.verb)
-    }) && s
+    }) {
+        return Some("verbs");
+    }
+    if !s
         .users
         .as_ref()
         .is_none_or(|sel| sel.matches_with(|p| p.matches(req.user)))
-        && s.groups
-            .as_ref()
-            .is_none_or(|sel| sel.matches_with(|p| req.groups.iter().any(|g| p.matches(g))))
-        && s.clients
-            .as_ref()
-            .is_none_or(|sel| sel.matches_with(|p| p.matches(&req.client)))
+    {
+        return Some("users");
+    }
+    if !s
+        .groups
+        .as_ref()
+        .is_none_or(|sel| sel.matches_with(|p| req.groups.iter().any(|g| p.matches(g))))
+    {
+        return Some("groups");
+    }
+    if !s
+        .clients
+        .as_ref()
+        .is_none_or(|sel| sel.matches_with(|p| p.matches(&req.client)))
+    {
+        return Some("clients");
+    }
+    None
 }
