@@ -123,6 +123,7 @@ impl Metrics {
         }
         for p in &table.writes.pins {
             self.pin_moves.with_label_values(&[p.name.as_str()]);
+            self.writes_held.with_label_values(&[p.name.as_str()]);
             for class in ["write", "read"] {
                 self.decisions.with_label_values(&[class, p.name.as_str()]);
             }
