@@ -95,3 +95,52 @@ reads:
         .await
     );
 }
+
+/// A rollout to a backend with no endpoint ready (its apiservers down, or not up yet) aborts too:
+/// skewgate's own 503s count as failures of the rollout that chose the backend. Before, they were
+/// never recorded, and such a rollout kept sending its share to a backend that answered nothing.
+#[tokio::test]
+async fn a_rollout_to_a_backend_with_no_endpoint_aborts() {
+    let sims = sims().await;
+    let gate = gate(&routes(
+        &sims,
+        "  - name: gone
+    endpoints: [http://127.0.0.1:1]
+writes:
+  default: old
+reads:
+  default: old
+  rollouts:
+    - name: to-gone
+      to: gone
+      percent: 100
+      abort: {errorRatio: 0.5, window: 1m, minRequests: 10}
+",
+    ))
+    .await;
+    let c = h1();
+    let url = format!("{}/api/v1/namespaces/a/configmaps", gate.url());
+    let mut unavailable = 0;
+    for _ in 0..30 {
+        let r = c.get(&url).send().await.expect("read");
+        if r.status() == 503 {
+            unavailable += 1;
+        } else {
+            assert_eq!((r.status().as_u16(), served_by(&r)), (200, OLD.to_owned()));
+        }
+    }
+    assert!(
+        (10..=11).contains(&unavailable),
+        "{unavailable} answered 503 before the abort"
+    );
+    let m = gate.metrics().await;
+    assert_eq!(
+        metric(&m, "skewgate_rollout_aborted{rollout=\"to-gone\"}"),
+        1.0,
+        "{m}"
+    );
+    assert_eq!(
+        metric(&m, "skewgate_rollout_percent{rollout=\"to-gone\"}"),
+        0.0
+    );
+}

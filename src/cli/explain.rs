@@ -99,10 +99,10 @@ fn considered<'t>(t: &'t RouteTable, req: &SteerRequest<'_>, d: &Decision) -> Ve
     let mut out = Vec::new();
     let mut decided = false;
     let mut consider = |kind: &'static str, name: &'t str, selectors, skip: Option<&str>| {
-        let (matched, why) = if decided {
-            (false, "not considered: an earlier rule decided".to_owned())
-        } else if let Some(skip) = skip {
+        let (matched, why) = if let Some(skip) = skip {
             (false, skip.to_owned())
+        } else if decided {
+            (false, "not considered: an earlier rule decided".to_owned())
         } else {
             match mismatch(selectors, req) {
                 None => {

@@ -139,7 +139,7 @@ impl Metrics {
             upstream_streams: gauge("skewgate_upstream_streams", "HTTP/2 streams open to each apiserver endpoint.", &["backend", "endpoint"]),
             upstream_errors: counter(
                 "skewgate_upstream_errors_total",
-                "Failures talking to apiservers, by backend and reason: connect (no connection could be made), reset (the connection or stream failed), timeout (no response head in time), headers_too_large (the apiserver refused the request head), unavailable (no endpoint of the backend was ready).",
+                "Failures talking to apiservers, by backend and reason: connect (no connection could be made), reset (the connection or stream failed), timeout (no response head in time), headers_too_large (the apiserver refused the request head), unavailable (no endpoint of the backend was ready), health (a health check failed).",
                 &["backend", "reason"],
             ),
             endpoint_ready: gauge("skewgate_endpoint_ready", "1 when the endpoint answers its health check and has a connection, else 0.", &["backend", "endpoint"]),

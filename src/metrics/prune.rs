@@ -11,12 +11,13 @@ use super::Metrics;
 use crate::config::RouteTable;
 
 /// The reasons of `skewgate_upstream_errors_total`.
-pub(crate) const UPSTREAM_REASONS: [&str; 5] = [
+pub(crate) const UPSTREAM_REASONS: [&str; 6] = [
     "connect",
     "reset",
     "timeout",
     "headers_too_large",
     "unavailable",
+    "health",
 ];
 
 /// The label values a route table gives series to.

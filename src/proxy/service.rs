@@ -378,6 +378,11 @@ fn respond(
                 let client = ClientKey::of(caller.identity, caller.remote).hash();
                 note_client_fault(proxy, client, caller.remote);
             } else if let Some((backend, reason)) = error.upstream_failure() {
+                // A backend with no endpoint ready fails the rollout that chose it, as a failed
+                // send does (`judge` counts those).
+                if matches!(error, ProxyError::NoEndpoint { .. }) {
+                    routing.record_outcome(&request.decision, true);
+                }
                 tracing::debug!(%backend, ?error, "upstream request failed");
                 proxy
                     .metrics
