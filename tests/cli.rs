@@ -338,3 +338,48 @@ fn explain_says_why_a_create_is_steered_as_a_read_and_refuses_unknown_methods() 
         text(&out.stderr)
     );
 }
+
+/// `demo` says that a watch of the pinned namespace ends when the pin moves, and why; gives no
+/// advice about flags it does not have; and removes its directory when it stops.
+#[test]
+fn demo_explains_itself_and_removes_its_directory_on_stop() {
+    use std::io::{BufRead, BufReader};
+    let mut child = Command::new(env!("CARGO_BIN_EXE_skewgate"))
+        .args([
+            "demo",
+            "--listen",
+            "127.0.0.1:0",
+            "--admin-listen",
+            "127.0.0.1:0",
+        ])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("demo starts");
+    let stdout = child.stdout.take().expect("stdout");
+    let mut guide = String::new();
+    let mut dir = None;
+    for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+        guide.push_str(&line);
+        guide.push('\n');
+        if let Some(d) = line.strip_prefix("Ctrl-C stops the demo and removes ") {
+            dir = Some(PathBuf::from(d.trim_end_matches('.')));
+            break;
+        }
+    }
+    let dir = dir.unwrap_or_else(|| panic!("no end of the guide:\n{guide}"));
+    assert!(dir.join("routes.yaml").exists(), "{}", dir.display());
+    assert!(guide.contains("ends when the team-a pin moves"), "{guide}");
+    let killed = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .expect("kill");
+    assert!(killed.success());
+    let out = child.wait_with_output().expect("demo ends");
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(!dir.exists(), "{} is left behind", dir.display());
+    let log = text(&out.stderr);
+    assert!(log.contains("skewgate serving"), "{log}");
+    assert!(!log.contains("--tls-cert-file"), "{log}");
+}

@@ -13,7 +13,7 @@ use skewgate::proxy::{ProxySettings, ServeOptions, Server};
 use skewgate_sim::{self as sim, SimConfig, Store};
 
 use super::DemoArgs;
-use super::serve::{runtime, wait_for_signal};
+use super::serve::{Signals, runtime};
 
 const DEMO_ROUTES: &str = include_str!("../../routes/demo.yaml");
 
@@ -54,6 +54,7 @@ pub fn run(args: DemoArgs) -> Result<ExitCode> {
     std::fs::write(&kubeconfig, kubeconfig_text(args.listen))?;
 
     runtime()?.block_on(async move {
+        let signals = Signals::listen();
         let store = Store::new();
         let mut sims = Vec::new();
         for backend in &table.backends {
@@ -95,7 +96,7 @@ pub fn run(args: DemoArgs) -> Result<ExitCode> {
         })
         .await?;
         print_guide(&server, &routes, &kubeconfig, &manifest);
-        wait_for_signal().await;
+        signals.wait().await;
         server.shutdown().await;
         drop(sims);
         Ok(ExitCode::SUCCESS)

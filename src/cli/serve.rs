@@ -90,12 +90,13 @@ pub fn run(args: ServeArgs) -> Result<ExitCode> {
     }
     let delay = args.shutdown_delay;
     runtime()?.block_on(async move {
+        let signals = Signals::listen();
         let cleartext = opts.settings.tls.is_none();
         let server = Server::start(opts).await?;
         if cleartext {
             tracing::warn!("clients connect in cleartext: give --tls-cert-file and --tls-private-key-file, or put a TLS-terminating sidecar in front");
         }
-        wait_for_signal().await;
+        signals.wait().await;
         server.drain(delay).await;
         server.shutdown().await;
         Ok(ExitCode::SUCCESS)
@@ -142,17 +143,40 @@ pub fn upstream_tls(args: &UpstreamArgs) -> Result<Option<Arc<UpstreamTls>>> {
     })
 }
 
-/// Waits for SIGTERM or SIGINT.
-pub async fn wait_for_signal() {
-    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-        Ok(s) => s,
-        Err(_) => {
-            let _ = tokio::signal::ctrl_c().await;
-            return;
+/// SIGTERM and SIGINT, listened for from the moment this is made: a signal that comes while the
+/// server starts (or prints its guide) is not lost, nor does it kill the process unhandled.
+pub struct Signals {
+    term: Option<tokio::signal::unix::Signal>,
+    int: Option<tokio::signal::unix::Signal>,
+}
+
+impl Signals {
+    /// Starts listening (within a runtime).
+    pub fn listen() -> Signals {
+        use tokio::signal::unix::{SignalKind, signal};
+        Signals {
+            term: signal(SignalKind::terminate()).ok(),
+            int: signal(SignalKind::interrupt()).ok(),
         }
-    };
-    tokio::select! {
-        _ = term.recv() => tracing::info!("SIGTERM received"),
-        _ = tokio::signal::ctrl_c() => tracing::info!("interrupt received"),
+    }
+
+    /// Waits for SIGTERM or SIGINT.
+    pub async fn wait(mut self) {
+        let term = async {
+            match &mut self.term {
+                Some(s) => s.recv().await,
+                None => std::future::pending().await,
+            }
+        };
+        let int = async {
+            match &mut self.int {
+                Some(s) => s.recv().await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            _ = term => tracing::info!("SIGTERM received"),
+            _ = int => tracing::info!("interrupt received"),
+        }
     }
 }

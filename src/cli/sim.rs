@@ -7,12 +7,13 @@ use anyhow::{Context, Result};
 use skewgate_sim::{self as sim, SimConfig, Store};
 
 use super::SimArgs;
-use super::serve::{runtime, wait_for_signal};
+use super::serve::{Signals, runtime};
 
 /// Runs the simulator until SIGTERM or Ctrl-C.
 pub fn run(args: SimArgs) -> Result<ExitCode> {
     let _log = super::logging::init(&super::logging::LogArgs::default());
     runtime()?.block_on(async move {
+        let signals = Signals::listen();
         let config = SimConfig {
             max_concurrent_streams: args.max_concurrent_streams,
             ..SimConfig::new(&args.git_version)
@@ -21,7 +22,7 @@ pub fn run(args: SimArgs) -> Result<ExitCode> {
             .await
             .with_context(|| format!("cannot listen on {}", args.listen))?;
         tracing::info!(addr = %handle.addr, version = %args.git_version, "simulated apiserver (a test fixture) is serving");
-        wait_for_signal().await;
+        signals.wait().await;
         Ok(ExitCode::SUCCESS)
     })
 }
