@@ -170,24 +170,34 @@ fn explain_refuses_a_bad_route_file_or_url() {
     assert!(text(&out.stderr).contains("must be a path starting with /"));
 }
 
+/// Runs `check` on `file`: it exits with `code` and its stderr holds each of `expected`.
+fn check_says(file: &str, code: i32, expected: &[&str]) -> String {
+    let out = skewgate(&["check", file]);
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(code), "{err}");
+    for e in expected {
+        assert!(err.contains(e), "{e}\n---\n{err}");
+    }
+    err
+}
+
 /// `check` on a file with six structural mistakes: all six, each with file:line:col, the field
 /// path, what to do (a "did you mean" for misspelt fields), and the line with a caret.
 #[test]
 fn check_reports_every_structural_mistake_with_its_line_and_a_caret() {
-    let out = skewgate(&["check", "tests/fixtures/many-mistakes.yaml"]);
-    assert_eq!(out.status.code(), Some(1));
-    let err = text(&out.stderr);
-    for expected in [
-        "error: backends[1].endpoint: unknown field `endpoint`: did you mean `endpoints`?\n  --> tests/fixtures/many-mistakes.yaml:8:5\n  |\n8 |     endpoint: [https://10.0.0.21:6443]\n  |     ^^^^^^^^\n",
-        "error: backends[1].endpoints: backends[1] needs `endpoints`",
-        "error: writes.pins[0].namespaces: namespaces must be a list, not a string; e.g. `namespaces: [team-a]`\n  --> tests/fixtures/many-mistakes.yaml:13:19",
-        "error: writes.pins[0].flip_at: unknown field `flip_at`: did you mean `flipAt`?",
-        "error: reads.rollouts[0].percent: percent is a number: write 50 without quotes\n  --> tests/fixtures/many-mistakes.yaml:21:16\n   |\n21 |       percent: \"50\"\n   |                ^^^^\n",
-        "error: reads.rollouts[0].stickyby: unknown field `stickyby`: did you mean `stickyBy`?",
-        "many-mistakes.yaml: 6 errors",
-    ] {
-        assert!(err.contains(expected), "{expected}\n---\n{err}");
-    }
+    let err = check_says(
+        "tests/fixtures/many-mistakes.yaml",
+        1,
+        &[
+            "error: backends[1].endpoint: unknown field `endpoint`: did you mean `endpoints`?\n  --> tests/fixtures/many-mistakes.yaml:8:5\n  |\n8 |     endpoint: [https://10.0.0.21:6443]\n  |     ^^^^^^^^\n",
+            "error: backends[1].endpoints: backends[1] needs `endpoints`",
+            "error: writes.pins[0].namespaces: namespaces must be a list, not a string; e.g. `namespaces: [team-a]`\n  --> tests/fixtures/many-mistakes.yaml:13:19",
+            "error: writes.pins[0].flip_at: unknown field `flip_at`: did you mean `flipAt`?",
+            "error: reads.rollouts[0].percent: percent is a number: write 50 without quotes\n  --> tests/fixtures/many-mistakes.yaml:21:16\n   |\n21 |       percent: \"50\"\n   |                ^^^^\n",
+            "error: reads.rollouts[0].stickyby: unknown field `stickyby`: did you mean `stickyBy`?",
+            "many-mistakes.yaml: 6 errors",
+        ],
+    );
     // The project's words, never the parser's.
     for internal in [
         "expected sequence",
@@ -203,37 +213,34 @@ fn check_reports_every_structural_mistake_with_its_line_and_a_caret() {
 /// the kinds Kubernetes ships, backend names with the one meant, a duplicate reported once.
 #[test]
 fn check_reports_every_mistaken_value_with_the_name_meant() {
-    let out = skewgate(&["check", "tests/fixtures/mistaken-values.yaml"]);
-    assert_eq!(out.status.code(), Some(1));
-    let err = text(&out.stderr);
-    for expected in [
-        "error: backends[1].name: duplicate backend name \"v1-29\"",
-        "resources[0]: Kubernetes has no resource \"deploymnets\" in group apps: did you mean deployments.apps?",
-        "resources[1]: Kubernetes has no resource \"pod\" in the core group: did you mean pods?",
-        "resources[2]: Kubernetes has no resource \"deployments\" in the core group: did you mean deployments.apps?",
-        "writes.pins[0].backend: unknown backend \"v1-31\": did you mean v1-30?",
-        "mistaken-values.yaml: 5 errors",
-    ] {
-        assert!(err.contains(expected), "{expected}\n---\n{err}");
-    }
+    let err = check_says(
+        "tests/fixtures/mistaken-values.yaml",
+        1,
+        &[
+            "error: backends[1].name: duplicate backend name \"v1-29\"",
+            "resources[0]: Kubernetes has no resource \"deploymnets\" in group apps: did you mean deployments.apps?",
+            "resources[1]: Kubernetes has no resource \"pod\" in the core group: did you mean pods?",
+            "resources[2]: Kubernetes has no resource \"deployments\" in the core group: did you mean deployments.apps?",
+            "writes.pins[0].backend: unknown backend \"v1-31\": did you mean v1-30?",
+            "mistaken-values.yaml: 5 errors",
+        ],
+    );
     assert_eq!(err.matches("duplicate backend name").count(), 1, "{err}");
 }
 
 /// Rules that never decide or change nothing load, with warnings.
 #[test]
 fn check_warns_of_shadowed_and_no_op_rules_and_passes() {
+    check_says(
+        "tests/fixtures/warnings.yaml",
+        0,
+        &[
+            "warning: reads.rollouts[1].to: to is \"v1-29\", reads.default itself: this rollout changes nothing",
+            "warning: reads.rollouts[1]: never decides: rollout \"everything\" before it has no match",
+        ],
+    );
     let out = skewgate(&["check", "tests/fixtures/warnings.yaml"]);
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     assert!(text(&out.stdout).contains("2 warnings"));
-    let err = text(&out.stderr);
-    assert!(
-        err.contains("warning: reads.rollouts[1].to: to is \"v1-29\", reads.default itself: this rollout changes nothing"),
-        "{err}"
-    );
-    assert!(
-        err.contains("warning: reads.rollouts[1]: never decides: rollout \"everything\" before it has no match"),
-        "{err}"
-    );
 }
 
 /// The YAML itself, in the project's words: an empty file, two documents, a key given twice.
