@@ -6,15 +6,15 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use http::header::{self, HeaderMap, HeaderValue};
-use http::{Method, Request, Response, StatusCode};
+use http::header::{self, HeaderValue};
+use http::{Method, Request, Response};
 use hyper::body::Incoming;
 
 use super::Proxy;
 use super::access_log::AccessRecord;
 use super::admission::{admit_client, admit_write};
 use super::body::ProxyBody;
-use super::discovery::{DiscoveryPath, discovery_path};
+use super::discovery::{Merge, MergedAnswer, discovery_path, merged_discovery};
 use super::forwarding::{credential_of, prepare_headers, strip_hop_by_hop, upstream_uri};
 use super::guard;
 use super::limits::ClientKey;
@@ -23,9 +23,8 @@ use super::rebalance::Goaway;
 use super::request_body::{ClientBody, ClientFault};
 use super::routing::{RequestTracker, Routing};
 use super::status::ProxyError;
-use super::upgrade;
+use super::upgrade::{Upgrade, forward_upgrade};
 use crate::classify::{Client, ClientVersion, Verb, classify};
-use crate::config::BackendId;
 use crate::identity::{ForwardedIdentity, Identity, VerifiedClient, forward_made};
 use crate::steer::{Class, Decision, SteerRequest, WriteTicket, object_key};
 use crate::upstream::{BackendPool, Credential, EndpointPool, UpstreamBody, UpstreamError, send};
@@ -311,12 +310,7 @@ fn relay(
     resp: Response<UpstreamBody>,
     tracker: RequestTracker,
 ) -> Response<ProxyBody> {
-    if let Some(m) = &merged_answer
-        && resp.status() == StatusCode::OK
-        && let Some(merged) = routing
-            .discovery()
-            .and_then(|d| d.respond(m.path, m.accept.as_ref(), m.if_none_match.as_ref()))
-    {
+    if let Some(merged) = merged_answer.and_then(|m| m.answer(routing, resp.status())) {
         return merged;
     }
     let (mut head, body) = resp.into_parts();
@@ -402,7 +396,7 @@ fn respond(
     resp
 }
 
-fn upstream(backend: &BackendPool, error: UpstreamError, safe: bool) -> ProxyError {
+pub(super) fn upstream(backend: &BackendPool, error: UpstreamError, safe: bool) -> ProxyError {
     upstream_named(&backend.name, error, safe)
 }
 
@@ -411,75 +405,5 @@ fn upstream_named(backend: &str, error: UpstreamError, safe: bool) -> ProxyError
         backend: backend.to_owned(),
         error,
         safe,
-    }
-}
-
-/// How an upgrade request goes upstream.
-struct Upgrade {
-    credential: Credential,
-    protocol: HeaderValue,
-    safe: bool,
-}
-
-/// Exec, attach and port-forward: tunnelled on a connection of their own.
-async fn forward_upgrade(
-    proxy: &Proxy,
-    backend: &BackendPool,
-    endpoint: &EndpointPool,
-    upgrade: Upgrade,
-    parts: http::request::Parts,
-    body: Incoming,
-    session: (RequestTracker, &mut Option<Box<AccessRecord>>),
-) -> Result<Response<ProxyBody>, ProxyError> {
-    // The tunnel carries no request body: one announced would leave the apiserver waiting.
-    if !http_body::Body::is_end_stream(&body) {
-        return Err(ProxyError::UpgradeWithBody);
-    }
-    let head_timeout = proxy.settings.response_timeout;
-    let (credential, protocol) = (upgrade.credential, upgrade.protocol);
-    upgrade::tunnel(endpoint, credential, parts, protocol, head_timeout, session)
-        .await
-        .map_err(|error| upstream(backend, error, upgrade.safe))
-}
-
-/// A discovery document answered merged once the apiserver has let the client read it: the
-/// client's `Accept` and `If-None-Match`, the latter kept from the apiserver (its copy, or a 304 for
-/// it, is not what the client gets).
-struct MergedAnswer {
-    path: DiscoveryPath<'static>,
-    accept: Option<HeaderValue>,
-    if_none_match: Option<HeaderValue>,
-}
-
-impl MergedAnswer {
-    fn take(merge: Merge, headers: &mut HeaderMap) -> Option<MergedAnswer> {
-        let Merge::Answer(path) = merge else {
-            return None;
-        };
-        Some(MergedAnswer {
-            path,
-            accept: headers.get(header::ACCEPT).cloned(),
-            if_none_match: headers.remove(header::IF_NONE_MATCH),
-        })
-    }
-}
-
-/// What merged discovery does with a discovery request.
-#[derive(Clone, Copy)]
-enum Merge {
-    /// Sent to this backend (a group/version's documents).
-    Source(BackendId),
-    /// Answered with the merged document once the apiserver has answered 200.
-    Answer(DiscoveryPath<'static>),
-}
-
-fn merged_discovery(routing: &Routing, path: DiscoveryPath<'_>) -> Option<Merge> {
-    match path {
-        DiscoveryPath::GroupVersion { group, version } => routing
-            .discovery()?
-            .source(group, version)
-            .map(Merge::Source),
-        DiscoveryPath::Root { core } => Some(Merge::Answer(DiscoveryPath::Root { core })),
-        DiscoveryPath::OpenApiIndex => Some(Merge::Answer(DiscoveryPath::OpenApiIndex)),
     }
 }

@@ -12,11 +12,14 @@ use http_body_util::{BodyExt, Empty};
 use hyper::upgrade::OnUpgrade;
 use hyper_util::rt::TokioIo;
 
+use super::Proxy;
 use super::access_log::AccessRecord;
 use super::body::ProxyBody;
 use super::routing::RequestTracker;
+use super::status::ProxyError;
 use crate::identity::Alpn;
-use crate::upstream::{Credential, DialError, Dialed, EndpointPool, UpstreamError};
+use crate::upstream::{BackendPool, Credential, DialError, Dialed, EndpointPool, UpstreamError};
+use hyper::body::Incoming;
 
 /// Largest body of an upstream answer that refuses the upgrade.
 const MAX_REFUSAL: usize = 1 << 20;
@@ -165,4 +168,32 @@ where
     send.send_request(req)
         .await
         .map_err(|e| UpstreamError::AfterSend(Box::new(e)))
+}
+
+/// How an upgrade request goes upstream.
+pub(super) struct Upgrade {
+    pub credential: Credential,
+    pub protocol: HeaderValue,
+    pub safe: bool,
+}
+
+/// Exec, attach and port-forward: tunnelled on a connection of their own.
+pub(super) async fn forward_upgrade(
+    proxy: &Proxy,
+    backend: &BackendPool,
+    endpoint: &EndpointPool,
+    upgrade: Upgrade,
+    parts: http::request::Parts,
+    body: Incoming,
+    session: (RequestTracker, &mut Option<Box<AccessRecord>>),
+) -> Result<Response<ProxyBody>, ProxyError> {
+    // The tunnel carries no request body: one announced would leave the apiserver waiting.
+    if !http_body::Body::is_end_stream(&body) {
+        return Err(ProxyError::UpgradeWithBody);
+    }
+    let head_timeout = proxy.settings.response_timeout;
+    let (credential, protocol) = (upgrade.credential, upgrade.protocol);
+    tunnel(endpoint, credential, parts, protocol, head_timeout, session)
+        .await
+        .map_err(|error| super::service::upstream(backend, error, upgrade.safe))
 }

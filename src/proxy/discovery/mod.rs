@@ -18,7 +18,10 @@ use http::header::{self, HeaderValue};
 use http::{Response, StatusCode};
 use serde_json::{Value, json};
 
+mod answer;
 mod documents;
+
+pub(crate) use answer::{Merge, MergedAnswer, merged_discovery};
 
 use super::body::ProxyBody;
 use crate::config::BackendId;

@@ -1,0 +1,220 @@
+//! The metric handles of one routing: decisions, answers by code and resource, requests in flight
+//! and their durations, and the gauges of the state at a moment (rollouts, where pins point).
+
+use std::time::{Instant, SystemTime};
+
+use prometheus::{Histogram, IntGauge};
+
+use super::{CLASSES, Routing, VERBS, class_index};
+use crate::classify::Verb;
+use crate::config::BackendId;
+use crate::metrics::{COMMON_CODES, ResourceIndex, Slots, code_slot};
+use crate::proxy::limits::ClientPermit;
+use crate::steer::{Class, Decision, Rule};
+
+/// The `class` label: `write` for requests that change objects, whatever rule steered them (a
+/// create is steered as a read unless `writes.verbs` names it).
+fn class_label(d: &Decision, verb: Verb) -> Class {
+    if d.class == Class::Write || Verb::WRITES.contains(&verb) {
+        Class::Write
+    } else {
+        Class::Read
+    }
+}
+
+fn verb_label(v: Verb) -> &'static str {
+    match v.as_str() {
+        "" => "unknown",
+        s => s,
+    }
+}
+
+impl Routing {
+    /// Counts a decision under its rule.
+    pub(crate) fn count_decision(&self, d: &Decision) {
+        let t = self.table();
+        let rule = match d.rule {
+            Rule::Pin(i) => i,
+            Rule::Rollout(i) => t.writes.pins.len() + i,
+            Rule::WriteDefault => t.writes.pins.len() + t.reads.rollouts.len(),
+            Rule::ReadDefault => t.writes.pins.len() + t.reads.rollouts.len() + 1,
+        };
+        let slot = rule * CLASSES + class_index(d.class);
+        if let Some(c) = self.decisions.get(slot, || {
+            self.metrics
+                .decisions
+                .with_label_values(&[d.class.as_str(), d.rule_name(t)])
+        }) {
+            c.inc();
+        }
+    }
+
+    /// Counts an answered request under its resource (`resource_slot`) and status code.
+    pub(crate) fn count_response(&self, d: &Decision, verb: Verb, resource: usize, code: u16) {
+        let class = class_label(d, verb);
+        let row = ((d.backend.index() * CLASSES + class_index(class)) * VERBS + verb as usize)
+            * ResourceIndex::SLOTS
+            + resource.min(ResourceIndex::SLOTS - 1);
+        let labels = |code: &str| {
+            let resources = self.resources.load();
+            let (group, resource) = resources.labels(resource);
+            self.metrics.requests.with_label_values(&[
+                self.backend_name(d),
+                class.as_str(),
+                verb_label(verb),
+                group,
+                resource,
+                code,
+            ])
+        };
+        let counter = code_slot(code).and_then(|c| {
+            self.requests
+                .get(row, || Box::new(Slots::new(COMMON_CODES.len())))?
+                .get(c, || labels(&code.to_string()))
+        });
+        match counter {
+            Some(counter) => counter.inc(),
+            None => labels(&code.to_string()).inc(),
+        }
+    }
+
+    /// Sets the gauges of the state at `now` (before /metrics is rendered): each rollout's percent,
+    /// abort and error ratio, and the backend each pin sends its writes to.
+    pub(crate) fn refresh_gauges(&self, now: SystemTime) {
+        let m = &self.metrics;
+        for (i, r) in self.table().reads.rollouts.iter().enumerate() {
+            let name = [r.name.as_str()];
+            let window = self.rollouts.window(i);
+            let aborted = window.is_some_and(|w| w.is_aborted());
+            let percent = if aborted {
+                0.0
+            } else {
+                r.schedule.at(now).percent.as_f64()
+            };
+            m.rollout_percent.with_label_values(&name).set(percent);
+            m.rollout_aborted
+                .with_label_values(&name)
+                .set(i64::from(aborted));
+            if let Some(w) = window {
+                m.rollout_error_ratio
+                    .with_label_values(&name)
+                    .set(w.counts(now).ratio());
+            }
+        }
+        let t = self.table();
+        let mut in_force: Vec<(&str, BackendId)> = t
+            .writes
+            .pins
+            .iter()
+            .enumerate()
+            .map(|(i, pin)| {
+                (
+                    pin.name.as_str(),
+                    self.steering.pin_move(i, now, self).backend,
+                )
+            })
+            .collect();
+        in_force.push(("writes.default", t.writes.default));
+        in_force.push(("reads.default", t.reads.default));
+        for (pin, backend) in in_force {
+            for b in BackendId::all(t.backends.len()) {
+                let labels = [pin, t.backend_name(b)];
+                if b == backend {
+                    m.pin_backend.with_label_values(&labels).set(1);
+                } else {
+                    let _ = m.pin_backend.remove_label_values(&labels);
+                }
+            }
+        }
+    }
+
+    /// Starts tracking a request: in flight now, and (unless long-running) timed until it ends.
+    pub(crate) fn track(
+        &self,
+        d: &Decision,
+        verb: Verb,
+        long_running: bool,
+        start: Instant,
+    ) -> RequestTracker {
+        let backend = self.backend_name(d);
+        let class_name = class_label(d, verb);
+        let class = class_index(class_name);
+        let inflight = self
+            .inflight
+            .get(d.backend.index() * CLASSES + class, || {
+                self.metrics
+                    .inflight
+                    .with_label_values(&[backend, class_name.as_str()])
+            })
+            .cloned();
+        let is_watch = verb == Verb::Watch;
+        let watches = if is_watch {
+            self.watches
+                .get(d.backend.index(), || {
+                    self.metrics.watches.with_label_values(&[backend])
+                })
+                .cloned()
+        } else {
+            None
+        };
+        let duration = if long_running {
+            None
+        } else {
+            self.durations
+                .get(
+                    (d.backend.index() * CLASSES + class) * VERBS + verb as usize,
+                    || {
+                        self.metrics.request_duration.with_label_values(&[
+                            backend,
+                            class_name.as_str(),
+                            verb_label(verb),
+                        ])
+                    },
+                )
+                .cloned()
+        };
+        if let Some(g) = &inflight {
+            g.inc();
+        }
+        if let Some(g) = &watches {
+            g.inc();
+        }
+        RequestTracker {
+            inflight,
+            watches,
+            duration,
+            start,
+            permit: None,
+        }
+    }
+}
+
+/// Ends a request's accounting when dropped (with its response body, or at an early error).
+pub(crate) struct RequestTracker {
+    inflight: Option<IntGauge>,
+    watches: Option<IntGauge>,
+    duration: Option<Histogram>,
+    start: Instant,
+    permit: Option<ClientPermit>,
+}
+
+impl RequestTracker {
+    /// Keeps the client's place among its requests in flight until the response ends.
+    pub(crate) fn hold(&mut self, permit: Option<ClientPermit>) {
+        self.permit = permit;
+    }
+}
+
+impl Drop for RequestTracker {
+    fn drop(&mut self) {
+        if let Some(g) = &self.inflight {
+            g.dec();
+        }
+        if let Some(g) = &self.watches {
+            g.dec();
+        }
+        if let Some(h) = &self.duration {
+            h.observe(self.start.elapsed().as_secs_f64());
+        }
+    }
+}
