@@ -243,7 +243,19 @@ pub async fn start_targets(exe: &str, dir: &Path, sim: SocketAddr) -> Vec<Target
     // Another build of skewgate beside this one, in the same run (to show a change is no slower):
     // SKEWGATE_BASELINE_BIN=/path/to/skewgate.
     if let Ok(baseline) = std::env::var("SKEWGATE_BASELINE_BIN") {
-        serve_skewgate(&mut targets, "baseline", &baseline, &routes, &[]).await;
+        // The baseline runs without an access log: builds from before it have none and do not
+        // know the flag; with SKEWGATE_ACCESS_LOG=1 and this build as the baseline, the two
+        // targets show what the access log costs.
+        let knows_flag = std::process::Command::new(&baseline)
+            .args(["serve", "--help"])
+            .output()
+            .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("--no-access-log"));
+        let args: &[&str] = if knows_flag {
+            &["--goaway-chance=0", "--no-access-log"]
+        } else {
+            &["--goaway-chance=0"]
+        };
+        serve_skewgate(&mut targets, "baseline", &baseline, &routes, args).await;
     }
 
     if let Some(haproxy) = which("haproxy") {
