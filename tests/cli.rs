@@ -390,3 +390,15 @@ fn demo_explains_itself_and_removes_its_directory_on_stop() {
     assert!(log.contains("skewgate serving"), "{log}");
     assert!(!log.contains("--tls-cert-file"), "{log}");
 }
+
+/// `--version` names the commit the binary was built from.
+#[test]
+fn version_names_the_commit() {
+    let out = skewgate(&["--version"]);
+    assert!(out.status.success());
+    let v = text(&out.stdout);
+    assert!(
+        v.starts_with(&format!("skewgate {} (commit ", env!("CARGO_PKG_VERSION"))),
+        "{v}"
+    );
+}

@@ -412,5 +412,11 @@ reads:
         );
         let e = errors("kind: [a\n");
         assert!(e[0].contains("the YAML is not well-formed"), "{e:?}");
+        let huge = format!("kind: [{}]\n", "a, ".repeat(200_000));
+        let e = errors(&huge);
+        assert!(
+            e[0].contains("a route table is far smaller; is this the right file?"),
+            "{e:?}"
+        );
     }
 }
