@@ -22,6 +22,27 @@ pub fn runtime() -> Result<tokio::runtime::Runtime> {
 /// Runs `serve`.
 pub fn run(args: ServeArgs) -> Result<ExitCode> {
     let _log = super::logging::init(&args.log);
+    let (dry, delay) = (args.dry_run, args.shutdown_delay);
+    let opts = options(args)?;
+    if dry {
+        return dry_run(&opts);
+    }
+    runtime()?.block_on(async move {
+        let signals = Signals::listen();
+        let cleartext = opts.settings.tls.is_none();
+        let server = Server::start(opts).await?;
+        if cleartext {
+            tracing::warn!("clients connect in cleartext: give --tls-cert-file and --tls-private-key-file, or put a TLS-terminating sidecar in front");
+        }
+        signals.wait().await;
+        server.drain(delay).await;
+        server.shutdown().await;
+        Ok(ExitCode::SUCCESS)
+    })
+}
+
+/// The flags as the server's options, with every certificate and key loaded (and checked).
+fn options(args: ServeArgs) -> Result<ServeOptions> {
     let tls = match (&args.tls_cert_file, &args.tls_private_key_file) {
         (Some(cert), Some(key)) => Some(ServingTls::load(TlsFiles {
             cert: cert.clone(),
@@ -56,7 +77,7 @@ pub fn run(args: ServeArgs) -> Result<ExitCode> {
                 .map_err(|e| anyhow::anyhow!("--proxy-user {user:?}: {e}"))?,
         )),
     };
-    let opts = ServeOptions {
+    Ok(ServeOptions {
         routes: args.routes,
         listen: args.listen,
         admin_listen: args.admin_listen,
@@ -84,22 +105,6 @@ pub fn run(args: ServeArgs) -> Result<ExitCode> {
             },
             ..ProxySettings::default()
         },
-    };
-    if args.dry_run {
-        return dry_run(&opts);
-    }
-    let delay = args.shutdown_delay;
-    runtime()?.block_on(async move {
-        let signals = Signals::listen();
-        let cleartext = opts.settings.tls.is_none();
-        let server = Server::start(opts).await?;
-        if cleartext {
-            tracing::warn!("clients connect in cleartext: give --tls-cert-file and --tls-private-key-file, or put a TLS-terminating sidecar in front");
-        }
-        signals.wait().await;
-        server.drain(delay).await;
-        server.shutdown().await;
-        Ok(ExitCode::SUCCESS)
     })
 }
 
