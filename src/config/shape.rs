@@ -174,10 +174,6 @@ fn join(path: &str, field: &str) -> String {
     }
 }
 
-fn is_null(node: &Node) -> bool {
-    matches!(node, Node::Scalar { text, plain: true, .. } if text.is_empty() || text == "null" || text == "~")
-}
-
 impl Checker<'_> {
     fn error(&mut self, at: At, field: &str, message: String) {
         self.errors.push(ConfigError {
@@ -239,7 +235,7 @@ impl Checker<'_> {
         if matches!(node, Node::Alias { .. }) {
             return;
         }
-        if is_null(node) {
+        if node.is_null() {
             if f.required {
                 let message = format!("needs a value, e.g. `{}: {}`", f.name, f.example);
                 self.error(node.at(), path, message);

@@ -57,6 +57,11 @@ impl Node {
         }
     }
 
+    /// Whether the node is YAML's null (empty, `null` or `~`, unquoted).
+    pub(super) fn is_null(&self) -> bool {
+        matches!(self, Node::Scalar { text, plain: true, .. } if text.is_empty() || text == "null" || text == "~")
+    }
+
     /// What the node is, as a user would say it.
     pub(super) fn kind(&self) -> &'static str {
         match self {
@@ -177,12 +182,11 @@ impl<'i> Builder<'_, 'i> {
             }),
             Event::SequenceStart(..) => {
                 let mut items = Vec::new();
-                while let Some((e, s)) = self.events.next() {
-                    match e {
-                        Event::SequenceEnd => break,
-                        Event::Anchor(..) => {}
-                        e => items.push(self.node(e, &s)?),
+                while let Some((e, s)) = self.next_node_event() {
+                    if matches!(e, Event::SequenceEnd) {
+                        break;
                     }
+                    items.push(self.node(e, &s)?);
                 }
                 Ok(Node::Seq { items, at })
             }

@@ -116,18 +116,6 @@ fn log_warnings(table: &RouteTable) {
     }
 }
 
-/// With several replicas (this one publishes itself beside others), a pin moved without `flipAt`
-/// moves on each replica when that replica reads the file: for a moment two replicas send the
-/// pin's writes to two versions (the fence holds them per replica only).
-fn warn_of_unsynchronised_moves(old: &RouteTable, new: &RouteTable) {
-    for pin in new.writes.pins.iter().filter(|p| p.flip_at.is_none()) {
-        let before = old.writes.pins.iter().find(|p| p.name == pin.name);
-        if before.is_some_and(|b| old.backend_name(b.backend) != new.backend_name(pin.backend)) {
-            tracing::warn!(pin = %pin.name, "pin moved without flipAt while several replicas serve: each moves when it reads the file; give flipAt (a moment all replicas will have read the file by) so they move together");
-        }
-    }
-}
-
 /// What a reload did.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum ReloadOutcome {
@@ -259,10 +247,8 @@ impl Proxy {
                     &self.settings.clock,
                 ));
                 self.routing.store(routing.clone());
-                old.end_moved_reads(&routing);
-                if self.settings.publish.is_some() {
-                    warn_of_unsynchronised_moves(old.table(), routing.table());
-                }
+                // A replica that publishes itself serves beside others.
+                old.end_moved_reads(&routing, self.settings.publish.is_some());
                 self.metrics
                     .config_reloads
                     .with_label_values(&["success"])

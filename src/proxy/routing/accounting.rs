@@ -14,7 +14,7 @@ use crate::steer::{Class, Decision, Rule};
 
 /// The `class` label: `write` for requests that change objects, whatever rule steered them (a
 /// create is steered as a read unless `writes.verbs` names it).
-fn class_label(d: &Decision, verb: Verb) -> Class {
+fn metric_class(d: &Decision, verb: Verb) -> Class {
     if d.class == Class::Write || Verb::WRITES.contains(&verb) {
         Class::Write
     } else {
@@ -51,7 +51,7 @@ impl Routing {
 
     /// Counts an answered request under its resource (`resource_slot`) and status code.
     pub(crate) fn count_response(&self, d: &Decision, verb: Verb, resource: usize, code: u16) {
-        let class = class_label(d, verb);
+        let class = metric_class(d, verb);
         let row = ((d.backend.index() * CLASSES + class_index(class)) * VERBS + verb as usize)
             * ResourceIndex::SLOTS
             + resource.min(ResourceIndex::SLOTS - 1);
@@ -137,7 +137,7 @@ impl Routing {
         start: Instant,
     ) -> RequestTracker {
         let backend = self.backend_name(d);
-        let class_name = class_label(d, verb);
+        let class_name = metric_class(d, verb);
         let class = class_index(class_name);
         let inflight = self
             .inflight

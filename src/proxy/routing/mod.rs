@@ -255,18 +255,21 @@ impl Routing {
 
     /// After `next` replaced this routing: ends the long-running reads whose pin or default moved,
     /// and counts the pins that moved.
-    pub(crate) fn end_moved_reads(&self, next: &Routing) {
+    ///
+    /// With several replicas, a pin moved without `flipAt` moves on each replica when that replica
+    /// reads the file: for a moment two replicas send its writes to two versions (the fence holds
+    /// them per replica only), which is warned of.
+    pub(crate) fn end_moved_reads(&self, next: &Routing, several_replicas: bool) {
         let (old, new) = (self.table(), next.table());
         for (i, pin) in old.writes.pins.iter().enumerate() {
             let before = old.backend_name(pin.backend);
-            let after = new
-                .writes
-                .pins
-                .iter()
-                .find(|p| p.name == pin.name)
-                .map(|p| new.backend_name(p.backend));
+            let moved_to = new.writes.pins.iter().find(|p| p.name == pin.name);
+            let after = moved_to.map(|p| new.backend_name(p.backend));
             if after != Some(before) {
                 tracing::info!(pin = %pin.name, from = before, to = after.unwrap_or("(removed)"), "pin moved; ending the watches it sent to the old backend");
+                if several_replicas && moved_to.is_some_and(|p| p.flip_at.is_none()) {
+                    tracing::warn!(pin = %pin.name, "pin moved without flipAt while several replicas serve: each moves when it reads the file; give flipAt (a moment all replicas will have read the file by) so they move together");
+                }
                 self.metrics
                     .pin_moves
                     .with_label_values(&[pin.name.as_str()])
