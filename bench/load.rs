@@ -9,6 +9,14 @@
 #[path = "targets.rs"]
 mod targets;
 
+#[path = "load_tls.rs"]
+mod tls;
+
+#[path = "figures.rs"]
+mod figures;
+
+use figures::Row;
+
 use targets::{Proc, Target, connections_to, start_sim, start_targets};
 
 use std::fmt::Write as _;
@@ -20,7 +28,6 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Empty};
 use hyper_util::rt::{TokioExecutor, TokioIo};
-use tokio::net::TcpStream;
 
 const PATH: &str = "/api/v1/namespaces/default/configmaps/small";
 
@@ -97,6 +104,7 @@ where
 async fn load(
     addr: SocketAddr,
     proto: Proto,
+    tls: Option<Arc<rustls::ClientConfig>>,
     concurrency: usize,
     secs: u64,
 ) -> (u64, u64, Vec<u32>, Duration) {
@@ -112,28 +120,24 @@ async fn load(
     };
     let per_conn = concurrency.div_ceil(conns);
     for _ in 0..conns {
-        let tcp = match TcpStream::connect(addr).await {
-            Ok(t) => t,
-            Err(e) => {
-                eprintln!("connect to {addr} failed: {e}");
-                continue;
-            }
+        let Some(tcp) = tls::dial(addr, tls.as_ref()).await else {
+            continue;
         };
-        let _ = tcp.set_nodelay(true);
         match proto {
             Proto::H2 => {
-                let (send, conn) = match hyper::client::conn::http2::handshake(
-                    TokioExecutor::new(),
-                    TokioIo::new(tcp),
-                )
-                .await
-                {
-                    Ok(pair) => pair,
-                    Err(e) => {
-                        eprintln!("h2 handshake with {addr} failed: {e}");
-                        continue;
-                    }
-                };
+                let (send, conn) =
+                    match hyper::client::conn::http2::handshake::<_, _, Empty<Bytes>>(
+                        TokioExecutor::new(),
+                        TokioIo::new(tcp),
+                    )
+                    .await
+                    {
+                        Ok(pair) => pair,
+                        Err(e) => {
+                            eprintln!("h2 handshake with {addr} failed: {e}");
+                            continue;
+                        }
+                    };
                 connections.spawn(async move {
                     let _ = conn.await;
                 });
@@ -211,6 +215,7 @@ fn percentile(sorted: &[u32], p: f64) -> f64 {
 async fn measure(
     addr: SocketAddr,
     proto: Proto,
+    tls: Option<Arc<rustls::ClientConfig>>,
     o: &Options,
     proc_: Option<&Proc>,
     sim_port: u16,
@@ -224,7 +229,7 @@ async fn measure(
         pid.map_or(0, |pid| connections_to(sim_port, pid))
     };
     let ((ok, err, lat, elapsed), conns) =
-        tokio::join!(load(addr, proto, o.concurrency, o.seconds), probe);
+        tokio::join!(load(addr, proto, tls, o.concurrency, o.seconds), probe);
     if proc_.is_some() {
         upstream = Some(conns);
     }
@@ -239,6 +244,132 @@ async fn measure(
     }
 }
 
+/// One table: every target under load from `proto` clients (over TLS with `tls`).
+async fn table(
+    out: &mut String,
+    (label, key): (&str, &'static str),
+    targets: &[Target],
+    (proto, tls): (Proto, Option<Arc<rustls::ClientConfig>>),
+    o: &Options,
+    sim_port: u16,
+) -> Vec<Row> {
+    let _ = writeln!(out, "{label}:");
+    let _ = writeln!(
+        out,
+        "  {:<10} {:>10} {:>8} {:>9} {:>9} {:>10} {:>10} {:>10} {:>9}",
+        "target",
+        "req/s",
+        "×direct",
+        "p50 µs",
+        "p99 µs",
+        "+p50 µs",
+        "CPU µs/req",
+        "upstream",
+        "errors"
+    );
+    let mut rows: Vec<Row> = Vec::new();
+    let mut direct: Option<Result1> = None;
+    for t in targets {
+        eprintln!("measuring {} ({label})", t.name);
+        let addr = if proto == Proto::H2 { t.h2 } else { t.h1 };
+        let r = measure(addr, proto, tls.clone(), o, t.process.as_ref(), sim_port).await;
+        let base = direct.as_ref();
+        let _ = writeln!(
+            out,
+            "  {:<10} {:>10.0} {:>8.2} {:>9.0} {:>9.0} {:>10} {:>10} {:>10} {:>9}",
+            t.name,
+            r.rps,
+            base.map_or(1.0, |d| r.rps / d.rps),
+            r.p50,
+            r.p99,
+            base.map_or("-".to_owned(), |d| format!("{:.0}", r.p50 - d.p50)),
+            r.cpu_us.map_or("-".to_owned(), |c| format!("{c:.1}")),
+            r.upstream.map_or("-".to_owned(), |u| u.to_string()),
+            r.errors,
+        );
+        rows.push(Row {
+            scenario: key,
+            target: t.name,
+            rps: r.rps,
+            ratio: base.map_or(1.0, |d| r.rps / d.rps),
+            cpu_us: r.cpu_us,
+        });
+        direct.get_or_insert(r);
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let _ = writeln!(out);
+    rows
+}
+
+/// The TLS scenario: requests over TLS both sides, then the cost of a new connection.
+async fn tls_scenario(out: &mut String, exe: &str, dir: &std::path::Path, o: &Options) -> Vec<Row> {
+    let Some(setup) = tls::start(exe, dir).await else {
+        let _ = writeln!(out, "TLS: left out (the TLS simulator did not start)\n");
+        return Vec::new();
+    };
+    let port = setup.sim_addr.port();
+    let mut rows = Vec::new();
+    for (proto, alpn, label, key) in [
+        (
+            Proto::H2,
+            &b"h2"[..],
+            "TLS both sides, h2 client (4 connections)",
+            "tls h2",
+        ),
+        (
+            Proto::H1,
+            &b"http/1.1"[..],
+            "TLS both sides, HTTP/1.1 client (one connection per request in flight)",
+            "tls http/1.1",
+        ),
+    ] {
+        let client = setup.client(alpn);
+        rows.extend(
+            table(
+                out,
+                (label, key),
+                &setup.targets,
+                (proto, Some(client)),
+                o,
+                port,
+            )
+            .await,
+        );
+    }
+    let n = targets::num_arg("--handshakes", 2000) as usize;
+    let _ = writeln!(
+        out,
+        "new TLS connections ({n}, 8 at a time; each a full handshake with a client certificate, one GET over h2, close):"
+    );
+    let _ = writeln!(
+        out,
+        "  {:<10} {:>12} {:>16} {:>9}",
+        "target", "conns/s", "CPU µs/conn", "failed"
+    );
+    let client = setup.client(b"h2");
+    for t in &setup.targets {
+        eprintln!("measuring {} (handshakes)", t.name);
+        let (rate, cpu, failed) = tls::handshakes(t, &client, PATH, n, 8).await;
+        let _ = writeln!(
+            out,
+            "  {:<10} {:>12.0} {:>16} {:>9}",
+            t.name,
+            rate,
+            cpu.map_or("-".to_owned(), |c| format!("{c:.0}")),
+            failed
+        );
+        rows.push(Row {
+            scenario: "tls handshake",
+            target: t.name,
+            rps: rate,
+            ratio: 0.0,
+            cpu_us: cpu,
+        });
+    }
+    let _ = writeln!(out);
+    rows
+}
+
 #[tokio::main(flavor = "current_thread")]
 async fn main() {
     if std::env::args().any(|a| a == "--list") {
@@ -249,7 +380,7 @@ async fn main() {
     let dir = std::env::temp_dir().join(format!("skewgate-bench-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("dir");
 
-    let (_sim, sim_addr) = start_sim(exe).await;
+    let (sim, sim_addr) = start_sim(exe).await;
     let sim_port = sim_addr.port();
     let targets = start_targets(exe, &dir, sim_addr).await;
 
@@ -259,59 +390,35 @@ async fn main() {
         "\nsmall GET ({PATH}), {} s per run, {} requests in flight, load generator on one thread\n",
         o.seconds, o.concurrency
     );
-    for proto in [Proto::H2, Proto::H1] {
-        let label = if proto == Proto::H2 {
-            "h2c client (4 connections)"
-        } else {
-            "HTTP/1.1 client (one connection per request in flight)"
-        };
-        let _ = writeln!(out, "{label}:");
-        let _ = writeln!(
-            out,
-            "  {:<10} {:>10} {:>8} {:>9} {:>9} {:>10} {:>10} {:>10} {:>9}",
-            "target",
-            "req/s",
-            "×direct",
-            "p50 µs",
-            "p99 µs",
-            "+p50 µs",
-            "CPU µs/req",
-            "upstream",
-            "errors"
+    let mut rows = Vec::new();
+    for (proto, label, key) in [
+        (Proto::H2, "h2c client (4 connections)", "h2c"),
+        (
+            Proto::H1,
+            "HTTP/1.1 client (one connection per request in flight)",
+            "http/1.1",
+        ),
+    ] {
+        rows.extend(
+            table(
+                &mut out,
+                (label, key),
+                &targets,
+                (proto, None),
+                &o,
+                sim_port,
+            )
+            .await,
         );
-        let mut direct: Option<Result1> = None;
-        for Target {
-            name,
-            h2,
-            h1,
-            process,
-        } in &targets
-        {
-            eprintln!("measuring {name}");
-            let addr = if proto == Proto::H2 { *h2 } else { *h1 };
-            let r = measure(addr, proto, &o, process.as_ref(), sim_port).await;
-            let base = direct.as_ref();
-            let _ = writeln!(
-                out,
-                "  {:<10} {:>10.0} {:>8.2} {:>9.0} {:>9.0} {:>10} {:>10} {:>10} {:>9}",
-                name,
-                r.rps,
-                base.map_or(1.0, |d| r.rps / d.rps),
-                r.p50,
-                r.p99,
-                base.map_or("-".to_owned(), |d| format!("{:.0}", r.p50 - d.p50)),
-                r.cpu_us.map_or("-".to_owned(), |c| format!("{c:.1}")),
-                r.upstream.map_or("-".to_owned(), |u| u.to_string()),
-                r.errors,
-            );
-            if direct.is_none() {
-                direct = Some(r);
-            }
-            tokio::time::sleep(Duration::from_millis(500)).await;
-        }
-        let _ = writeln!(out);
+    }
+    drop(targets);
+    drop(sim);
+    if std::env::args().any(|a| a == "--no-tls") {
+        let _ = writeln!(out, "TLS: left out (--no-tls)\n");
+    } else {
+        rows.extend(tls_scenario(&mut out, exe, &dir, &o).await);
     }
     println!("{out}");
+    figures::write_load(&out, &rows);
     let _ = std::fs::remove_dir_all(&dir);
-    drop(targets);
 }

@@ -8,6 +8,12 @@ use clap::Parser;
 
 use cli::{Cli, Command};
 
+// mimalloc: per-thread free lists without locks, which the request path (one worker thread per
+// core, a few small allocations per request) uses on every request; glibc's malloc cost twice as
+// much there (bench/README.md).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {

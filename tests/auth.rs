@@ -353,3 +353,56 @@ async fn kubectl_auth_whoami_through_skewgate_is_the_certificate_user() {
     let out = ok(&kubectl(&kubeconfig, &["api-resources"]).await);
     assert!(out.contains("widgets"), "{out}");
 }
+
+/// `skewgate sim` with kube-apiserver's TLS flags (as the load bench runs it): a client certificate
+/// from the cluster CA is its user, one from another CA is a 401, and the front proxy's headers are
+/// believed only with the front-proxy certificate.
+#[tokio::test]
+async fn the_sim_command_authenticates_with_the_apiservers_tls_flags() {
+    let p = pki();
+    let addr: SocketAddr = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("port");
+        l.local_addr().expect("addr")
+    };
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_skewgate"))
+        .args(["sim", "--listen", &addr.to_string()])
+        .arg("--tls-cert-file")
+        .arg(&p.apiserver.cert_file)
+        .arg("--tls-private-key-file")
+        .arg(&p.apiserver.key_file)
+        .arg("--client-ca-file")
+        .arg(&p.ca.cert_file)
+        .arg("--requestheader-client-ca-file")
+        .arg(&p.front_proxy_ca.cert_file)
+        .args(["--requestheader-allowed-names", "front-proxy-client"])
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("sim starts");
+    for _ in 0..200 {
+        if tokio::net::TcpStream::connect(addr).await.is_ok() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+    }
+    let who = |config, headers: &'static [(&'static str, &'static str)]| async move {
+        pki::tls_call(addr, config, true, "POST", WHOAMI, headers, Some(REVIEW)).await
+    };
+    let alice = pki::client_config(&p.ca, Some(&p.alice), &[b"h2"]);
+    let (status, _, body) = who(alice, &[]).await.expect("alice's call");
+    assert_eq!(status, 201, "{body}");
+    assert_eq!(body["status"]["userInfo"]["username"], "alice", "{body}");
+    let mallory = pki::client_config(&p.ca, Some(&p.mallory), &[b"h2"]);
+    let (status, _, _) = who(mallory, &[]).await.expect("mallory's call");
+    assert_eq!(
+        status, 401,
+        "a certificate from another CA is an authentication error"
+    );
+    let front = pki::client_config(&p.ca, Some(&p.front_proxy_client), &[b"h2"]);
+    let (status, _, body) = who(front, &[("x-remote-user", "carol")])
+        .await
+        .expect("front proxy");
+    assert_eq!(status, 201, "{body}");
+    assert_eq!(body["status"]["userInfo"]["username"], "carol", "{body}");
+    let _ = child.kill();
+    let _ = child.wait();
+}

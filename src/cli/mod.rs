@@ -65,6 +65,25 @@ pub struct SimArgs {
     /// SETTINGS_MAX_CONCURRENT_STREAMS of its HTTP/2 connections.
     #[arg(long, default_value_t = 100)]
     pub max_concurrent_streams: u32,
+    /// Serve TLS with this certificate (PEM), as kube-apiserver's `--tls-cert-file`. Its TLS
+    /// listener asks every client for a certificate and leaves checking it to the authenticators.
+    #[arg(long, requires = "tls_private_key_file")]
+    pub tls_cert_file: Option<PathBuf>,
+    /// The key of `--tls-cert-file` (PEM).
+    #[arg(long, requires = "tls_cert_file")]
+    pub tls_private_key_file: Option<PathBuf>,
+    /// Authenticate client certificates signed by this CA (CN the user, O the groups), as
+    /// kube-apiserver's `--client-ca-file`. With it, or the request-header CA, the simulator
+    /// authenticates and authorizes as kube-apiserver does; without both, every request is served.
+    #[arg(long, requires = "tls_cert_file")]
+    pub client_ca_file: Option<PathBuf>,
+    /// Trust identity headers (`X-Remote-User`, `X-Remote-Group`) from front proxies whose client
+    /// certificate this CA signed, as kube-apiserver's `--requestheader-client-ca-file`.
+    #[arg(long, requires = "tls_cert_file")]
+    pub requestheader_client_ca_file: Option<PathBuf>,
+    /// The front-proxy certificate CNs it accepts (`--requestheader-allowed-names`); empty: any.
+    #[arg(long, value_delimiter = ',')]
+    pub requestheader_allowed_names: Vec<String>,
 }
 
 fn goaway_chance(s: &str) -> Result<f64, String> {

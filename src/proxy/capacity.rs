@@ -50,6 +50,8 @@ pub(crate) struct ConnectionSlots {
     full: AtomicBool,
     /// The most connections held at once since memory was last given back.
     peak: AtomicUsize,
+    /// Bumped when memory is to be given back; every worker gives back its own.
+    trim: tokio::sync::watch::Sender<u64>,
 }
 
 impl ConnectionSlots {
@@ -61,6 +63,7 @@ impl ConnectionSlots {
             max,
             full: AtomicBool::new(false),
             peak: AtomicUsize::new(0),
+            trim: tokio::sync::watch::Sender::new(0),
         }
     }
 
@@ -111,9 +114,10 @@ impl ConnectionSlots {
 /// Connections that must have closed since the peak before freed memory is given back.
 const TRIM_AFTER_CLOSED: usize = 512;
 
-/// Every `every`, when many connections closed since the peak, gives the memory their buffers freed
-/// back to the operating system: the allocator keeps freed memory for reuse, so without this the
-/// resident memory after a burst of clients (a restart storm of kubelets) stays at its peak.
+/// Every `every`, when many connections closed since the peak, asks every worker to give the
+/// memory their buffers freed back to the operating system: the allocator keeps freed memory for
+/// reuse, so without this the resident memory after a burst of clients (a restart storm of
+/// kubelets) stays at its peak.
 pub(super) fn spawn_memory_trim(
     slots: Arc<ConnectionSlots>,
     every: Duration,
@@ -128,23 +132,37 @@ pub(super) fn spawn_memory_trim(
             let now = slots.in_use();
             let peak = slots.peak.swap(now, Ordering::Relaxed);
             if peak.saturating_sub(now) >= TRIM_AFTER_CLOSED {
-                let _ = tokio::task::spawn_blocking(release_free_memory).await;
+                slots.trim.send_modify(|n| *n += 1);
+                release_free_memory();
             }
         }
     });
 }
 
-/// Returns free heap pages to the operating system.
-#[cfg(all(target_os = "linux", target_env = "gnu"))]
-fn release_free_memory() {
-    // SAFETY: malloc_trim only walks glibc's own arenas; it takes no pointers from us.
-    unsafe {
-        libc::malloc_trim(0);
-    }
+/// On a worker: gives back this thread's freed memory whenever `spawn_memory_trim` asks. mimalloc
+/// keeps free pages per thread, and only the thread that owns them can release them at once.
+pub(super) fn spawn_worker_trim(slots: &ConnectionSlots, stop: CancellationToken) {
+    let mut asked = slots.trim.subscribe();
+    tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                r = asked.changed() => if r.is_err() { return },
+                () = stop.cancelled() => return,
+            }
+            release_free_memory();
+        }
+    });
 }
 
-#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
-fn release_free_memory() {}
+/// Returns this thread's free heap pages, and abandoned ones, to the operating system.
+fn release_free_memory() {
+    // SAFETY: mi_collect takes no arguments but a flag and only walks mimalloc's own heaps; the
+    // process's global allocator is mimalloc (main.rs). In the library's tests, where it is not,
+    // mimalloc's heaps are empty and this does nothing.
+    unsafe {
+        libmimalloc_sys::mi_collect(true);
+    }
+}
 
 #[cfg(test)]
 mod tests {

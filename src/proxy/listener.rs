@@ -53,6 +53,7 @@ pub(crate) async fn serve(
         // with a Status rather than a GOAWAY.
         .max_header_list_size(u32::try_from(head_bound.max(16 << 10)).unwrap_or(u32::MAX));
     let builders = Arc::new(Builders { h1, h2 });
+    super::capacity::spawn_worker_trim(&proxy.connection_slots, stop.clone());
     loop {
         // A slot first: at the bound, connections wait in the backlog, not in EMFILE.
         let slot = tokio::select! {

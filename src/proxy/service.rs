@@ -193,7 +193,9 @@ async fn forward(
             safe,
         };
         let session = (tracker, access);
-        return forward_upgrade(proxy, backend, endpoint, upgrade, parts, body, session).await;
+        // Boxed, as the guard's check: the rare paths stay out of every request's future.
+        let upgrade = forward_upgrade(proxy, backend, endpoint, upgrade, parts, body, session);
+        return Box::pin(upgrade).await;
     }
     parts.uri = upstream_uri(&parts.uri, endpoint).map_err(|e| upstream(backend, e, safe))?;
     let mut head = Request::from_parts(parts, ());
@@ -203,9 +205,9 @@ async fn forward(
         .map_err(|_| ProxyError::ClientBody)?;
     let warning = match request.guard {
         Some(g) => {
-            guarded(
+            Box::pin(guarded(
                 proxy, routing, request, g, &mut head, &mut body, endpoint, credential,
-            )
+            ))
             .await?
         }
         None => None,
