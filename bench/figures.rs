@@ -41,6 +41,15 @@ pub fn dir() -> Option<PathBuf> {
     super::targets::arg("--figures").map(PathBuf::from)
 }
 
+/// A chart's title, at its top left corner `(x, y)`.
+fn heading(title: &str, x: f64, y: f64) -> String {
+    format!(
+        "<text x=\"{x}\" y=\"{}\" font-size=\"15\" font-weight=\"bold\">{}</text>\n",
+        y + 16.0,
+        escape(title)
+    )
+}
+
 fn escape(s: &str) -> String {
     s.replace('&', "&amp;")
         .replace('<', "&lt;")
@@ -62,13 +71,7 @@ pub fn bars(
         .max(1e-9);
     let (label_w, bar_h, gap) = (200.0, 16.0, 14.0);
     let plot_w = w - label_w - 70.0;
-    let mut svg = String::new();
-    let _ = writeln!(
-        svg,
-        r#"<text x="{x}" y="{}" font-size="15" font-weight="bold">{}</text>"#,
-        y + 16.0,
-        escape(title)
-    );
+    let mut svg = heading(title, x, y);
     let mut cy = y + 32.0;
     for (group, bars) in groups {
         let _ = writeln!(
@@ -115,13 +118,7 @@ pub fn lines(
     let right = x + w - 130.0;
     let sx = |v: f64| left + (right - left) * v / max_x;
     let sy = |v: f64| bottom - (bottom - top) * v / max_y;
-    let mut svg = String::new();
-    let _ = writeln!(
-        svg,
-        r#"<text x="{x}" y="{}" font-size="15" font-weight="bold">{}</text>"#,
-        y + 16.0,
-        escape(title)
-    );
+    let mut svg = heading(title, x, y);
     let _ = writeln!(
         svg,
         r#"<line x1="{left}" y1="{bottom}" x2="{right}" y2="{bottom}" stroke="black"/><line x1="{left}" y1="{top}" x2="{left}" y2="{bottom}" stroke="black"/>"#

@@ -86,15 +86,7 @@ pub async fn start(exe: &str, dir: &Path) -> Option<TlsSetup> {
         "tls simulator",
         Command::new(exe)
             .args(["sim", "--listen", &sim_addr.to_string()])
-            .arg("--tls-cert-file")
-            .arg(&pki.apiserver.cert_file)
-            .arg("--tls-private-key-file")
-            .arg(&pki.apiserver.key_file)
-            .arg("--client-ca-file")
-            .arg(&pki.ca.cert_file)
-            .arg("--requestheader-client-ca-file")
-            .arg(&pki.front_proxy_ca.cert_file)
-            .args(["--requestheader-allowed-names", "front-proxy-client"]),
+            .args(pki.sim_tls_flags()),
     )?;
     if !wait_ready(sim_addr).await {
         eprintln!("the TLS simulator did not start");

@@ -8,9 +8,9 @@ use clap::Parser;
 
 use cli::{Cli, Command};
 
-// mimalloc: per-thread free lists without locks, which the request path (one worker thread per
-// core, a few small allocations per request) uses on every request; glibc's malloc cost twice as
-// much there (bench/README.md).
+// mimalloc: per-thread free lists without locks, used by every request on its worker thread. In an
+// A/B under h2c load (h2load, 200,000 GETs) it took skewgate from 10.0-10.9 to 9.6 us of CPU per
+// request against glibc's malloc. Freed memory is given back per worker (`proxy::capacity`).
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

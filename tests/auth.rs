@@ -366,15 +366,7 @@ async fn the_sim_command_authenticates_with_the_apiservers_tls_flags() {
     };
     let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_skewgate"))
         .args(["sim", "--listen", &addr.to_string()])
-        .arg("--tls-cert-file")
-        .arg(&p.apiserver.cert_file)
-        .arg("--tls-private-key-file")
-        .arg(&p.apiserver.key_file)
-        .arg("--client-ca-file")
-        .arg(&p.ca.cert_file)
-        .arg("--requestheader-client-ca-file")
-        .arg(&p.front_proxy_ca.cert_file)
-        .args(["--requestheader-allowed-names", "front-proxy-client"])
+        .args(p.sim_tls_flags())
         .stderr(std::process::Stdio::null())
         .spawn()
         .expect("sim starts");

@@ -80,6 +80,28 @@ pub fn pki() -> Pki {
     }
 }
 
+impl Pki {
+    /// `skewgate sim`'s flags to serve as kubeadm's apiserver: its certificate, the cluster CA for
+    /// client certificates, and the front-proxy CA for request headers from `front-proxy-client`.
+    pub fn sim_tls_flags(&self) -> Vec<std::ffi::OsString> {
+        let flag = |name: &str, file: &Path| [name.into(), file.as_os_str().to_owned()];
+        [
+            flag("--tls-cert-file", &self.apiserver.cert_file),
+            flag("--tls-private-key-file", &self.apiserver.key_file),
+            flag("--client-ca-file", &self.ca.cert_file),
+            flag(
+                "--requestheader-client-ca-file",
+                &self.front_proxy_ca.cert_file,
+            ),
+            [
+                "--requestheader-allowed-names".into(),
+                "front-proxy-client".into(),
+            ],
+        ]
+        .concat()
+    }
+}
+
 /// skewgate as README tells a kubeadm user to run it: serving TLS with the cluster CA for clients,
 /// and upstream the cluster CA and (with `front_proxy_cert`) the front-proxy certificate.
 pub fn settings(p: &Pki, front_proxy_cert: bool) -> ProxySettings {
