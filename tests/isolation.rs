@@ -95,29 +95,6 @@ async fn a_client_that_sends_no_request_is_closed_after_the_first_request_timeou
     assert_eq!(status, 200);
 }
 
-/// Fills the store with `n` configmaps of `size` bytes each, directly on the simulator.
-async fn big_configmaps(sims: &Sims, n: usize, size: usize) {
-    let client = h2();
-    let data = "x".repeat(size);
-    for i in 0..n {
-        let body = serde_json::json!({
-            "apiVersion": "v1", "kind": "ConfigMap",
-            "metadata": {"name": format!("big-{size}-{i}"), "namespace": "default"},
-            "data": {"blob": data},
-        });
-        let resp = client
-            .post(format!(
-                "{}/api/v1/namespaces/default/configmaps",
-                sims.old.url()
-            ))
-            .json(&body)
-            .send()
-            .await
-            .expect("create");
-        assert_eq!(resp.status(), 201);
-    }
-}
-
 /// An h2c client that asks for `lists` large LISTs with a zero receive window and never reads.
 async fn non_reader(addr: std::net::SocketAddr, lists: usize) -> Vec<h2::client::ResponseFuture> {
     let tcp = TcpStream::connect(addr).await.expect("connect");

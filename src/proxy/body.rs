@@ -10,6 +10,7 @@ use http_body::{Body, Frame, SizeHint};
 use tokio_util::sync::WaitForCancellationFutureOwned;
 
 use super::access_log::AccessRecord;
+use super::keepalive::Exchange;
 use super::resets::StreamGuard;
 use super::routing::RequestTracker;
 use crate::upstream::UpstreamBody;
@@ -19,6 +20,8 @@ pub(crate) struct ProxyBody {
     inner: Inner,
     tracker: Option<RequestTracker>,
     stream: Option<StreamGuard>,
+    /// An HTTP/1.1 request under way: its connection is not idle until this body is dropped.
+    exchange: Option<Exchange>,
     /// The access-log record, written when the body is dropped.
     access: Option<Box<AccessRecord>>,
 }
@@ -42,6 +45,7 @@ impl ProxyBody {
             inner: Inner::Full(Some(bytes)),
             tracker: None,
             stream: None,
+            exchange: None,
             access: None,
         }
     }
@@ -60,6 +64,7 @@ impl ProxyBody {
             },
             tracker: None,
             stream: None,
+            exchange: None,
             access: None,
         }
     }
@@ -67,6 +72,12 @@ impl ProxyBody {
     /// Attaches the client stream's guard, which learns whether the client waited for the end.
     pub(crate) fn with_stream(mut self, stream: StreamGuard) -> ProxyBody {
         self.stream = Some(stream);
+        self
+    }
+
+    /// Attaches the HTTP/1.1 exchange, which keeps the connection busy until the body is dropped.
+    pub(crate) fn with_exchange(mut self, exchange: Option<Exchange>) -> ProxyBody {
+        self.exchange = exchange;
         self
     }
 

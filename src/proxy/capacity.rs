@@ -155,7 +155,7 @@ pub(super) fn spawn_worker_trim(slots: &ConnectionSlots, stop: CancellationToken
 }
 
 /// Returns this thread's free heap pages, and abandoned ones, to the operating system.
-fn release_free_memory() {
+pub(super) fn release_free_memory() {
     // SAFETY: mi_collect takes no arguments but a flag and only walks mimalloc's own heaps; the
     // process's global allocator is mimalloc (main.rs). In the library's tests, where it is not,
     // mimalloc's heaps are empty and this does nothing.

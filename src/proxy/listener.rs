@@ -8,20 +8,24 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
-use hyper::server::conn::http2;
+use hyper::server::conn::{http1, http2};
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::{GracefulShutdown, Watcher};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use super::detect::detect_h2;
+use super::keepalive::{self, Exchange, Exchanges, Readiness};
 use super::limits::ClientKey;
 use super::rebalance::Goaway;
 use super::resets::ResetBudget;
 use super::{Proxy, service};
 use crate::identity::VerifiedClient;
+
+/// How much of a response an h2 client stream may have queued in skewgate, unsent for want of the
+/// client's window: four 16 KiB frames.
+const SEND_BUFFER: usize = 64 << 10;
 
 /// Accepts clients until `stop` fires, then stops accepting, ends watches cleanly, lets in-flight
 /// requests finish for the grace period, and returns whether every connection closed within it (the
@@ -32,14 +36,12 @@ pub(crate) async fn serve(
     stop: CancellationToken,
 ) -> bool {
     let graceful = GracefulShutdown::new();
-    // HTTP/1.1 through the auto builder, limited to HTTP/1.1, for its upgradeable connections
-    // (exec, attach, port-forward) that graceful shutdown can watch.
+    // HTTP/1.1, served in bursts by `keepalive`, upgradeable (exec, attach, port-forward).
     // Heads up to twice the bound are read whole and answered 431 with a Status (by the check
     // before sending upstream); larger ones are cut off by hyper's own 431, before they are read.
     let head_bound = proxy.settings.pool.max_header_list_size.saturating_mul(2);
-    let mut h1 = auto::Builder::new(TokioExecutor::new()).http1_only();
-    h1.http1()
-        .timer(TokioTimer::new())
+    let mut h1 = http1::Builder::new();
+    h1.timer(TokioTimer::new())
         .header_read_timeout(Duration::from_secs(30))
         .max_buf_size(head_bound.max(16 << 10));
     let mut h2 = http2::Builder::new(TokioExecutor::new());
@@ -48,6 +50,10 @@ pub(crate) async fn serve(
         .keep_alive_interval(Duration::from_secs(30))
         .keep_alive_timeout(Duration::from_secs(15))
         .initial_stream_window_size(1 << 20)
+        // What a response may hold in skewgate for a client that reads it slower than the
+        // apiserver sends (hyper's default is 400 KiB); with the upstream stream's window, the most
+        // one slow stream costs (`cargo bench --bench large`).
+        .max_send_buf_size(SEND_BUFFER)
         .initial_connection_window_size(8 << 20)
         // What skewgate and the apiserver behind accept is checked per request, and answered 431
         // with a Status rather than a GOAWAY.
@@ -95,7 +101,7 @@ pub(crate) async fn serve(
 
 /// The HTTP servers' settings, shared by every connection of a worker.
 struct Builders {
-    h1: auto::Builder<TokioExecutor>,
+    h1: http1::Builder,
     h2: http2::Builder<TokioExecutor>,
 }
 
@@ -157,7 +163,7 @@ impl Accepted {
     /// Serves the connection, once its protocol and client are known.
     async fn serve<I>(self, stream: I, identity: Option<Arc<VerifiedClient>>, is_h2: bool)
     where
-        I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+        I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Readiness + Unpin + Send + 'static,
     {
         let conn = Connection {
             proxy: self.proxy,
@@ -165,13 +171,8 @@ impl Accepted {
             identity,
             is_h2,
         };
-        conn.serve(
-            TokioIo::new(stream),
-            &self.builders,
-            self.watcher,
-            self.stop,
-        )
-        .await;
+        conn.serve(stream, &self.builders, self.watcher, self.stop)
+            .await;
     }
 }
 
@@ -184,14 +185,9 @@ struct Connection {
 }
 
 impl Connection {
-    async fn serve<I>(
-        self,
-        io: TokioIo<I>,
-        builders: &Builders,
-        watcher: Watcher,
-        stop: CancellationToken,
-    ) where
-        I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    async fn serve<I>(self, io: I, builders: &Builders, watcher: Watcher, stop: CancellationToken)
+    where
+        I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Readiness + Unpin + Send + 'static,
     {
         let Connection {
             proxy,
@@ -214,7 +210,7 @@ impl Connection {
         let streams = resets.clone();
         let goaway = (is_h2 && proxy.goaway_chance > 0).then(|| Arc::new(Goaway::default()));
         let drawn = goaway.clone();
-        let handle = move |req| {
+        let handle = move |req, exchange: Option<Exchange>| {
             let (proxy, identity) = (svc_proxy.clone(), identity.clone());
             let goaway = goaway.clone();
             seen.store(true, std::sync::atomic::Ordering::Relaxed);
@@ -222,26 +218,38 @@ impl Connection {
             let stream = streams.open();
             async move {
                 let resp = service::handle(proxy, remote, identity, req, goaway).await;
-                Ok::<_, Infallible>(resp.map(|body| body.with_stream(stream)))
+                if let Some(e) = &exchange
+                    && resp.status() == http::StatusCode::SWITCHING_PROTOCOLS
+                {
+                    e.upgraded();
+                }
+                Ok::<_, Infallible>(
+                    resp.map(|body| body.with_stream(stream).with_exchange(exchange)),
+                )
             }
         };
         // Each branch boxed, so that a connection holds only its own protocol's state. hyper's
         // HTTP/2 server spawns a task per stream for the request's future; its HTTP/1.1 server keeps
-        // a slot the size of that future for the connection's whole life, so there the future is
-        // boxed per request: an idle HTTP/1.1 connection then holds a pointer, not ~11 KB.
+        // a slot the size of that future for as long as it serves, so there the future is boxed
+        // per request.
         let served: Pin<Box<dyn Future<Output = _> + Send>> = if is_h2 {
             Box::pin(async move {
                 // Kept until the connection ends: the server's shutdown waits for it.
                 let _watcher = watcher;
-                let conn = builders.h2.serve_connection(io, service_fn(handle));
+                let conn = builders
+                    .h2
+                    .serve_connection(TokioIo::new(io), service_fn(move |req| handle(req, None)));
                 until_closed(conn, stop, drawn).await.map_err(Into::into)
             })
         } else {
-            let boxed = service_fn(move |req| Box::pin(handle(req)));
+            let exchanges = Arc::new(Exchanges::default());
+            let proxy_idle = proxy.settings.idle_timeout;
+            let begun = exchanges.clone();
+            let boxed = service_fn(move |req| Box::pin(handle(req, Some(begun.begin()))));
             Box::pin(async move {
-                watcher
-                    .watch(builders.h1.serve_connection_with_upgrades(io, boxed))
-                    .await
+                let _watcher = watcher;
+                let idle = proxy_idle;
+                keepalive::serve(io, &builders.h1, boxed, exchanges, idle, &stop).await
             })
         };
         // A client that connects (and completes TLS) but sends no request is closed, as a
@@ -281,13 +289,13 @@ fn ended_with_error(
 
 /// Serves an HTTP/2 connection until it closes: sent GOAWAY (its open streams finish) when the
 /// server shuts down or one of its requests drew the rebalancing GOAWAY.
-async fn until_closed<C>(
+pub(super) async fn until_closed<C, E>(
     conn: C,
     stop: CancellationToken,
     goaway: Option<Arc<Goaway>>,
-) -> Result<(), hyper::Error>
+) -> Result<(), E>
 where
-    C: Future<Output = Result<(), hyper::Error>> + GracefulShutdownable,
+    C: Future<Output = Result<(), E>> + GracefulShutdownable,
 {
     tokio::pin!(conn);
     let drawn = async {
@@ -314,8 +322,26 @@ where
 }
 
 /// A connection that can be closed gracefully (GOAWAY, its open streams finish).
-trait GracefulShutdownable {
+pub(super) trait GracefulShutdownable {
     fn shut_down_gracefully(self: Pin<&mut Self>);
+}
+
+impl<C: GracefulShutdownable + ?Sized> GracefulShutdownable for Pin<Box<C>> {
+    fn shut_down_gracefully(self: Pin<&mut Self>) {
+        self.get_mut().as_mut().shut_down_gracefully();
+    }
+}
+
+impl<I, S> GracefulShutdownable for http1::UpgradeableConnection<I, S>
+where
+    S: hyper::service::HttpService<hyper::body::Incoming>,
+    S::ResBody: http_body::Body + 'static,
+    <S::ResBody as http_body::Body>::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
+{
+    fn shut_down_gracefully(self: Pin<&mut Self>) {
+        self.graceful_shutdown();
+    }
 }
 
 impl<I, S, E> GracefulShutdownable for hyper::server::conn::http2::Connection<I, S, E>

@@ -9,6 +9,7 @@ mod detect;
 mod discovery;
 mod forwarding;
 mod guard;
+mod keepalive;
 mod limits;
 mod listener;
 mod offenders;
@@ -61,6 +62,9 @@ pub struct ProxySettings {
     /// How long a connection may stay open without sending its first request (protocol detection
     /// included).
     pub first_request_timeout: Duration,
+    /// How long an HTTP/1.1 client connection may wait for its next request before it is closed
+    /// (kube-apiserver's `IdleTimeout`: 90 s). It holds no buffer while it waits (`keepalive`).
+    pub idle_timeout: Duration,
     /// Requests in flight per client (its verified user, else its address), long-running ones not
     /// counted; past it, 429. 0: no limit.
     pub max_requests_per_client: usize,
@@ -97,6 +101,7 @@ impl Default for ProxySettings {
             tls: None,
             handshake_timeout: Duration::from_secs(10),
             first_request_timeout: Duration::from_secs(30),
+            idle_timeout: keepalive::IDLE_TIMEOUT,
             max_requests_per_client: 100,
             client_queue_wait: Duration::from_secs(15),
             max_client_connections: 0,

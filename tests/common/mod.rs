@@ -287,3 +287,26 @@ pub async fn raw_h1(addr: std::net::SocketAddr, request: &[u8]) -> (u16, String)
     let body = text.split("\r\n\r\n").nth(1).unwrap_or("").to_owned();
     (code, body)
 }
+
+/// Fills the store with `n` configmaps of `size` bytes each, directly on the simulator.
+pub async fn big_configmaps(sims: &Sims, n: usize, size: usize) {
+    let client = h2();
+    let data = "x".repeat(size);
+    for i in 0..n {
+        let body = serde_json::json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": format!("big-{size}-{i}"), "namespace": "default"},
+            "data": {"blob": data},
+        });
+        let resp = client
+            .post(format!(
+                "{}/api/v1/namespaces/default/configmaps",
+                sims.old.url()
+            ))
+            .json(&body)
+            .send()
+            .await
+            .expect("create");
+        assert_eq!(resp.status(), 201);
+    }
+}

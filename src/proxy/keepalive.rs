@@ -1,0 +1,509 @@
+//! HTTP/1.1 keep-alive that holds no buffer while the connection is idle.
+//!
+//! hyper's HTTP/1.1 server keeps a read buffer (8–16 KiB) and a write buffer (8 KiB) for the whole
+//! life of a connection, idle or not, and has no setting to let them go. A node's kubelet and its
+//! plugins hold several HTTP/1.1 connections each, idle most of the time: with 10,000 of them that
+//! was about 300 MB doing nothing.
+//!
+//! So a connection is served in bursts. The stream is lent to a hyper connection; when the worker's
+//! idle sweep ticks (every second) and finds that every response has ended and the client has sent
+//! nothing that is not yet a request, the read that would wait shows hyper an end of stream
+//! instead. hyper takes that for a client closing an
+//! idle connection: it flushes what it has and shuts the stream down, and the shutdown hands the
+//! stream back here (it is not closed). The connection then waits for its next request on the
+//! socket's readiness alone, and a new hyper connection, with new buffers, serves it.
+//!
+//! An idle connection is closed after 90 s, as kube-apiserver closes its own (`IdleTimeout` of its
+//! secure serving); the head of a request must then come within hyper's header timeout.
+//!
+//! What is not given back: a client that pipelines requests and pauses in the middle of a request
+//! head that it sent while the previous response was still being written. hyper has those bytes
+//! and the connection cannot tell them from a body's; the end of stream makes hyper close the
+//! connection. Kubernetes clients do not pipeline.
+
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::task::{Context, Poll, Waker};
+use std::time::Duration;
+
+use futures_util::task::AtomicWaker;
+use hyper::body::Incoming;
+use hyper::server::conn::http1;
+use hyper::service::HttpService;
+use hyper_util::rt::TokioIo;
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
+use tokio::sync::oneshot;
+use tokio_util::sync::CancellationToken;
+
+use super::body::ProxyBody;
+use super::listener::until_closed;
+
+/// How long an HTTP/1.1 connection may wait for its next request by default: kube-apiserver's
+/// `IdleTimeout`.
+pub(super) const IDLE_TIMEOUT: Duration = Duration::from_secs(90);
+
+/// How long a closing idle connection may take to send its TLS close or FIN.
+const CLOSE_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// How often a worker's quiet connections are woken to give their buffers back: within a tick of
+/// its last response. Not at once: a client that sends its requests back to back keeps its hyper
+/// connection, as building one per request costs about 1 µs, and no request wakes its connection
+/// an extra time.
+const SWEEP: Duration = Duration::from_secs(1);
+
+/// A client stream whose idle wait needs no buffer: it says when the client has sent something.
+pub(super) trait Readiness: Sync {
+    /// Resolves when the client has sent bytes (or closed).
+    fn readable(&self) -> impl Future<Output = io::Result<()>> + Send + '_;
+}
+
+impl Readiness for tokio::net::TcpStream {
+    fn readable(&self) -> impl Future<Output = io::Result<()>> + Send + '_ {
+        tokio::net::TcpStream::readable(self)
+    }
+}
+
+impl Readiness for tokio_rustls::server::TlsStream<tokio::net::TcpStream> {
+    fn readable(&self) -> impl Future<Output = io::Result<()>> + Send + '_ {
+        // When hyper last read, rustls had no plaintext left and the socket had nothing more.
+        self.get_ref().0.readable()
+    }
+}
+
+/// Serves an HTTP/1.1 connection until it closes (or `stop` fires), lending the stream to a new
+/// hyper connection for each burst of requests and holding no buffer in between.
+pub(super) async fn serve<I, S>(
+    mut io: I,
+    h1: &http1::Builder,
+    service: S,
+    exchanges: Arc<Exchanges>,
+    idle_timeout: Duration,
+    stop: &CancellationToken,
+) -> Result<(), Box<dyn std::error::Error + Send + Sync>>
+where
+    I: AsyncRead + AsyncWrite + Readiness + Unpin + Send + 'static,
+    S: HttpService<Incoming, ResBody = ProxyBody> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+    S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    loop {
+        exchanges.bursts.fetch_add(1, Ordering::Relaxed);
+        let (back, mut returned) = oneshot::channel();
+        let lent = TokioIo::new(Lent::new(io, exchanges.clone(), back));
+        // Boxed: the connection's task holds hyper's state only while a burst is served.
+        let conn = Box::pin(h1.serve_connection(lent, service.clone()).with_upgrades());
+        until_closed(conn, stop.clone(), None).await?;
+        // Not handed back: the client closed, hyper closed, or the stream was upgraded.
+        let Ok(back) = returned.try_recv() else {
+            return Ok(());
+        };
+        io = back;
+        if !next_request(&io, idle_timeout, stop).await? {
+            let _ = tokio::time::timeout(CLOSE_TIMEOUT, io.shutdown()).await;
+            return Ok(());
+        }
+    }
+}
+
+/// Waits, holding no buffer, for the client's next request; false when the connection should
+/// close instead (idle too long, or the server is stopping).
+async fn next_request<I: Readiness>(
+    io: &I,
+    idle_timeout: Duration,
+    stop: &CancellationToken,
+) -> io::Result<bool> {
+    tokio::select! {
+        biased;
+        () = stop.cancelled() => Ok(false),
+        r = io.readable() => r.map(|()| true),
+        () = tokio::time::sleep(idle_timeout) => Ok(false),
+    }
+}
+
+/// What the requests of one HTTP/1.1 connection tell its stream: whether one is under way.
+pub(super) struct Exchanges {
+    /// Requests handed to the service whose responses have not ended.
+    open: AtomicU32,
+    /// Requests handed to the service, ever (wrapping).
+    begun: AtomicU32,
+    /// The connection switched protocols: its stream is a tunnel now, never idle.
+    upgraded: AtomicBool,
+    /// hyper connections the stream was lent to.
+    bursts: AtomicU32,
+    /// The connection's task, while a read waits for a response to end: the last one to end asks
+    /// the sweep to wake it.
+    waiting: AtomicWaker,
+    /// The sweep tick at which the connection last asked to be woken (`NEVER` before it did).
+    registered: AtomicU64,
+}
+
+const NEVER: u64 = u64::MAX;
+
+impl Default for Exchanges {
+    fn default() -> Exchanges {
+        Exchanges {
+            open: AtomicU32::new(0),
+            begun: AtomicU32::new(0),
+            upgraded: AtomicBool::new(false),
+            bursts: AtomicU32::new(0),
+            waiting: AtomicWaker::new(),
+            registered: AtomicU64::new(NEVER),
+        }
+    }
+}
+
+impl Exchanges {
+    /// A request was read: the connection is busy until the returned exchange is dropped (with its
+    /// response's body).
+    pub(super) fn begin(self: &Arc<Self>) -> Exchange {
+        self.open.fetch_add(1, Ordering::Relaxed);
+        self.begun.fetch_add(1, Ordering::Relaxed);
+        Exchange(self.clone())
+    }
+
+    fn begun(&self) -> u32 {
+        self.begun.load(Ordering::Relaxed)
+    }
+
+    /// Whether nothing is under way: every response ended, and no upgrade.
+    fn quiet(&self) -> bool {
+        self.open.load(Ordering::Relaxed) == 0 && !self.upgraded.load(Ordering::Relaxed)
+    }
+
+    /// Has `waker` (when there is one) woken at the sweep's next tick, once per tick.
+    fn wake_at_next_tick(&self, waker: impl FnOnce() -> Option<Waker>) {
+        let now = sweep::tick();
+        if self.registered.load(Ordering::Relaxed) != now
+            && let Some(w) = waker()
+        {
+            self.registered.store(now, Ordering::Relaxed);
+            sweep::wake_next_tick(w);
+        }
+    }
+
+    /// Whether the sweep has ticked since the connection last asked to be woken.
+    fn swept(&self) -> bool {
+        self.registered.load(Ordering::Relaxed) < sweep::tick()
+    }
+}
+
+/// One request under way on an HTTP/1.1 connection; carried by its response's body.
+pub(crate) struct Exchange(Arc<Exchanges>);
+
+impl Exchange {
+    /// The response switches protocols: the stream becomes a tunnel and is never given back.
+    pub(super) fn upgraded(&self) {
+        self.0.upgraded.store(true, Ordering::Relaxed);
+    }
+}
+
+impl Drop for Exchange {
+    fn drop(&mut self) {
+        let e = &self.0;
+        if e.open.fetch_sub(1, Ordering::Relaxed) == 1 {
+            e.wake_at_next_tick(|| e.waiting.take());
+        }
+    }
+}
+
+/// The client's stream, lent to one hyper connection.
+struct Lent<I> {
+    io: Option<I>,
+    exchanges: Arc<Exchanges>,
+    back: Option<oneshot::Sender<I>>,
+    /// hyper was shown the end of the stream; the next shutdown hands it back.
+    ended: bool,
+    /// Bytes were read while no request was under way, and `begun` was this then: until a request
+    /// begins, they are (part of) a head hyper holds, and the stream cannot be given back.
+    unclaimed: Option<u32>,
+}
+
+impl<I> Lent<I> {
+    fn new(io: I, exchanges: Arc<Exchanges>, back: oneshot::Sender<I>) -> Lent<I> {
+        Lent {
+            io: Some(io),
+            exchanges,
+            back: Some(back),
+            ended: false,
+            unclaimed: None,
+        }
+    }
+
+    /// Whether hyper holds nothing of the client's: no request under way, no partial head.
+    fn can_give_back(&self) -> bool {
+        self.exchanges.quiet() && self.unclaimed.is_none_or(|at| at != self.exchanges.begun())
+    }
+}
+
+impl<I: AsyncRead + Unpin> AsyncRead for Lent<I> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = &mut *self;
+        let Some(io) = this.io.as_mut().filter(|_| !this.ended) else {
+            return Poll::Ready(Ok(()));
+        };
+        let before = buf.filled().len();
+        match Pin::new(io).poll_read(cx, buf) {
+            Poll::Pending if this.can_give_back() => {
+                // Woken by the sweep (or the first read of a burst): quiet now, so the buffers go.
+                if this.exchanges.swept() {
+                    this.ended = true;
+                    return Poll::Ready(Ok(()));
+                }
+                this.exchanges
+                    .wake_at_next_tick(|| Some(cx.waker().clone()));
+                Poll::Pending
+            }
+            Poll::Pending => {
+                // A response is under way: the last to end has the sweep wake this task.
+                this.exchanges.waiting.register(cx.waker());
+                Poll::Pending
+            }
+            Poll::Ready(Ok(())) => {
+                if buf.filled().len() > before && this.exchanges.quiet() {
+                    this.unclaimed = Some(this.exchanges.begun());
+                }
+                Poll::Ready(Ok(()))
+            }
+            Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
+        }
+    }
+}
+
+/// Each worker's idle sweep: a tick count, and the connections to wake at the next tick. A worker
+/// is one thread with its own runtime, so all of it is thread-local: no lock, no atomic.
+mod sweep {
+    use std::cell::{Cell, RefCell};
+    use std::task::Waker;
+
+    thread_local! {
+        static TICK: Cell<u64> = const { Cell::new(0) };
+        static WAITING: RefCell<Vec<Waker>> = const { RefCell::new(Vec::new()) };
+        /// The runtime this thread's sweep runs on.
+        static RUNNING_ON: Cell<Option<tokio::runtime::Id>> = const { Cell::new(None) };
+        /// Connections that let their buffers go since the worker last released free memory.
+        static GIVEN_BACK: Cell<u32> = const { Cell::new(0) };
+    }
+
+    /// After this many connections let their buffers go, the next tick returns the worker's free
+    /// memory to the system: mimalloc keeps freed pages for the thread, and a sweep frees many at
+    /// once.
+    const RELEASE_AFTER: u32 = 64;
+
+    /// A connection let its buffers go.
+    pub(super) fn gave_back() {
+        GIVEN_BACK.with(|g| g.set(g.get().saturating_add(1)));
+    }
+
+    /// This worker's current tick.
+    pub(super) fn tick() -> u64 {
+        TICK.with(Cell::get)
+    }
+
+    /// Wakes `waker` at the next tick; starts the worker's sweep if it is not running.
+    pub(super) fn wake_next_tick(waker: Waker) {
+        WAITING.with(|w| w.borrow_mut().push(waker));
+        let runtime = tokio::runtime::Handle::current();
+        if RUNNING_ON.with(Cell::get) != Some(runtime.id()) {
+            RUNNING_ON.with(|r| r.set(Some(runtime.id())));
+            runtime.spawn(run());
+        }
+    }
+
+    /// Ticks every `SWEEP` and wakes who asked, for as long as the worker's runtime runs.
+    async fn run() {
+        let mut every = tokio::time::interval(super::SWEEP);
+        every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        every.tick().await;
+        loop {
+            every.tick().await;
+            TICK.with(|t| t.set(t.get() + 1));
+            if GIVEN_BACK.with(|g| g.replace(0)) >= RELEASE_AFTER {
+                crate::proxy::capacity::release_free_memory();
+            }
+            let waiting = WAITING.with(|w| std::mem::take(&mut *w.borrow_mut()));
+            for waker in waiting {
+                waker.wake();
+            }
+        }
+    }
+}
+
+fn gone() -> io::Error {
+    io::ErrorKind::NotConnected.into()
+}
+
+impl<I: AsyncWrite + Unpin> AsyncWrite for Lent<I> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        match self.io.as_mut() {
+            Some(io) => Pin::new(io).poll_write(cx, buf),
+            None => Poll::Ready(Err(gone())),
+        }
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        match self.io.as_mut() {
+            Some(io) => Pin::new(io).poll_write_vectored(cx, bufs),
+            None => Poll::Ready(Err(gone())),
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.as_ref().is_some_and(AsyncWrite::is_write_vectored)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.io.as_mut() {
+            Some(io) => Pin::new(io).poll_flush(cx),
+            None => Poll::Ready(Ok(())),
+        }
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = &mut *self;
+        if this.ended
+            && let (Some(io), Some(back)) = (this.io.take(), this.back.take())
+        {
+            // hyper flushed before this; the stream goes back to the connection's idle wait.
+            let _ = back.send(io);
+            sweep::gave_back();
+            return Poll::Ready(Ok(()));
+        }
+        match this.io.as_mut() {
+            Some(io) => Pin::new(io).poll_shutdown(cx),
+            None => Poll::Ready(Ok(())),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bytes::Bytes;
+    use std::convert::Infallible;
+    use tokio::io::AsyncReadExt;
+    use tokio::net::{TcpListener, TcpStream};
+
+    const GET: &[u8] = b"GET /version HTTP/1.1\r\nHost: x\r\n\r\n";
+
+    /// A server of one connection that answers every request `ok`, and its exchanges.
+    async fn serve_one(idle: Duration) -> (TcpStream, Arc<Exchanges>, tokio::task::JoinHandle<()>) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let client = TcpStream::connect(listener.local_addr().expect("addr"))
+            .await
+            .expect("connect");
+        let (server, _) = listener.accept().await.expect("accept");
+        let exchanges = Arc::new(Exchanges::default());
+        let begun = exchanges.clone();
+        let service = hyper::service::service_fn(move |_req| {
+            let exchange = begun.begin();
+            async move {
+                let body = ProxyBody::full(Bytes::from_static(b"ok")).with_exchange(Some(exchange));
+                Ok::<_, Infallible>(http::Response::new(body))
+            }
+        });
+        let ex = exchanges.clone();
+        let served = tokio::spawn(async move {
+            let h1 = http1::Builder::new();
+            let stop = CancellationToken::new();
+            let _ = serve(server, &h1, service, ex, idle, &stop).await;
+        });
+        (client, exchanges, served)
+    }
+
+    /// Reads responses until `n` have ended (each is `ok`, two bytes, with a content-length).
+    async fn read_responses(client: &mut TcpStream, n: usize) -> String {
+        let mut got = Vec::new();
+        let mut buf = [0u8; 4096];
+        while String::from_utf8_lossy(&got).matches("\r\n\r\nok").count() < n {
+            let read = tokio::time::timeout(Duration::from_secs(5), client.read(&mut buf))
+                .await
+                .expect("a response in time")
+                .expect("read");
+            assert!(read > 0, "closed after {:?}", String::from_utf8_lossy(&got));
+            got.extend_from_slice(&buf[..read]);
+        }
+        String::from_utf8_lossy(&got).into_owned()
+    }
+
+    fn bursts(e: &Exchanges) -> u32 {
+        e.bursts.load(Ordering::Relaxed)
+    }
+
+    #[tokio::test]
+    async fn an_idle_connection_gives_its_buffers_back_and_serves_the_next_request() {
+        let (mut client, exchanges, _served) = serve_one(Duration::from_secs(60)).await;
+        for round in 1..=3 {
+            client.write_all(GET).await.expect("write");
+            let got = read_responses(&mut client, 1).await;
+            assert!(got.starts_with("HTTP/1.1 200"), "{got}");
+            // Each request came to a new hyper connection: the last one let its stream go.
+            assert_eq!(bursts(&exchanges), round);
+            tokio::time::sleep(SWEEP * 3).await;
+        }
+    }
+
+    #[tokio::test]
+    async fn a_head_sent_in_two_parts_is_waited_for_not_cut_off() {
+        let (mut client, exchanges, _served) = serve_one(Duration::from_secs(60)).await;
+        let (first, rest) = GET.split_at(20);
+        client.write_all(first).await.expect("write");
+        tokio::time::sleep(SWEEP * 3).await;
+        client.write_all(rest).await.expect("write");
+        let got = read_responses(&mut client, 1).await;
+        assert!(got.starts_with("HTTP/1.1 200"), "{got}");
+        assert_eq!(bursts(&exchanges), 1, "the half head was kept");
+    }
+
+    #[tokio::test]
+    async fn pipelined_requests_are_all_answered() {
+        let (mut client, _, _served) = serve_one(Duration::from_secs(60)).await;
+        client.write_all(&GET.repeat(3)).await.expect("write");
+        let got = read_responses(&mut client, 3).await;
+        assert_eq!(got.matches("HTTP/1.1 200").count(), 3, "{got}");
+    }
+
+    #[tokio::test]
+    async fn back_to_back_requests_keep_their_hyper_connection() {
+        let (mut client, exchanges, _served) = serve_one(Duration::from_secs(60)).await;
+        for _ in 0..20 {
+            client.write_all(GET).await.expect("write");
+            read_responses(&mut client, 1).await;
+        }
+        assert_eq!(bursts(&exchanges), 1);
+    }
+
+    #[tokio::test]
+    async fn a_connection_idle_past_the_idle_timeout_is_closed_and_a_busy_one_is_not() {
+        let (mut client, exchanges, served) = serve_one(SWEEP * 3).await;
+        // Requests 2.5 s apart: each gives its buffers back (after one to two ticks), and then
+        // waits less than the timeout for the next.
+        for _ in 0..3 {
+            client.write_all(GET).await.expect("write");
+            read_responses(&mut client, 1).await;
+            tokio::time::sleep(SWEEP * 2 + Duration::from_millis(500)).await;
+        }
+        assert_eq!(bursts(&exchanges), 3);
+        let mut buf = [0u8; 64];
+        let read = tokio::time::timeout(Duration::from_secs(10), client.read(&mut buf)).await;
+        assert!(matches!(read, Ok(Ok(0))), "{read:?}");
+        tokio::time::timeout(Duration::from_secs(10), served)
+            .await
+            .expect("the connection ended")
+            .expect("served");
+    }
+}
