@@ -232,7 +232,7 @@ impl Connection {
         // HTTP/2 server spawns a task per stream for the request's future; its HTTP/1.1 server keeps
         // a slot the size of that future for as long as it serves, so there the future is boxed
         // per request.
-        let served: Pin<Box<dyn Future<Output = _> + Send>> = if is_h2 {
+        let served: Served<'_> = if is_h2 {
             Box::pin(async move {
                 // Kept until the connection ends: the server's shutdown waits for it.
                 let _watcher = watcher;
@@ -243,33 +243,48 @@ impl Connection {
             })
         } else {
             let exchanges = Arc::new(Exchanges::default());
-            let proxy_idle = proxy.settings.idle_timeout;
+            let idle_timeout = proxy.settings.idle_timeout;
             let begun = exchanges.clone();
             let boxed = service_fn(move |req| Box::pin(handle(req, Some(begun.begin()))));
             Box::pin(async move {
                 let _watcher = watcher;
-                let idle = proxy_idle;
-                keepalive::serve(io, &builders.h1, boxed, exchanges, idle, &stop).await
+                keepalive::serve(io, &builders.h1, boxed, exchanges, idle_timeout, &stop).await
             })
         };
-        // A client that connects (and completes TLS) but sends no request is closed, as a
-        // cleartext one is: it would hold a descriptor and its buffers for nothing.
-        let idle = no_request_within(proxy.settings.first_request_timeout, &first_request);
-        let result = tokio::select! {
-            r = served => r,
-            () = idle => {
-                tracing::debug!(%remote, "no request within the first-request timeout; closing");
-                Ok(())
-            }
-            () = resets.exceeded() => {
-                cut_off_for_resets(&proxy, client, remote);
-                Ok(())
-            }
-        };
-        if let Err(e) = result {
-            ended_with_error(&proxy, client, remote, &*e);
-        }
+        run_to_end(&proxy, (client, remote), served, &first_request, &resets).await;
         gauge.dec();
+    }
+}
+
+/// A connection being served, either protocol.
+type Served<'a> =
+    Pin<Box<dyn Future<Output = Result<(), Box<dyn std::error::Error + Send + Sync>>> + Send + 'a>>;
+
+/// Runs a served connection until it ends, sends no first request in time, or resets too many of
+/// its streams; says how it ended.
+async fn run_to_end(
+    proxy: &Proxy,
+    (client, remote): (u64, SocketAddr),
+    served: Served<'_>,
+    first_request: &AtomicBool,
+    resets: &ResetBudget,
+) {
+    // A client that connects (and completes TLS) but sends no request is closed, as a cleartext
+    // one is: it would hold a descriptor and its buffers for nothing.
+    let idle = no_request_within(proxy.settings.first_request_timeout, first_request);
+    let result = tokio::select! {
+        r = served => r,
+        () = idle => {
+            tracing::debug!(%remote, "no request within the first-request timeout; closing");
+            Ok(())
+        }
+        () = resets.exceeded() => {
+            cut_off_for_resets(proxy, client, remote);
+            Ok(())
+        }
+    };
+    if let Err(e) = result {
+        ended_with_error(proxy, client, remote, &*e);
     }
 }
 
