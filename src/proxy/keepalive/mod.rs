@@ -6,12 +6,12 @@
 //! was about 300 MB doing nothing.
 //!
 //! So a connection is served in bursts. The stream is lent to a hyper connection; when the worker's
-//! idle sweep ticks (every second) and finds that every response has ended and the client has sent
+//! idle sweep (`sweep.rs`) ticks and finds that every response has ended and the client has sent
 //! nothing that is not yet a request, the read that would wait shows hyper an end of stream
-//! instead. hyper takes that for a client closing an
-//! idle connection: it flushes what it has and shuts the stream down, and the shutdown hands the
-//! stream back here (it is not closed). The connection then waits for its next request on the
-//! socket's readiness alone, and a new hyper connection, with new buffers, serves it.
+//! instead. hyper takes that for a client closing an idle connection: it flushes what it has and
+//! shuts the stream down, and the shutdown hands the stream back here (it is not closed). The
+//! connection then waits for its next request on the socket's readiness alone, and a new hyper
+//! connection, with new buffers, serves it.
 //!
 //! An idle connection is closed after 90 s, as kube-apiserver closes its own (`IdleTimeout` of its
 //! secure serving); the head of a request must then come within hyper's header timeout.
@@ -37,6 +37,8 @@ use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
+
+mod sweep;
 
 use super::body::ProxyBody;
 use super::listener::until_closed;
@@ -276,65 +278,6 @@ impl<I: AsyncRead + Unpin> AsyncRead for Lent<I> {
     }
 }
 
-/// Each worker's idle sweep: a tick count, and the connections to wake at the next tick. A worker
-/// is one thread with its own runtime, so all of it is thread-local: no lock, no atomic.
-mod sweep {
-    use std::cell::{Cell, RefCell};
-    use std::task::Waker;
-
-    thread_local! {
-        static TICK: Cell<u64> = const { Cell::new(0) };
-        static WAITING: RefCell<Vec<Waker>> = const { RefCell::new(Vec::new()) };
-        /// The runtime this thread's sweep runs on.
-        static RUNNING_ON: Cell<Option<tokio::runtime::Id>> = const { Cell::new(None) };
-        /// Connections that let their buffers go since the worker last released free memory.
-        static GIVEN_BACK: Cell<u32> = const { Cell::new(0) };
-    }
-
-    /// After this many connections let their buffers go, the next tick returns the worker's free
-    /// memory to the system: mimalloc keeps freed pages for the thread, and a sweep frees many at
-    /// once.
-    const RELEASE_AFTER: u32 = 64;
-
-    /// A connection let its buffers go.
-    pub(super) fn gave_back() {
-        GIVEN_BACK.with(|g| g.set(g.get().saturating_add(1)));
-    }
-
-    /// This worker's current tick.
-    pub(super) fn tick() -> u64 {
-        TICK.with(Cell::get)
-    }
-
-    /// Wakes `waker` at the next tick; starts the worker's sweep if it is not running.
-    pub(super) fn wake_next_tick(waker: Waker) {
-        WAITING.with(|w| w.borrow_mut().push(waker));
-        let runtime = tokio::runtime::Handle::current();
-        if RUNNING_ON.with(Cell::get) != Some(runtime.id()) {
-            RUNNING_ON.with(|r| r.set(Some(runtime.id())));
-            runtime.spawn(run());
-        }
-    }
-
-    /// Ticks every `SWEEP` and wakes who asked, for as long as the worker's runtime runs.
-    async fn run() {
-        let mut every = tokio::time::interval(super::SWEEP);
-        every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        every.tick().await;
-        loop {
-            every.tick().await;
-            TICK.with(|t| t.set(t.get() + 1));
-            if GIVEN_BACK.with(|g| g.replace(0)) >= RELEASE_AFTER {
-                crate::proxy::capacity::release_free_memory();
-            }
-            let waiting = WAITING.with(|w| std::mem::take(&mut *w.borrow_mut()));
-            for waker in waiting {
-                waker.wake();
-            }
-        }
-    }
-}
-
 fn gone() -> io::Error {
     io::ErrorKind::NotConnected.into()
 }
@@ -391,119 +334,4 @@ impl<I: AsyncWrite + Unpin> AsyncWrite for Lent<I> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use bytes::Bytes;
-    use std::convert::Infallible;
-    use tokio::io::AsyncReadExt;
-    use tokio::net::{TcpListener, TcpStream};
-
-    const GET: &[u8] = b"GET /version HTTP/1.1\r\nHost: x\r\n\r\n";
-
-    /// A server of one connection that answers every request `ok`, and its exchanges.
-    async fn serve_one(idle: Duration) -> (TcpStream, Arc<Exchanges>, tokio::task::JoinHandle<()>) {
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-        let client = TcpStream::connect(listener.local_addr().expect("addr"))
-            .await
-            .expect("connect");
-        let (server, _) = listener.accept().await.expect("accept");
-        let exchanges = Arc::new(Exchanges::default());
-        let begun = exchanges.clone();
-        let service = hyper::service::service_fn(move |_req| {
-            let exchange = begun.begin();
-            async move {
-                let body = ProxyBody::full(Bytes::from_static(b"ok")).with_exchange(Some(exchange));
-                Ok::<_, Infallible>(http::Response::new(body))
-            }
-        });
-        let ex = exchanges.clone();
-        let served = tokio::spawn(async move {
-            let h1 = http1::Builder::new();
-            let stop = CancellationToken::new();
-            let _ = serve(server, &h1, service, ex, idle, &stop).await;
-        });
-        (client, exchanges, served)
-    }
-
-    /// Reads responses until `n` have ended (each is `ok`, two bytes, with a content-length).
-    async fn read_responses(client: &mut TcpStream, n: usize) -> String {
-        let mut got = Vec::new();
-        let mut buf = [0u8; 4096];
-        while String::from_utf8_lossy(&got).matches("\r\n\r\nok").count() < n {
-            let read = tokio::time::timeout(Duration::from_secs(5), client.read(&mut buf))
-                .await
-                .expect("a response in time")
-                .expect("read");
-            assert!(read > 0, "closed after {:?}", String::from_utf8_lossy(&got));
-            got.extend_from_slice(&buf[..read]);
-        }
-        String::from_utf8_lossy(&got).into_owned()
-    }
-
-    fn bursts(e: &Exchanges) -> u32 {
-        e.bursts.load(Ordering::Relaxed)
-    }
-
-    #[tokio::test]
-    async fn an_idle_connection_gives_its_buffers_back_and_serves_the_next_request() {
-        let (mut client, exchanges, _served) = serve_one(Duration::from_secs(60)).await;
-        for round in 1..=3 {
-            client.write_all(GET).await.expect("write");
-            let got = read_responses(&mut client, 1).await;
-            assert!(got.starts_with("HTTP/1.1 200"), "{got}");
-            // Each request came to a new hyper connection: the last one let its stream go.
-            assert_eq!(bursts(&exchanges), round);
-            tokio::time::sleep(SWEEP * 3).await;
-        }
-    }
-
-    #[tokio::test]
-    async fn a_head_sent_in_two_parts_is_waited_for_not_cut_off() {
-        let (mut client, exchanges, _served) = serve_one(Duration::from_secs(60)).await;
-        let (first, rest) = GET.split_at(20);
-        client.write_all(first).await.expect("write");
-        tokio::time::sleep(SWEEP * 3).await;
-        client.write_all(rest).await.expect("write");
-        let got = read_responses(&mut client, 1).await;
-        assert!(got.starts_with("HTTP/1.1 200"), "{got}");
-        assert_eq!(bursts(&exchanges), 1, "the half head was kept");
-    }
-
-    #[tokio::test]
-    async fn pipelined_requests_are_all_answered() {
-        let (mut client, _, _served) = serve_one(Duration::from_secs(60)).await;
-        client.write_all(&GET.repeat(3)).await.expect("write");
-        let got = read_responses(&mut client, 3).await;
-        assert_eq!(got.matches("HTTP/1.1 200").count(), 3, "{got}");
-    }
-
-    #[tokio::test]
-    async fn back_to_back_requests_keep_their_hyper_connection() {
-        let (mut client, exchanges, _served) = serve_one(Duration::from_secs(60)).await;
-        for _ in 0..20 {
-            client.write_all(GET).await.expect("write");
-            read_responses(&mut client, 1).await;
-        }
-        assert_eq!(bursts(&exchanges), 1);
-    }
-
-    #[tokio::test]
-    async fn a_connection_idle_past_the_idle_timeout_is_closed_and_a_busy_one_is_not() {
-        let (mut client, exchanges, served) = serve_one(SWEEP * 3).await;
-        // Requests 2.5 s apart: each gives its buffers back (after one to two ticks), and then
-        // waits less than the timeout for the next.
-        for _ in 0..3 {
-            client.write_all(GET).await.expect("write");
-            read_responses(&mut client, 1).await;
-            tokio::time::sleep(SWEEP * 2 + Duration::from_millis(500)).await;
-        }
-        assert_eq!(bursts(&exchanges), 3);
-        let mut buf = [0u8; 64];
-        let read = tokio::time::timeout(Duration::from_secs(10), client.read(&mut buf)).await;
-        assert!(matches!(read, Ok(Ok(0))), "{read:?}");
-        tokio::time::timeout(Duration::from_secs(10), served)
-            .await
-            .expect("the connection ended")
-            .expect("served");
-    }
-}
+mod tests;
