@@ -3,7 +3,8 @@
 //! HTTP/1.1 (keep-alive), then h2c. Prints the growth of each proxy's resident memory per
 //! connection while they are held, and what stays 11 s after they close.
 //!
-//! Run: `cargo bench --bench idle_memory` (options after `--`: `--connections N`, default 5,000).
+//! Run: `cargo bench --bench idle_memory` (options after `--`: `--connections N`, default 5,000;
+//! `--protocol http1` or `--protocol h2c` for one protocol only, as when profiling one).
 
 #[path = "targets.rs"]
 mod targets;
@@ -158,9 +159,15 @@ async fn main() {
         "RSS closed",
         "closed-before"
     );
+    let protocol = targets::arg("--protocol");
+    let runs = |p: &str| protocol.as_deref().is_none_or(|only| only == p);
     for t in targets.iter().filter(|t| t.process.is_some()) {
-        measure(t, "HTTP/1.1", t.h1, n, h1_idle).await;
-        measure(t, "h2c", t.h2, n, h2_idle).await;
+        if runs("http1") {
+            measure(t, "HTTP/1.1", t.h1, n, h1_idle).await;
+        }
+        if runs("h2c") {
+            measure(t, "h2c", t.h2, n, h2_idle).await;
+        }
     }
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -239,6 +239,7 @@ impl Connection {
                 let conn = builders
                     .h2
                     .serve_connection(TokioIo::new(io), service_fn(move |req| handle(req, None)));
+                let conn = std::pin::pin!(conn);
                 until_closed(conn, stop, drawn).await.map_err(Into::into)
             })
         } else {
@@ -304,15 +305,17 @@ fn ended_with_error(
 
 /// Serves an HTTP/2 connection until it closes: sent GOAWAY (its open streams finish) when the
 /// server shuts down or one of its requests drew the rebalancing GOAWAY.
+///
+/// The connection is borrowed pinned, not moved in: moved, it would be held twice in this future's
+/// state (as the argument and as the pinned local), about 1.6 KiB more per h2 connection.
 pub(super) async fn until_closed<C, E>(
-    conn: C,
+    mut conn: Pin<&mut C>,
     stop: CancellationToken,
     goaway: Option<Arc<Goaway>>,
 ) -> Result<(), E>
 where
-    C: Future<Output = Result<(), E>> + GracefulShutdownable,
+    C: Future<Output = Result<(), E>> + GracefulShutdownable + ?Sized,
 {
-    tokio::pin!(conn);
     let drawn = async {
         match &goaway {
             Some(g) => g.drawn().await,
@@ -339,12 +342,6 @@ where
 /// A connection that can be closed gracefully (GOAWAY, its open streams finish).
 pub(super) trait GracefulShutdownable {
     fn shut_down_gracefully(self: Pin<&mut Self>);
-}
-
-impl<C: GracefulShutdownable + ?Sized> GracefulShutdownable for Pin<Box<C>> {
-    fn shut_down_gracefully(self: Pin<&mut Self>) {
-        self.get_mut().as_mut().shut_down_gracefully();
-    }
 }
 
 impl<I, S> GracefulShutdownable for http1::UpgradeableConnection<I, S>

@@ -387,6 +387,9 @@ where
 
         // Create the codec.
         let mut codec = Codec::new(io);
+        // skewgate patch: a server may hold thousands of mostly idle client connections; a
+        // client holds a few busy ones and keeps its buffers.
+        codec.release_buffers_while_idle();
 
         if let Some(max) = builder.settings.max_frame_size() {
             codec.set_max_recv_frame_size(max as usize);

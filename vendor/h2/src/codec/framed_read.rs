@@ -26,7 +26,15 @@ pub struct FramedRead<T> {
     inner: InnerFramedRead<T, LengthDelimitedCodec>,
 
     decoder: FrameDecoder,
+
+    /// skewgate patch: whether the read buffer is given back while the connection waits for the
+    /// next frame with nothing half-read (see `release_buffer_while_idle`).
+    release_while_idle: bool,
 }
+
+/// skewgate patch: the capacity a released read buffer is allocated with again, tokio-util's
+/// initial `FramedRead` capacity.
+const READ_BUFFER_CAPACITY: usize = 8 * 1024;
 
 #[derive(Debug)]
 struct FrameDecoder {
@@ -61,7 +69,28 @@ enum Continuable {
 impl<T> FramedRead<T> {
     pub fn new(inner: InnerFramedRead<T, LengthDelimitedCodec>) -> FramedRead<T> {
         let decoder = FrameDecoder::new(inner.decoder().max_frame_length());
-        FramedRead { inner, decoder }
+        FramedRead {
+            inner,
+            decoder,
+            release_while_idle: false,
+        }
+    }
+
+    /// skewgate patch: whether `release_buffer_while_idle` was called.
+    pub fn releases_buffer_while_idle(&self) -> bool {
+        self.release_while_idle
+    }
+
+    /// skewgate patch: from now on the read buffer (and the HPACK decoder's scratch buffer) is
+    /// freed whenever a read would block with no partial frame in it, and allocated again when
+    /// the connection is next polled, so that an idle connection holds no read buffer. Go's
+    /// net/http does the same for its idle HTTP/2 connections. A frame already handed out keeps
+    /// its own reference to the bytes it needs.
+    pub fn release_buffer_while_idle(&mut self) {
+        self.release_while_idle = true;
+        if self.inner.read_buffer().is_empty() {
+            *self.inner.read_buffer_mut() = BytesMut::new();
+        }
     }
 
     pub fn get_ref(&self) -> &T {
@@ -421,10 +450,21 @@ where
         let _e = span.enter();
         loop {
             tracing::trace!("poll");
-            let bytes = match ready!(Pin::new(&mut self.inner).poll_next(cx)) {
-                Some(Ok(bytes)) => bytes,
-                Some(Err(e)) => return Poll::Ready(Some(Err(map_err(e)))),
-                None => return Poll::Ready(None),
+            if self.release_while_idle && self.inner.read_buffer().capacity() == 0 {
+                self.inner.read_buffer_mut().reserve(READ_BUFFER_CAPACITY);
+            }
+            let polled = Pin::new(&mut self.inner).poll_next(cx);
+            let bytes = match polled {
+                Poll::Ready(Some(Ok(bytes))) => bytes,
+                Poll::Ready(Some(Err(e))) => return Poll::Ready(Some(Err(map_err(e)))),
+                Poll::Ready(None) => return Poll::Ready(None),
+                Poll::Pending => {
+                    if self.release_while_idle && self.inner.read_buffer().is_empty() {
+                        *self.inner.read_buffer_mut() = BytesMut::new();
+                        self.decoder.hpack.release_buffer();
+                    }
+                    return Poll::Pending;
+                }
             };
 
             tracing::trace!(read.bytes = bytes.len());

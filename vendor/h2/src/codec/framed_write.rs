@@ -52,6 +52,10 @@ struct Encoder<B> {
 
     /// Min buffer required to attempt to write a frame
     min_buffer_capacity: usize,
+
+    /// skewgate patch: whether the write buffer is freed once everything in it is flushed (see
+    /// `FramedWrite::release_buffer_when_flushed`).
+    release_when_flushed: bool,
 }
 
 #[derive(Debug)]
@@ -99,8 +103,17 @@ where
                 max_frame_size: frame::DEFAULT_MAX_FRAME_SIZE,
                 chain_threshold,
                 min_buffer_capacity: chain_threshold + frame::HEADER_LEN,
+                release_when_flushed: false,
             },
         }
+    }
+
+    /// skewgate patch: from now on the write buffer is freed whenever all of it has been flushed,
+    /// and allocated again (`DEFAULT_BUFFER_CAPACITY`) by the next frame buffered, so that an
+    /// idle connection holds no write buffer.
+    pub fn release_buffer_when_flushed(&mut self) {
+        self.encoder.release_when_flushed = true;
+        self.encoder.release_if_empty();
     }
 
     /// Returns `Ready` when `send` is able to accept a frame
@@ -173,6 +186,10 @@ where
         // Flush the upstream
         ready!(Pin::new(&mut self.inner).poll_flush(cx))?;
 
+        if self.encoder.release_when_flushed {
+            self.encoder.release_if_empty();
+        }
+
         Poll::Ready(Ok(()))
     }
 
@@ -220,7 +237,20 @@ where
         }
     }
 
+    /// skewgate patch: frees the write buffer if nothing is waiting in it.
+    fn release_if_empty(&mut self) {
+        if self.next.is_none() && self.buf.get_ref().is_empty() && self.buf.get_ref().capacity() > 0
+        {
+            *self.buf.get_mut() = BytesMut::new();
+            self.buf.set_position(0);
+        }
+    }
+
     fn buffer(&mut self, item: Frame<B>) -> Result<(), UserError> {
+        // skewgate patch: a released buffer is allocated again here.
+        if self.buf.get_ref().capacity() == 0 {
+            self.buf.get_mut().reserve(DEFAULT_BUFFER_CAPACITY);
+        }
         // Ensure that we have enough capacity to accept the write.
         assert!(self.has_capacity());
         let span = tracing::trace_span!("FramedWrite::buffer", frame = ?item);
@@ -307,9 +337,11 @@ where
     }
 
     fn has_capacity(&self) -> bool {
+        // skewgate patch: a released (zero-capacity) buffer has room: `buffer` allocates it.
         self.next.is_none()
-            && (self.buf.get_ref().capacity() - self.buf.get_ref().len()
-                >= self.min_buffer_capacity)
+            && (self.buf.get_ref().capacity() == 0
+                || self.buf.get_ref().capacity() - self.buf.get_ref().len()
+                    >= self.min_buffer_capacity)
     }
 
     fn is_empty(&self) -> bool {

@@ -158,8 +158,16 @@ impl Decoder {
             max_size_update: None,
             last_max_update: size,
             table: Table::new(size),
-            buffer: BytesMut::with_capacity(4096),
+            // skewgate patch: allocated at the first Huffman-coded string (`decode_string`).
+            buffer: BytesMut::new(),
         }
+    }
+
+    /// skewgate patch: frees the scratch buffer that Huffman-coded strings are decoded into (the
+    /// strings already decoded keep their own references); the next such string allocates it
+    /// again. For a connection that waits for its next header block.
+    pub fn release_buffer(&mut self) {
+        self.buffer = BytesMut::new();
     }
 
     /// Queues a potential size update
@@ -214,8 +222,8 @@ impl Decoder {
                     can_resize = false;
                     let entry = self.decode_literal(src, true)?;
 
-                    // Insert the header into the table
-                    self.table.insert(entry.clone());
+                    // Insert the header into the table (skewgate patch: a detached copy)
+                    self.table.insert(entry.detached());
                     consume(src);
 
                     if f(entry).is_break() {
@@ -335,6 +343,10 @@ impl Decoder {
         if huff {
             let ret = {
                 let raw = &buf.chunk()[..len];
+                // skewgate patch: the buffer is allocated lazily, at the size it always had.
+                if self.buffer.capacity() == 0 {
+                    self.buffer.reserve(4096);
+                }
                 huffman::decode(raw, &mut self.buffer).map(|buf| StringMarker {
                     offset,
                     len,

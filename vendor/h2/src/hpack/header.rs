@@ -102,6 +102,21 @@ impl Header {
         }
     }
 
+    /// skewgate patch: the same header, sharing no allocation with the buffer it was decoded
+    /// from. The decoder's dynamic table keeps its entries for the connection's life; a
+    /// pseudo-header value (`:path`, `:authority`) that still pointed into the buffer it was
+    /// decoded from would keep that whole buffer (4 KiB or more) alive with it. Field values
+    /// are copies already (`HeaderValue::from_bytes`).
+    pub fn detached(&self) -> Header {
+        match self {
+            Header::Authority(v) => Header::Authority(BytesStr::from(v.as_str())),
+            Header::Scheme(v) => Header::Scheme(BytesStr::from(v.as_str())),
+            Header::Path(v) => Header::Path(BytesStr::from(v.as_str())),
+            Header::Protocol(v) => Header::Protocol(Protocol::from(v.as_str())),
+            other => other.clone(),
+        }
+    }
+
     pub fn len(&self) -> usize {
         match *self {
             Header::Field {

@@ -332,6 +332,12 @@ where
                                 continue;
                             }
 
+                            // skewgate patch: a connection that waits with no stream gives back
+                            // what its streams' bookkeeping grew to.
+                            if self.codec.releases_buffers_while_idle() {
+                                self.inner.streams.release_idle_capacity();
+                            }
+
                             return Poll::Pending;
                         }
                     };

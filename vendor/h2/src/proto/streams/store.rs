@@ -14,6 +14,16 @@ pub(super) struct Store {
     ids: IndexMap<StreamId, SlabIndex>,
 }
 
+impl Store {
+    /// skewgate patch: frees the slab's and the index's capacity if no stream is stored.
+    pub(super) fn release_if_empty(&mut self) {
+        if self.slab.is_empty() && self.ids.is_empty() && self.slab.capacity() > 0 {
+            self.slab = slab::Slab::new();
+            self.ids = IndexMap::new();
+        }
+    }
+}
+
 /// "Pointer" to an entry in the store
 pub(super) struct Ptr<'a> {
     key: Key,

@@ -1139,6 +1139,22 @@ where
         me.store.num_active_streams()
     }
 
+    /// skewgate patch: when the connection holds no stream, frees the capacity its stream store
+    /// and its receive and send buffers grew to (about 3.7 KiB after one request). Called by a
+    /// server connection each time it waits for the peer; a busy connection has streams and
+    /// keeps its capacity.
+    pub fn release_idle_capacity(&self) {
+        let mut me = self.inner.lock().unwrap();
+        let me = &mut *me;
+        if me.counts.has_streams() {
+            return;
+        }
+        me.store.release_if_empty();
+        me.actions.recv.release_if_empty();
+        // The same order of locks as `send_request` and `poll_complete`: inner, then the buffer.
+        self.send_buffer.inner.lock().unwrap().release_if_empty();
+    }
+
     pub fn has_streams(&self) -> bool {
         let me = self.inner.lock().unwrap();
         me.counts.has_streams()
