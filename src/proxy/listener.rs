@@ -228,17 +228,19 @@ impl Connection {
                 )
             }
         };
-        // Each branch boxed, so that a connection holds only its own protocol's state. hyper's
-        // HTTP/2 server spawns a task per stream for the request's future; its HTTP/1.1 server keeps
-        // a slot the size of that future for as long as it serves, so there the future is boxed
-        // per request.
+        // Each branch boxed, so that a connection holds only its own protocol's state. The request's
+        // future (about 4 KiB) is boxed per request in both: hyper's HTTP/2 server spawns a task
+        // per stream that keeps a slot the size of that future until the response's body ends
+        // (a watch: for hours), and moves it twice on the way; its HTTP/1.1 server keeps such a
+        // slot for as long as it serves.
         let served: Served<'_> = if is_h2 {
             Box::pin(async move {
                 // Kept until the connection ends: the server's shutdown waits for it.
                 let _watcher = watcher;
-                let conn = builders
-                    .h2
-                    .serve_connection(TokioIo::new(io), service_fn(move |req| handle(req, None)));
+                let conn = builders.h2.serve_connection(
+                    TokioIo::new(io),
+                    service_fn(move |req| Box::pin(handle(req, None))),
+                );
                 let conn = std::pin::pin!(conn);
                 until_closed(conn, stop, drawn).await.map_err(Into::into)
             })
