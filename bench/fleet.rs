@@ -31,7 +31,7 @@ use bytes::Bytes;
 use http_body_util::Full;
 use tokio::task::JoinSet;
 
-use nodes::{Node, call, connect_node, each, get, h2_conn, node_ip, watch_node};
+use nodes::{FAILED, Node, call, connect_node, each, get, h2_conn, node_ip, watch_node};
 
 use targets::{Proc, Target, connections_to, rss_kib, start_sim, start_targets};
 
@@ -281,6 +281,7 @@ async fn main() {
         "RSS left"
     );
     let mut all = Vec::new();
+    let mut failures = Vec::new();
     for t in targets
         .iter()
         .filter(|t| matches!(t.name, "skewgate" | "haproxy"))
@@ -289,13 +290,20 @@ async fn main() {
             continue;
         };
         eprintln!("measuring {}", t.name);
+        FAILED.take();
         let f = measure(t, p, sim.port(), &o).await;
+        failures.push(format!("  {:<10} {}", t.name, FAILED.take()));
         report(&mut out, &f);
         all.push(f);
     }
     let _ = writeln!(
         out,
         "\n  conns, watches: opened; KiB/conn, KiB/watch: the proxy's RSS growth divided by them; upstream: its connections to the apiserver (stream limit 100) while the watches are open; CPU, µs/req: at the trickle; events: watch events the nodes got; storm: until every node had its connections, GETs and watches back; back: nodes back; RSS left: 11 s after the last client left, against before."
+    );
+    let _ = writeln!(
+        out,
+        "\n  connections and requests that failed, all phases, by reason:\n{}",
+        failures.join("\n")
     );
     println!("{out}");
     plot(&out, &all);

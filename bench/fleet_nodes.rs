@@ -23,6 +23,35 @@ pub struct Node {
     tasks: JoinSet<()>,
 }
 
+/// Why a node's connection or request failed, counted across nodes until `take`n.
+pub struct Failures([AtomicU64; 5]);
+
+const REASONS: [&str; 5] = [
+    "connect",
+    "handshake",
+    "not 200",
+    "connection error",
+    "timeout",
+];
+
+pub static FAILED: Failures = Failures([const { AtomicU64::new(0) }; 5]);
+
+impl Failures {
+    fn count(&self, reason: usize) {
+        self.0[reason].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The counts so far, as "reason N, ...", and zero again.
+    pub fn take(&self) -> String {
+        let counts: Vec<String> = REASONS
+            .iter()
+            .zip(&self.0)
+            .map(|(r, n)| format!("{r} {}", n.swap(0, Ordering::Relaxed)))
+            .collect();
+        counts.join(", ")
+    }
+}
+
 /// Node `i`'s own loopback address, as every node of a cluster has its own.
 pub fn node_ip(i: usize) -> IpAddr {
     IpAddr::V4(Ipv4Addr::new(
@@ -34,9 +63,15 @@ pub fn node_ip(i: usize) -> IpAddr {
 }
 
 async fn tcp_from(ip: IpAddr, to: SocketAddr) -> Option<TcpStream> {
-    let socket = TcpSocket::new_v4().ok()?;
-    socket.bind(SocketAddr::new(ip, 0)).ok()?;
-    let tcp = socket.connect(to).await.ok()?;
+    let connected = async {
+        let socket = TcpSocket::new_v4().ok()?;
+        socket.bind(SocketAddr::new(ip, 0)).ok()?;
+        socket.connect(to).await.ok()
+    };
+    let Some(tcp) = connected.await else {
+        FAILED.count(0);
+        return None;
+    };
     let _ = tcp.set_nodelay(true);
     Some(tcp)
 }
@@ -47,9 +82,10 @@ pub async fn h2_conn(
     tasks: &mut JoinSet<()>,
 ) -> Option<http2::SendRequest<Full<Bytes>>> {
     let tcp = tcp_from(ip, to).await?;
-    let (send, conn) = http2::handshake(TokioExecutor::new(), TokioIo::new(tcp))
-        .await
-        .ok()?;
+    let Ok((send, conn)) = http2::handshake(TokioExecutor::new(), TokioIo::new(tcp)).await else {
+        FAILED.count(1);
+        return None;
+    };
     tasks.spawn(async move {
         let _ = conn.await;
     });
@@ -62,7 +98,10 @@ async fn h1_conn(
     tasks: &mut JoinSet<()>,
 ) -> Option<http1::SendRequest<Full<Bytes>>> {
     let tcp = tcp_from(ip, to).await?;
-    let (send, conn) = http1::handshake(TokioIo::new(tcp)).await.ok()?;
+    let Ok((send, conn)) = http1::handshake(TokioIo::new(tcp)).await else {
+        FAILED.count(1);
+        return None;
+    };
     tasks.spawn(async move {
         let _ = conn.await;
     });
@@ -87,7 +126,18 @@ where
 {
     match tokio::time::timeout(Duration::from_secs(30), send.call(req)).await {
         Ok(Some(r)) if r.status() == want => r.into_body().collect().await.is_ok(),
-        _ => false,
+        Ok(Some(_)) => {
+            FAILED.count(2);
+            false
+        }
+        Ok(None) => {
+            FAILED.count(3);
+            false
+        }
+        Err(_) => {
+            FAILED.count(4);
+            false
+        }
     }
 }
 

@@ -247,3 +247,14 @@ mod raw_h2 {
         }
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http1_connection_quiet_before_its_first_request_is_served() {
+    let sims = sims().await;
+    let gate = gate(&routes(&sims, DEFAULTS)).await;
+    let tcp = TcpStream::connect(gate.server.addr).await.expect("connect");
+    let mut send = http1_connection(tcp).await;
+    tokio::time::sleep(IDLE).await;
+    let resp = get(&mut send, "/version").await;
+    assert_eq!(resp.status(), 200);
+}
