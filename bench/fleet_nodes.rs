@@ -26,6 +26,16 @@ pub struct Node {
 /// Why a node's connection or request failed, counted across nodes until `take`n.
 pub struct Failures([AtomicU64; 5]);
 
+/// The reasons, in the order of `REASONS`.
+#[derive(Clone, Copy)]
+enum Reason {
+    Connect,
+    Handshake,
+    NotOk,
+    ConnectionError,
+    Timeout,
+}
+
 const REASONS: [&str; 5] = [
     "connect",
     "handshake",
@@ -37,8 +47,8 @@ const REASONS: [&str; 5] = [
 pub static FAILED: Failures = Failures([const { AtomicU64::new(0) }; 5]);
 
 impl Failures {
-    fn count(&self, reason: usize) {
-        self.0[reason].fetch_add(1, Ordering::Relaxed);
+    fn count(&self, reason: Reason) {
+        self.0[reason as usize].fetch_add(1, Ordering::Relaxed);
     }
 
     /// The counts so far, as "reason N, ...", and zero again.
@@ -69,7 +79,7 @@ async fn tcp_from(ip: IpAddr, to: SocketAddr) -> Option<TcpStream> {
         socket.connect(to).await.ok()
     };
     let Some(tcp) = connected.await else {
-        FAILED.count(0);
+        FAILED.count(Reason::Connect);
         return None;
     };
     let _ = tcp.set_nodelay(true);
@@ -83,7 +93,7 @@ pub async fn h2_conn(
 ) -> Option<http2::SendRequest<Full<Bytes>>> {
     let tcp = tcp_from(ip, to).await?;
     let Ok((send, conn)) = http2::handshake(TokioExecutor::new(), TokioIo::new(tcp)).await else {
-        FAILED.count(1);
+        FAILED.count(Reason::Handshake);
         return None;
     };
     tasks.spawn(async move {
@@ -99,7 +109,7 @@ async fn h1_conn(
 ) -> Option<http1::SendRequest<Full<Bytes>>> {
     let tcp = tcp_from(ip, to).await?;
     let Ok((send, conn)) = http1::handshake(TokioIo::new(tcp)).await else {
-        FAILED.count(1);
+        FAILED.count(Reason::Handshake);
         return None;
     };
     tasks.spawn(async move {
@@ -127,15 +137,15 @@ where
     match tokio::time::timeout(Duration::from_secs(30), send.call(req)).await {
         Ok(Some(r)) if r.status() == want => r.into_body().collect().await.is_ok(),
         Ok(Some(_)) => {
-            FAILED.count(2);
+            FAILED.count(Reason::NotOk);
             false
         }
         Ok(None) => {
-            FAILED.count(3);
+            FAILED.count(Reason::ConnectionError);
             false
         }
         Err(_) => {
-            FAILED.count(4);
+            FAILED.count(Reason::Timeout);
             false
         }
     }

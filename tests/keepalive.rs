@@ -95,6 +95,19 @@ async fn a_tls_http1_connection_serves_requests_after_idle_pauses() {
     }
 }
 
+/// A connection quiet from the start gives its stream back before any request, and serves the
+/// request that comes later.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http1_connection_quiet_before_its_first_request_is_served() {
+    let sims = sims().await;
+    let gate = gate(&routes(&sims, DEFAULTS)).await;
+    let tcp = TcpStream::connect(gate.server.addr).await.expect("connect");
+    let mut send = http1_connection(tcp).await;
+    tokio::time::sleep(IDLE).await;
+    let resp = get(&mut send, "/version").await;
+    assert_eq!(resp.status(), 200);
+}
+
 /// The h2 side: a server connection frees its buffers and its streams' slabs every time it waits
 /// with no stream open, and keeps HPACK entries that outlive the buffers they were decoded from.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -142,12 +155,7 @@ async fn an_h2_connection_that_waits_between_requests_serves_each_whole() {
         .expect("JSON");
     assert_eq!(got["data"]["blob"].as_str(), Some(blob.as_str()));
     // All of it on one connection.
-    let m = reqwest::get(format!("{}/metrics", gate.admin()))
-        .await
-        .expect("metrics")
-        .text()
-        .await
-        .expect("text");
+    let m = gate.metrics().await;
     assert_eq!(
         metric(&m, "skewgate_client_connections{protocol=\"http2\"}"),
         1.0,
@@ -246,15 +254,4 @@ mod raw_h2 {
                 .expect("an answer within 10 s")
         }
     }
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_http1_connection_quiet_before_its_first_request_is_served() {
-    let sims = sims().await;
-    let gate = gate(&routes(&sims, DEFAULTS)).await;
-    let tcp = TcpStream::connect(gate.server.addr).await.expect("connect");
-    let mut send = http1_connection(tcp).await;
-    tokio::time::sleep(IDLE).await;
-    let resp = get(&mut send, "/version").await;
-    assert_eq!(resp.status(), 200);
 }
