@@ -1,8 +1,10 @@
 //! What skewgate and its simulated apiserver share, so that both answer alike: the Kubernetes
-//! `Status` a failed request is answered with, and the accept loop of a listener.
+//! `Status` a failed request is answered with, how a listener is bound and its accept loop.
 
 pub mod accept;
+pub mod listen;
 pub mod status;
 
 pub use accept::next_connection;
+pub use listen::listen;
 pub use status::{Cause, Status};

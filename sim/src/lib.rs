@@ -179,7 +179,8 @@ pub async fn start(
     store: Store,
     addr: SocketAddr,
 ) -> std::io::Result<SimHandle> {
-    let listener = TcpListener::bind(addr).await?;
+    // As kube-apiserver (Go's net.Listen): the backlog is net.core.somaxconn.
+    let listener = TcpListener::from_std(skewgate_shared::listen(addr)?)?;
     let addr = listener.local_addr()?;
     let controls = Arc::new(SimControls::default());
     let shutdown = CancellationToken::new();

@@ -106,9 +106,10 @@ fn watch_for_changes(
     );
 }
 
-async fn bind(addr: SocketAddr) -> Result<TcpListener, StartError> {
-    TcpListener::bind(addr)
-        .await
+/// The admin listener, bound with the kernel's largest backlog (`skewgate_shared::listen`).
+fn bind(addr: SocketAddr) -> Result<TcpListener, StartError> {
+    skewgate_shared::listen(addr)
+        .and_then(TcpListener::from_std)
         .map_err(|error| StartError::Bind { addr, error })
 }
 
@@ -118,13 +119,13 @@ impl Server {
         let loaded = config::fingerprint(&opts.routes);
         let table = config::load_path(&opts.routes).map_err(StartError::Routes)?;
         // One socket, cloned into every worker's runtime: the kernel hands each connection to one.
-        let listener = std::net::TcpListener::bind(opts.listen)
-            .and_then(|l| l.set_nonblocking(true).map(|()| l))
-            .map_err(|error| StartError::Bind {
-                addr: opts.listen,
-                error,
-            })?;
-        let admin = bind(opts.admin_listen).await?;
+        // Its backlog is the kernel's limit, so a reconnect storm waits there instead of being
+        // dropped.
+        let listener = skewgate_shared::listen(opts.listen).map_err(|error| StartError::Bind {
+            addr: opts.listen,
+            error,
+        })?;
+        let admin = bind(opts.admin_listen)?;
         let addr = listener.local_addr().map_err(|error| StartError::Bind {
             addr: opts.listen,
             error,
