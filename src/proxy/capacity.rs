@@ -50,6 +50,8 @@ pub(crate) struct ConnectionSlots {
     full: AtomicBool,
     /// The most connections held at once since memory was last given back.
     peak: AtomicUsize,
+    /// Connections accepted since the trim last looked.
+    opened: AtomicUsize,
     /// Bumped when memory is to be given back; every worker gives back its own.
     trim: tokio::sync::watch::Sender<u64>,
 }
@@ -63,6 +65,7 @@ impl ConnectionSlots {
             max,
             full: AtomicBool::new(false),
             peak: AtomicUsize::new(0),
+            opened: AtomicUsize::new(0),
             trim: tokio::sync::watch::Sender::new(0),
         }
     }
@@ -82,6 +85,7 @@ impl ConnectionSlots {
     pub(crate) async fn acquire(&self) -> OwnedSemaphorePermit {
         let permit = self.wait_for_slot().await;
         self.peak.fetch_max(self.in_use(), Ordering::Relaxed);
+        self.opened.fetch_add(1, Ordering::Relaxed);
         permit
     }
 
@@ -111,13 +115,26 @@ impl ConnectionSlots {
     }
 }
 
-/// Connections that must have closed since the peak before freed memory is given back.
-const TRIM_AFTER_CLOSED: usize = 512;
+impl ConnectionSlots {
+    /// Whether many connections closed since the peak, or opened, since the last look.
+    fn many_came_or_went(&self) -> bool {
+        let now = self.in_use();
+        let peak = self.peak.swap(now, Ordering::Relaxed);
+        let opened = self.opened.swap(0, Ordering::Relaxed);
+        peak.saturating_sub(now) >= TRIM_AFTER || opened >= TRIM_AFTER
+    }
+}
 
-/// Every `every`, when many connections closed since the peak, asks every worker to give the
-/// memory their buffers freed back to the operating system: the allocator keeps freed memory for
-/// reuse, so without this the resident memory after a burst of clients (a restart storm of
-/// kubelets) stays at its peak.
+/// Connections that must have closed since the peak, or opened since the last look, before freed
+/// memory is given back.
+const TRIM_AFTER: usize = 512;
+
+/// Every `every`, when many connections closed since the peak or many opened, asks every worker to
+/// give the memory their buffers freed back to the operating system: the allocator keeps freed
+/// memory for reuse, so without this the resident memory after a burst of clients stays at its
+/// peak. Closes: a restart storm of kubelets, gone. Opens: thousands connecting at once (a storm's
+/// return, a cluster starting), each holding read and write buffers for its first request, which
+/// it frees once idle.
 pub(super) fn spawn_memory_trim(
     slots: Arc<ConnectionSlots>,
     every: Duration,
@@ -129,9 +146,7 @@ pub(super) fn spawn_memory_trim(
                 () = tokio::time::sleep(every) => {}
                 () = stop.cancelled() => return,
             }
-            let now = slots.in_use();
-            let peak = slots.peak.swap(now, Ordering::Relaxed);
-            if peak.saturating_sub(now) >= TRIM_AFTER_CLOSED {
+            if slots.many_came_or_went() {
                 slots.trim.send_modify(|n| *n += 1);
                 release_free_memory();
             }
@@ -177,6 +192,29 @@ mod tests {
             1_048_576 - 131_072
         );
         assert_eq!(default_max_connections(Some(10)), 16);
+    }
+
+    #[tokio::test]
+    async fn memory_is_given_back_after_many_connections_opened_or_closed() {
+        let slots = ConnectionSlots::new(4 * TRIM_AFTER);
+        let mut held = Vec::new();
+        for _ in 0..TRIM_AFTER - 1 {
+            held.push(slots.acquire().await);
+        }
+        assert!(
+            !slots.many_came_or_went(),
+            "fewer than the threshold opened"
+        );
+        held.push(slots.acquire().await);
+        assert!(!slots.many_came_or_went(), "counted since the last look");
+        for _ in 0..TRIM_AFTER {
+            held.push(slots.acquire().await);
+        }
+        assert!(slots.many_came_or_went(), "a burst of opens");
+        assert!(!slots.many_came_or_went(), "nothing since");
+        held.truncate(1);
+        assert!(slots.many_came_or_went(), "a burst of closes");
+        assert!(!slots.many_came_or_went(), "nothing since");
     }
 
     #[tokio::test]
