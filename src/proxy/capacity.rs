@@ -89,6 +89,15 @@ impl ConnectionSlots {
         permit
     }
 
+    /// Whether, since the last look, many connections closed (counted from the peak) or many
+    /// opened.
+    fn many_came_or_went(&self) -> bool {
+        let now = self.in_use();
+        let peak = self.peak.swap(now, Ordering::Relaxed);
+        let opened = self.opened.swap(0, Ordering::Relaxed);
+        peak.saturating_sub(now) >= TRIM_AFTER || opened >= TRIM_AFTER
+    }
+
     async fn wait_for_slot(&self) -> OwnedSemaphorePermit {
         if let Ok(permit) = self.slots.clone().try_acquire_owned() {
             if self.full.swap(false, Ordering::Relaxed) {
@@ -112,16 +121,6 @@ impl ConnectionSlots {
                 return permit;
             }
         }
-    }
-}
-
-impl ConnectionSlots {
-    /// Whether many connections closed since the peak, or opened, since the last look.
-    fn many_came_or_went(&self) -> bool {
-        let now = self.in_use();
-        let peak = self.peak.swap(now, Ordering::Relaxed);
-        let opened = self.opened.swap(0, Ordering::Relaxed);
-        peak.saturating_sub(now) >= TRIM_AFTER || opened >= TRIM_AFTER
     }
 }
 
