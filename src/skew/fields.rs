@@ -103,7 +103,7 @@ fn resources_by_kind(doc: &Value) -> HashMap<Gvk, String> {
         let plural = path
             .split('/')
             .rev()
-            .find(|s| !s.is_empty() && !s.starts_with('{'))
+            .find(|s| !s.is_empty() && !is_parameter(s))
             .unwrap_or_default();
         // Subresources (`pods/{name}/status`) name the kind too, but are not the resource.
         let segments: Vec<&str> = path.split('/').collect();
@@ -127,6 +127,11 @@ fn resources_by_kind(doc: &Value) -> HashMap<Gvk, String> {
         }
     }
     out
+}
+
+/// Whether a path segment is a parameter (`{namespace}`, `{name}`).
+fn is_parameter(segment: &str) -> bool {
+    segment.starts_with('{') && segment.ends_with('}')
 }
 
 /// A walk of one kind's schema.
