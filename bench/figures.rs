@@ -21,12 +21,13 @@ pub struct Row {
     pub cpu_us: Option<f64>,
 }
 
-const COLOURS: [(&str, &str); 5] = [
+const COLOURS: [(&str, &str); 6] = [
     ("direct", "#7f7f7f"),
     ("skewgate", "#1f77b4"),
     ("haproxy", "#ff7f0e"),
     ("nginx", "#2ca02c"),
     ("baseline", "#9467bd"),
+    ("floor", "#bcbd22"),
 ];
 
 fn colour(target: &str) -> &'static str {

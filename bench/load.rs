@@ -5,6 +5,10 @@
 //! Every target is a separate process; the load generator runs on one thread. It prints requests/s,
 //! latency percentiles, the proxy's CPU time per request (from /proc), the upstream connections the
 //! proxy held open, and each figure as a ratio to going direct.
+//!
+//! Beside them in the h2c table, `floor`: a frame-level relay that does only what every HTTP/2
+//! proxy must (bench/relay_floor.rs), run as this bench's own binary with `--relay-floor ADDR
+//! --relay-upstream ADDR`. It is the cost skewgate's data path could come down to.
 
 #[path = "targets.rs"]
 mod targets;
@@ -14,6 +18,9 @@ mod tls;
 
 #[path = "figures.rs"]
 mod figures;
+
+#[path = "relay_floor.rs"]
+mod relay_floor;
 
 use figures::Row;
 
@@ -370,11 +377,45 @@ async fn tls_scenario(out: &mut String, exe: &str, dir: &std::path::Path, o: &Op
     rows
 }
 
-#[tokio::main(flavor = "current_thread")]
-async fn main() {
+fn main() {
     if std::env::args().any(|a| a == "--list") {
         return;
     }
+    let floor = targets::arg("--relay-floor").zip(targets::arg("--relay-upstream"));
+    if let Some((listen, upstream)) = floor {
+        let addr = |a: String| {
+            a.parse()
+                .expect("--relay-floor and --relay-upstream: ip:port")
+        };
+        relay_floor::run(addr(listen), addr(upstream));
+        return;
+    }
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime")
+        .block_on(bench());
+}
+
+/// Starts the frame-relay floor in front of the simulator: this binary, run again.
+async fn start_floor(sim: SocketAddr) -> Option<Target> {
+    let exe = std::env::current_exe().ok()?;
+    let addr: SocketAddr = format!("127.0.0.1:{}", targets::free_port()).parse().ok()?;
+    let process = Proc::spawn(
+        "floor",
+        std::process::Command::new(exe)
+            .args(["--relay-floor", &addr.to_string()])
+            .args(["--relay-upstream", &sim.to_string()]),
+    )?;
+    targets::wait_ready(addr).await.then_some(Target {
+        name: "floor",
+        h2: addr,
+        h1: addr,
+        process: Some(process),
+    })
+}
+
+async fn bench() {
     let o = options();
     let exe = env!("CARGO_BIN_EXE_skewgate");
     let dir = std::env::temp_dir().join(format!("skewgate-bench-{}", std::process::id()));
@@ -382,7 +423,10 @@ async fn main() {
 
     let (sim, sim_addr) = start_sim(exe).await;
     let sim_port = sim_addr.port();
-    let targets = start_targets(exe, &dir, sim_addr).await;
+    let mut targets = start_targets(exe, &dir, sim_addr).await;
+    // h2c only: the floor speaks nothing else.
+    let h1_targets = targets.len();
+    targets.extend(start_floor(sim_addr).await);
 
     let mut out = String::new();
     let _ = writeln!(
@@ -399,17 +443,11 @@ async fn main() {
             "http/1.1",
         ),
     ] {
-        rows.extend(
-            table(
-                &mut out,
-                (label, key),
-                &targets,
-                (proto, None),
-                &o,
-                sim_port,
-            )
-            .await,
-        );
+        let targets = match proto {
+            Proto::H2 => &targets[..],
+            Proto::H1 => &targets[..h1_targets],
+        };
+        rows.extend(table(&mut out, (label, key), targets, (proto, None), &o, sim_port).await);
     }
     drop(targets);
     drop(sim);

@@ -107,7 +107,7 @@ macro_rules! ready {
     };
 }
 
-#[cfg_attr(feature = "unstable", allow(missing_docs))]
+#[cfg_attr(any(feature = "unstable", feature = "frame-codec"), allow(missing_docs))]
 mod codec;
 mod error;
 mod hpack;
@@ -119,10 +119,13 @@ mod proto;
 #[allow(missing_docs)]
 pub mod proto;
 
-#[cfg(not(feature = "unstable"))]
+#[cfg(not(any(feature = "unstable", feature = "frame-codec")))]
 mod frame;
 
-#[cfg(feature = "unstable")]
+// skewgate patch: feature `frame-codec` opens the frame codec and the frame types, as `unstable`
+// does, without `unstable`'s debug assertions (a stream store dropped with streams in it panics,
+// which happens whenever a runtime drops a connection).
+#[cfg(any(feature = "unstable", feature = "frame-codec"))]
 #[allow(missing_docs)]
 pub mod frame;
 
@@ -138,7 +141,7 @@ pub mod fuzz_bridge;
 pub use crate::error::{Error, Reason};
 pub use crate::share::{FlowControl, Ping, PingPong, Pong, RecvStream, SendStream, StreamId};
 
-#[cfg(feature = "unstable")]
+#[cfg(any(feature = "unstable", feature = "frame-codec"))]
 pub use codec::{Codec, SendError, UserError};
 
 use std::future::Future;
