@@ -332,8 +332,8 @@ where
                                 continue;
                             }
 
-                            // skewgate patch: a connection that waits with no stream gives back
-                            // what its streams' bookkeeping grew to.
+                            // skewgate patch: a connection that waits gives back what its
+                            // streams' bookkeeping grew to and no longer holds.
                             if self.codec.releases_buffers_while_idle() {
                                 self.inner.streams.release_idle_capacity();
                             }
