@@ -117,7 +117,8 @@ async fn measure(t: &Target, proc_: &Proc, sim_port: u16, o: &Opts) -> Figures {
     let connected = rss_kib(pid);
     let conns = nodes.len() * 4;
     let nodes = each(nodes, 256, |n| watch_node(n, events.clone())).await;
-    targets::settle().await;
+    // Idle watches too: a kubelet's watch waits minutes between events.
+    tokio::time::sleep(Duration::from_secs(11)).await;
     let watching = rss_kib(pid);
     let watches = nodes.len() * 2;
     let upstream = connections_to(sim_port, pid);
@@ -301,7 +302,7 @@ async fn main() {
     }
     let _ = writeln!(
         out,
-        "\n  conns, watches: opened; KiB/conn, KiB/watch: the proxy's RSS growth divided by them (connections: 11 s after the last connected); upstream: its connections to the apiserver (stream limit 100) while the watches are open; CPU, µs/req: at the trickle; events: watch events the nodes got; storm: until every node had its connections, GETs and watches back; back: nodes back; RSS left: 11 s after the last client left, against before."
+        "\n  conns, watches: opened; KiB/conn, KiB/watch: the proxy's RSS growth divided by them (11 s after the last connected, and after the last watch began); upstream: its connections to the apiserver (stream limit 100) while the watches are open; CPU, µs/req: at the trickle; events: watch events the nodes got; storm: until every node had its connections, GETs and watches back; back: nodes back; RSS left: 11 s after the last client left, against before."
     );
     let _ = writeln!(
         out,

@@ -4,6 +4,7 @@
 //! new connections wait in the kernel's listen backlog, as HAProxy's `maxconn` (derived from
 //! `ulimit -n`) and nginx's `worker_connections` do, instead of meeting EMFILE on every accept.
 
+use std::cell::Cell;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
@@ -124,9 +125,28 @@ impl ConnectionSlots {
     }
 }
 
-/// Connections that must have closed since the peak, or opened since the last look, before freed
-/// memory is given back.
+/// Connections that must have closed since the peak, or opened since the last look, or requests a
+/// worker must have begun since its last look, before freed memory is given back.
 const TRIM_AFTER: usize = 512;
+
+/// How often the trim looks.
+pub(super) const TRIM_EVERY: Duration = Duration::from_secs(10);
+
+thread_local! {
+    /// Requests this worker began since its trim last looked: a count of its own, so that the
+    /// request path shares nothing with the other workers.
+    static BEGUN: Cell<usize> = const { Cell::new(0) };
+}
+
+/// Counts a request begun on this worker.
+pub(super) fn request_begun() {
+    BEGUN.with(|b| b.set(b.get().wrapping_add(1)));
+}
+
+/// Whether this worker began many requests since it last looked.
+fn many_requests_begun() -> bool {
+    BEGUN.with(|b| b.replace(0)) >= TRIM_AFTER
+}
 
 /// Every `every`, when many connections closed since the peak or many opened, asks every worker to
 /// give the memory their buffers freed back to the operating system: the allocator keeps freed
@@ -153,14 +173,30 @@ pub(super) fn spawn_memory_trim(
     });
 }
 
-/// On a worker: gives back this thread's freed memory whenever `spawn_memory_trim` asks. mimalloc
-/// keeps free pages per thread, and only the thread that owns them can release them at once.
+/// On a worker: gives back this thread's freed memory whenever `spawn_memory_trim` asks, and
+/// after it began many requests. mimalloc keeps free pages per thread, and only the thread that
+/// owns them can release them at once. Requests: a burst of them (every kubelet's watches coming
+/// back after an apiserver restarted) allocates request futures, headers and buffers for a moment.
+/// Left to itself, mimalloc gives that back only when the worker next allocates in a way that
+/// makes it purge: seconds or minutes later, and the resident memory stays at the burst's peak
+/// until then.
 pub(super) fn spawn_worker_trim(slots: &ConnectionSlots, stop: CancellationToken) {
     let mut asked = slots.trim.subscribe();
     tokio::spawn(async move {
+        let mut look = tokio::time::interval(TRIM_EVERY);
+        look.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        // Whether the last look found many requests: the next look gives back what the burst's
+        // tail used, begun after the look that saw the burst.
+        let mut busy = false;
         loop {
             tokio::select! {
                 r = asked.changed() => if r.is_err() { return },
+                _ = look.tick() => {
+                    let was_busy = std::mem::replace(&mut busy, many_requests_begun());
+                    if !busy && !was_busy {
+                        continue;
+                    }
+                }
                 () = stop.cancelled() => return,
             }
             release_free_memory();
@@ -214,6 +250,25 @@ mod tests {
         held.truncate(1);
         assert!(slots.many_came_or_went(), "a burst of closes");
         assert!(!slots.many_came_or_went(), "nothing since");
+    }
+
+    #[test]
+    fn memory_is_given_back_after_a_worker_began_many_requests() {
+        // A thread of its own: the count is per worker thread.
+        std::thread::spawn(|| {
+            assert!(!many_requests_begun(), "nothing begun");
+            for _ in 0..TRIM_AFTER - 1 {
+                request_begun();
+            }
+            assert!(!many_requests_begun(), "fewer than the threshold");
+            for _ in 0..TRIM_AFTER {
+                request_begun();
+            }
+            assert!(many_requests_begun(), "a burst of requests");
+            assert!(!many_requests_begun(), "nothing since");
+        })
+        .join()
+        .expect("the counting thread");
     }
 
     #[tokio::test]

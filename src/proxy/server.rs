@@ -142,7 +142,7 @@ impl Server {
         proxy.spawn_health_checks(background.clone());
         super::capacity::spawn_memory_trim(
             proxy.connection_slots.clone(),
-            Duration::from_secs(10),
+            super::capacity::TRIM_EVERY,
             background.clone(),
         );
         watch_for_changes(&proxy, &opts, loaded, background.clone());

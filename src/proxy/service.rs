@@ -38,6 +38,7 @@ pub(super) async fn handle(
     goaway: Option<Arc<Goaway>>,
 ) -> Response<ProxyBody> {
     let start = Instant::now();
+    super::capacity::request_begun();
     let routing = proxy.routing();
     let caller = Caller {
         remote,
