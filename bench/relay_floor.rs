@@ -226,7 +226,7 @@ async fn run_client(mut tcp: TcpStream, up: Rc<Upstream>) {
     open(&inbox, settings);
     let mut upstream_id: HashMap<u32, u32> = HashMap::new();
     let mut consumed: u32 = 0;
-    drive(Codec::new(tcp), &inbox.clone(), |frame| match frame {
+    drive(Codec::new(tcp), &inbox, |frame| match frame {
         Frame::Headers(h) => {
             let id = u32::from(h.stream_id());
             let end = h.is_end_stream();
