@@ -49,6 +49,9 @@ pub(crate) struct Metrics {
     /// `skewgate_clients_held_back_total{reason}`: holds put on a misbehaving client's next
     /// connections.
     pub clients_held_back: IntCounterVec,
+    /// `skewgate_client_connections_delayed_total`: client connections that waited out their
+    /// client's hold before they were served.
+    pub client_connections_delayed: prometheus::IntCounter,
     /// `skewgate_client_goaways_total{reason}`: client connections sent GOAWAY so that they spread
     /// again (reason `rebalance`).
     pub client_goaways: IntCounterVec,
@@ -172,6 +175,14 @@ impl Metrics {
                 "skewgate_clients_held_back_total",
                 "Holds put on a misbehaving client's next connections, by reason (premature_resets, malformed_requests).",
                 &["reason"],
+            ),
+            client_connections_delayed: register(
+                &r,
+                prometheus::IntCounter::new(
+                    "skewgate_client_connections_delayed_total",
+                    "Client connections that waited out their client's hold (skewgate_clients_held_back_total) before they were served.",
+                )
+                .unwrap_or_else(|_| unreachable!()),
             ),
             fallbacks: counter(
                 "skewgate_fallbacks_total",

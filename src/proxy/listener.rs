@@ -384,6 +384,7 @@ async fn no_request_within(deadline: Duration, first_request: &AtomicBool) {
 async fn wait_if_held_back(proxy: &Proxy, client: u64, remote: SocketAddr) {
     if let Some(hold) = proxy.offenders.hold(client, Instant::now()) {
         tracing::debug!(%remote, ?hold, "holding back a client that misbehaved");
+        proxy.metrics.client_connections_delayed.inc();
         tokio::time::sleep(hold).await;
     }
 }
