@@ -21,13 +21,15 @@ pub struct Row {
     pub cpu_us: Option<f64>,
 }
 
-const COLOURS: [(&str, &str); 6] = [
+const COLOURS: [(&str, &str); 8] = [
     ("direct", "#7f7f7f"),
     ("skewgate", "#1f77b4"),
     ("haproxy", "#ff7f0e"),
     ("nginx", "#2ca02c"),
     ("baseline", "#9467bd"),
     ("floor", "#bcbd22"),
+    ("bare", "#17becf"),
+    ("bare+frames", "#e377c2"),
 ];
 
 fn colour(target: &str) -> &'static str {

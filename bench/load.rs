@@ -9,6 +9,11 @@
 //! Beside them in the h2c table, `floor`: a frame-level relay that does only what every HTTP/2
 //! proxy must (bench/relay_floor.rs), run as this bench's own binary with `--relay-floor ADDR
 //! --relay-upstream ADDR`. It is the cost skewgate's data path could come down to.
+//!
+//! Between them, in both tables, `bare` and `bare+frames` (bench/bare_path.rs): hyper's servers
+//! with nothing of skewgate's own, sending upstream through h2's client or as frames. They measure
+//! what skewgate's own work costs, and what a frame-level upstream would save with hyper kept on
+//! the client side.
 
 #[path = "targets.rs"]
 mod targets;
@@ -22,7 +27,15 @@ mod figures;
 #[path = "relay_floor.rs"]
 mod relay_floor;
 
+#[path = "bare_path.rs"]
+mod bare_path;
+
 use figures::Row;
+
+/// skewgate's allocator, for the yardsticks this binary runs (`floor`, `bare`, `bare+frames`), so
+/// that they differ from skewgate in nothing but their data path.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 use targets::{Proc, Target, connections_to, start_sim, start_targets};
 
@@ -390,6 +403,16 @@ fn main() {
         relay_floor::run(addr(listen), addr(upstream));
         return;
     }
+    let bare = targets::arg("--bare").zip(targets::arg("--relay-upstream"));
+    if let Some((listen, upstream)) = bare {
+        let how = match targets::arg("--bare-upstream").as_deref() {
+            Some("frames") => bare_path::Upstream::Frames,
+            _ => bare_path::Upstream::H2,
+        };
+        let addr = |a: String| a.parse().expect("--bare and --relay-upstream: ip:port");
+        bare_path::run(addr(listen), addr(upstream), how);
+        return;
+    }
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -397,18 +420,20 @@ fn main() {
         .block_on(bench());
 }
 
-/// Starts the frame-relay floor in front of the simulator: this binary, run again.
-async fn start_floor(sim: SocketAddr) -> Option<Target> {
+/// Starts one of this bench's own yardsticks in front of the simulator: this binary, run again
+/// with `args` (and `--relay-upstream`).
+async fn start_own(name: &'static str, args: &[&str], sim: SocketAddr) -> Option<Target> {
     let exe = std::env::current_exe().ok()?;
     let addr: SocketAddr = format!("127.0.0.1:{}", targets::free_port()).parse().ok()?;
     let process = Proc::spawn(
-        "floor",
+        name,
         std::process::Command::new(exe)
-            .args(["--relay-floor", &addr.to_string()])
+            .args(args)
+            .arg(addr.to_string())
             .args(["--relay-upstream", &sim.to_string()]),
     )?;
     targets::wait_ready(addr).await.then_some(Target {
-        name: "floor",
+        name,
         h2: addr,
         h1: addr,
         process: Some(process),
@@ -424,9 +449,12 @@ async fn bench() {
     let (sim, sim_addr) = start_sim(exe).await;
     let sim_port = sim_addr.port();
     let mut targets = start_targets(exe, &dir, sim_addr).await;
+    targets.extend(start_own("bare", &["--bare-upstream", "h2", "--bare"], sim_addr).await);
+    let frames = ["--bare-upstream", "frames", "--bare"];
+    targets.extend(start_own("bare+frames", &frames, sim_addr).await);
     // h2c only: the floor speaks nothing else.
     let h1_targets = targets.len();
-    targets.extend(start_floor(sim_addr).await);
+    targets.extend(start_own("floor", &["--relay-floor"], sim_addr).await);
 
     let mut out = String::new();
     let _ = writeln!(

@@ -27,23 +27,23 @@ use h2::frame::{Data, Frame, Headers, Ping, Reset, Settings, StreamId, WindowUpd
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
-const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+pub(crate) const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
 /// The windows the relay grants each side.
-const STREAM_WINDOW: u32 = 1 << 20;
-const CONNECTION_WINDOW: u32 = 8 << 20;
+pub(crate) const STREAM_WINDOW: u32 = 1 << 20;
+pub(crate) const CONNECTION_WINDOW: u32 = 8 << 20;
 
 type FrameCodec = Codec<TcpStream, Bytes>;
 
 /// Frames other tasks hand a connection's task, and that task's waker.
 #[derive(Default)]
-struct Inbox {
+pub(crate) struct Inbox {
     frames: RefCell<VecDeque<Frame>>,
     waker: RefCell<Option<Waker>>,
 }
 
 impl Inbox {
-    fn push(&self, frame: Frame) {
+    pub(crate) fn push(&self, frame: Frame) {
         self.frames.borrow_mut().push_back(frame);
         if let Some(w) = self.waker.borrow_mut().take() {
             w.wake();
@@ -100,7 +100,7 @@ pub fn run(listen: SocketAddr, upstream: SocketAddr) {
 }
 
 /// Our SETTINGS and connection window, first on a connection.
-fn open(inbox: &Inbox, settings: Settings) {
+pub(crate) fn open(inbox: &Inbox, settings: Settings) {
     inbox.push(settings.into());
     inbox.push(WindowUpdate::new(StreamId::zero(), CONNECTION_WINDOW).into());
 }
@@ -141,7 +141,7 @@ fn answer_control(frame: &Frame, inbox: &Inbox) -> bool {
 }
 
 /// Drives a connection: frames in go to `on_frame`, frames in `inbox` go out, until it ends.
-async fn drive(mut codec: FrameCodec, inbox: &Inbox, mut on_frame: impl FnMut(Frame)) {
+pub(crate) async fn drive(mut codec: FrameCodec, inbox: &Inbox, mut on_frame: impl FnMut(Frame)) {
     poll_fn(|cx| {
         loop {
             let mut read_any = false;
