@@ -55,17 +55,7 @@ pub enum Upstream {
 /// Serves HTTP/1.1 and h2c on `listen`, sending every request to the h2c server at `upstream`,
 /// until the process is killed.
 pub fn run(listen: SocketAddr, upstream: SocketAddr, how: Upstream) {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
-    let local = tokio::task::LocalSet::new();
-    local.block_on(&runtime, async move {
-        let listener = TcpListener::bind(listen).await.expect("bind");
-        let tcp = TcpStream::connect(upstream)
-            .await
-            .expect("connect upstream");
-        let _ = tcp.set_nodelay(true);
+    relay_floor::on_one_thread(listen, upstream, |listener, tcp| async move {
         let send = match how {
             Upstream::H2 => Sender::H2(h2_upstream(tcp).await),
             Upstream::Frames => {

@@ -77,6 +77,26 @@ impl Upstream {
 
 /// Serves h2c on `listen`, relaying to the h2c server at `upstream`, until the process is killed.
 pub fn run(listen: SocketAddr, upstream: SocketAddr) {
+    on_one_thread(listen, upstream, |listener, tcp| async move {
+        let up = Rc::new(Upstream {
+            inbox: Inbox::default(),
+            next_id: Cell::new(1),
+            routes: RefCell::new(HashMap::new()),
+        });
+        tokio::task::spawn_local(run_upstream(tcp, up.clone()));
+        while let Ok((tcp, _)) = listener.accept().await {
+            tokio::task::spawn_local(run_client(tcp, up.clone()));
+        }
+    });
+}
+
+/// Runs `serve` on one thread (a `LocalSet`, so that nothing needs to be `Send`) with the listener
+/// bound on `listen` and a connection to `upstream`, as this bench's own relays run.
+pub(crate) fn on_one_thread<F: Future>(
+    listen: SocketAddr,
+    upstream: SocketAddr,
+    serve: impl FnOnce(TcpListener, TcpStream) -> F,
+) {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -87,15 +107,8 @@ pub fn run(listen: SocketAddr, upstream: SocketAddr) {
         let tcp = TcpStream::connect(upstream)
             .await
             .expect("connect upstream");
-        let up = Rc::new(Upstream {
-            inbox: Inbox::default(),
-            next_id: Cell::new(1),
-            routes: RefCell::new(HashMap::new()),
-        });
-        tokio::task::spawn_local(run_upstream(tcp, up.clone()));
-        while let Ok((tcp, _)) = listener.accept().await {
-            tokio::task::spawn_local(run_client(tcp, up.clone()));
-        }
+        let _ = tcp.set_nodelay(true);
+        serve(listener, tcp).await;
     });
 }
 
@@ -167,7 +180,6 @@ pub(crate) async fn drive(mut codec: FrameCodec, inbox: &Inbox, mut on_frame: im
 /// The upstream connection: frames of each stream go back to the client connection that sent
 /// the stream, under the client's stream id.
 async fn run_upstream(mut tcp: TcpStream, up: Rc<Upstream>) {
-    let _ = tcp.set_nodelay(true);
     if tcp.write_all(PREFACE).await.is_err() {
         return;
     }
