@@ -238,19 +238,24 @@ impl Slot {
         }
     }
 
-    fn wait(&self, cx: &mut Context<'_>) {
-        *self.waker.borrow_mut() = Some(cx.waker().clone());
-    }
-
-    fn poll_data(&self, cx: &mut Context<'_>) -> Poll<Option<Bytes>> {
-        if let Some(data) = self.data.borrow_mut().pop_front() {
-            return Poll::Ready(Some(data));
+    /// What `take` finds in the slot; `None` once the stream ended without it; else waits.
+    fn poll_take<T>(
+        &self,
+        cx: &mut Context<'_>,
+        take: impl FnOnce(&Slot) -> Option<T>,
+    ) -> Poll<Option<T>> {
+        if let Some(found) = take(self) {
+            return Poll::Ready(Some(found));
         }
         if self.ended.get() {
             return Poll::Ready(None);
         }
-        self.wait(cx);
+        *self.waker.borrow_mut() = Some(cx.waker().clone());
         Poll::Pending
+    }
+
+    fn poll_data(&self, cx: &mut Context<'_>) -> Poll<Option<Bytes>> {
+        self.poll_take(cx, |s| s.data.borrow_mut().pop_front())
     }
 }
 
@@ -266,17 +271,7 @@ impl FrameUpstream {
         let mut frame = Headers::new(id.into(), pseudo, parts.headers);
         frame.set_end_stream();
         self.inbox.push(frame.into());
-        let head = poll_fn(|cx| {
-            if let Some(head) = slot.head.borrow_mut().take() {
-                return Poll::Ready(Some(head));
-            }
-            if slot.ended.get() {
-                return Poll::Ready(None);
-            }
-            slot.wait(cx);
-            Poll::Pending
-        })
-        .await;
+        let head = poll_fn(|cx| slot.poll_take(cx, |s| s.head.borrow_mut().take())).await;
         match head {
             Some(head) => Response::from_parts(head, Answer::Slot(slot)),
             None => bad_gateway(),
