@@ -78,6 +78,13 @@ impl IdentityHeaders {
     /// header whose name is one of them spelt with underscores (`X_Remote_User`), which some
     /// servers fold into the dashed form. Used on request heads and on trailers.
     pub fn strip(&self, headers: &mut HeaderMap) {
+        // One pass over the names (no hashing) finds whether there is any: most requests have none.
+        if !headers
+            .keys()
+            .any(|k| self.is_identity(k) || self.is_other_identity(k))
+        {
+            return;
+        }
         for name in self.user.iter().chain(&self.group).chain(&self.uid) {
             headers.remove(name);
         }
@@ -93,10 +100,19 @@ impl IdentityHeaders {
         }
     }
 
+    /// A user, group or uid header.
+    fn is_identity(&self, name: &HeaderName) -> bool {
+        self.user
+            .iter()
+            .chain(&self.group)
+            .chain(&self.uid)
+            .any(|n| n == name)
+    }
+
     /// An extra header, or an identity header spelt with underscores.
     fn is_other_identity(&self, name: &HeaderName) -> bool {
         let name = name.as_str();
-        if !name.contains('_') {
+        if !name.as_bytes().contains(&b'_') {
             return self.is_extra(name);
         }
         let dashed = name.replace('_', "-");

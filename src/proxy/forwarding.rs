@@ -51,6 +51,11 @@ pub(super) fn upstream_uri(uri: &Uri, endpoint: &EndpointPool) -> Result<Uri, Up
 }
 
 pub(super) fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    // Most requests and every HTTP/2 response carry none: one pass over the names (comparisons of
+    // known names, no hashing) finds out, and only then are they looked up and removed.
+    if !headers.keys().any(is_hop_by_hop) {
+        return;
+    }
     // Headers named in Connection are hop-by-hop too.
     let named: Vec<HeaderName> = headers
         .get_all(header::CONNECTION)
@@ -68,37 +73,100 @@ pub(super) fn strip_hop_by_hop(headers: &mut HeaderMap) {
     }
 }
 
-pub(super) fn prepare_headers(headers: &mut HeaderMap, remote: SocketAddr) {
+/// Whether `name` is hop-by-hop, or TE (which may be).
+fn is_hop_by_hop(name: &HeaderName) -> bool {
+    *name == header::TE || HOP_BY_HOP.contains(name)
+}
+
+/// The request's headers as they go upstream: hop-by-hop ones and Host removed, and the client's
+/// address (`forwarded_for`, formatted once per connection) added to X-Forwarded-For.
+pub(super) fn prepare_headers(
+    headers: &mut HeaderMap,
+    remote: SocketAddr,
+    forwarded_for: &HeaderValue,
+) {
     strip_hop_by_hop(headers);
     // The upstream request carries its authority in the URI.
     headers.remove(header::HOST);
-    // X-Forwarded-For: the existing list, then this client; formatted on the stack.
-    let existing_len = headers.get(&X_FORWARDED_FOR).map_or(0, |v| v.len());
-    if existing_len > 400 {
-        let value = format!(
-            "{}, {}",
-            String::from_utf8_lossy(
-                headers
-                    .get(&X_FORWARDED_FOR)
-                    .map_or(&[][..], |v| v.as_bytes())
-            ),
-            remote.ip()
-        );
-        if let Ok(v) = HeaderValue::from_str(&value) {
-            headers.insert(X_FORWARDED_FOR.clone(), v);
+    match headers.entry(&X_FORWARDED_FOR) {
+        header::Entry::Vacant(e) => {
+            e.insert(forwarded_for.clone());
         }
-        return;
-    }
-    let mut buf = [0u8; 512];
-    let mut w = std::io::Cursor::new(&mut buf[..]);
-    if let Some(existing) = headers.get(&X_FORWARDED_FOR) {
-        let _ = std::io::Write::write_all(&mut w, existing.as_bytes());
-        let _ = std::io::Write::write_all(&mut w, b", ");
-    }
-    if std::io::Write::write_fmt(&mut w, format_args!("{}", remote.ip())).is_ok() {
-        let n = w.position() as usize;
-        if let Ok(v) = HeaderValue::from_bytes(&buf[..n]) {
-            headers.insert(X_FORWARDED_FOR.clone(), v);
+        header::Entry::Occupied(mut e) => {
+            // The existing list (every value the client sent), then this client.
+            let mut list = String::new();
+            for v in e.iter() {
+                list.push_str(&String::from_utf8_lossy(v.as_bytes()));
+                list.push_str(", ");
+            }
+            list.push_str(&remote.ip().to_string());
+            if let Ok(v) = HeaderValue::from_str(&list) {
+                e.insert(v);
+            }
         }
+    }
+}
+
+/// A client's address as an X-Forwarded-For value.
+pub(super) fn forwarded_for(remote: SocketAddr) -> HeaderValue {
+    HeaderValue::from_str(&remote.ip().to_string())
+        .unwrap_or_else(|_| HeaderValue::from_static("unknown"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn map(pairs: &[(&'static str, &'static str)]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (k, v) in pairs {
+            h.append(HeaderName::from_static(k), HeaderValue::from_static(v));
+        }
+        h
+    }
+
+    fn names(h: &HeaderMap) -> Vec<&str> {
+        let mut n: Vec<&str> = h.keys().map(HeaderName::as_str).collect();
+        n.sort_unstable();
+        n
+    }
+
+    #[test]
+    fn hop_by_hop_headers_and_those_connection_names_never_pass() {
+        let mut h = map(&[
+            ("connection", "close, x-private"),
+            ("x-private", "1"),
+            ("keep-alive", "timeout=5"),
+            ("proxy-connection", "keep-alive"),
+            ("upgrade", "h2c"),
+            ("transfer-encoding", "chunked"),
+            ("proxy-authorization", "Basic eA=="),
+            ("te", "gzip"),
+            ("accept", "application/json"),
+            ("user-agent", "kubectl/v1.30.0"),
+        ]);
+        strip_hop_by_hop(&mut h);
+        assert_eq!(names(&h), ["accept", "user-agent"]);
+        // `te: trailers` alone is end-to-end.
+        let mut h = map(&[("te", "trailers"), ("accept", "*/*")]);
+        strip_hop_by_hop(&mut h);
+        assert_eq!(names(&h), ["accept", "te"]);
+    }
+
+    #[test]
+    fn the_client_is_added_to_x_forwarded_for_and_host_goes() {
+        let remote: SocketAddr = "10.1.2.3:5555".parse().unwrap();
+        let value = forwarded_for(remote);
+        let mut h = map(&[("host", "k8s"), ("accept", "*/*")]);
+        prepare_headers(&mut h, remote, &value);
+        assert_eq!(names(&h), ["accept", "x-forwarded-for"]);
+        assert_eq!(h[&X_FORWARDED_FOR], "10.1.2.3");
+        let mut h = map(&[
+            ("x-forwarded-for", "192.0.2.1"),
+            ("x-forwarded-for", "192.0.2.2"),
+        ]);
+        prepare_headers(&mut h, remote, &value);
+        let all: Vec<_> = h.get_all(&X_FORWARDED_FOR).iter().collect();
+        assert_eq!(all, ["192.0.2.1, 192.0.2.2, 10.1.2.3"]);
     }
 }

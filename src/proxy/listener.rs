@@ -15,12 +15,14 @@ use hyper_util::server::graceful::{GracefulShutdown, Watcher};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
+use super::Proxy;
 use super::detect::detect_h2;
+use super::forwarding::forwarded_for;
 use super::keepalive::{self, Exchange, Exchanges, Readiness};
 use super::limits::ClientKey;
 use super::rebalance::Goaway;
 use super::resets::ResetBudget;
-use super::{Proxy, service};
+use super::service::{self, Peer};
 use crate::identity::VerifiedClient;
 
 /// How much of a response an h2 client stream may have queued in skewgate, unsent for want of the
@@ -203,21 +205,29 @@ impl Connection {
             .client_connections
             .with_label_values(&[protocol]);
         gauge.inc();
-        let svc_proxy = proxy.clone();
         let first_request = Arc::new(AtomicBool::new(false));
         let seen = first_request.clone();
         let resets = ResetBudget::new();
         let streams = resets.clone();
         let goaway = (is_h2 && proxy.goaway_chance > 0).then(|| Arc::new(Goaway::default()));
         let drawn = goaway.clone();
+        // One reference per request, to what its connection's requests share: counted on this
+        // worker only.
+        let peer = Arc::new(Peer {
+            proxy: proxy.clone(),
+            remote,
+            client: identity,
+            forwarded_for: forwarded_for(remote),
+            goaway,
+        });
         let handle = move |req, exchange: Option<Exchange>| {
-            let (proxy, identity) = (svc_proxy.clone(), identity.clone());
-            let goaway = goaway.clone();
+            let peer = peer.clone();
             seen.store(true, std::sync::atomic::Ordering::Relaxed);
             // Dropped with this future if the client resets the stream before the response.
             let stream = streams.open();
+            let start = stream.started();
             async move {
-                let resp = service::handle(proxy, remote, identity, req, goaway).await;
+                let resp = service::handle(peer, req, start).await;
                 if let Some(e) = &exchange
                     && resp.status() == http::StatusCode::SWITCHING_PROTOCOLS
                 {

@@ -36,6 +36,9 @@ pub(super) enum WholeBody {
 
 /// A client's request body, forwarded.
 pub(super) struct ClientBody {
+    /// The client's body was at its end when the request arrived (most requests): asking it again
+    /// takes its connection's lock each time.
+    at_end: bool,
     inner: Incoming,
     names: Arc<IdentityHeaders>,
     fault: ClientFault,
@@ -51,9 +54,11 @@ impl ClientBody {
     /// Wraps `inner`; the returned `ClientFault` says later whether reading it failed. A body that
     /// is already at its end (most requests) costs no allocation.
     pub(super) fn new(inner: Incoming, names: Arc<IdentityHeaders>) -> (ClientBody, ClientFault) {
-        let fault = ClientFault((!inner.is_end_stream()).then(Arc::default));
+        let at_end = inner.is_end_stream();
+        let fault = ClientFault((!at_end).then(Arc::default));
         (
             ClientBody {
+                at_end,
                 inner,
                 names,
                 fault: fault.clone(),
@@ -70,7 +75,7 @@ impl ClientBody {
     /// request is sent upstream: the apiserver never starts work on it. The frames that arrived
     /// are kept and sent first; a body in one frame (most writes) allocates nothing more.
     pub(super) async fn check_arrived(&mut self) -> Result<(), hyper::Error> {
-        if self.inner.is_end_stream() {
+        if self.at_end || self.inner.is_end_stream() {
             return Ok(());
         }
         let (mut yielded, mut seen) = (false, 0);
@@ -182,7 +187,7 @@ impl Body for ClientBody {
     }
 
     fn is_end_stream(&self) -> bool {
-        self.first.is_none() && self.more.is_empty() && self.inner.is_end_stream()
+        self.first.is_none() && self.more.is_empty() && (self.at_end || self.inner.is_end_stream())
     }
 
     fn size_hint(&self) -> SizeHint {

@@ -65,6 +65,11 @@ pub(crate) struct StreamGuard {
 }
 
 impl StreamGuard {
+    /// When the stream was opened.
+    pub(crate) fn started(&self) -> Instant {
+        self.started
+    }
+
     /// The stream's response has ended (or failed on the apiserver's side).
     pub(crate) fn done(&mut self) {
         self.done = true;

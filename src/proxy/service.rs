@@ -29,28 +29,38 @@ use crate::identity::{ForwardedIdentity, Identity, VerifiedClient, forward_made}
 use crate::steer::{Class, Decision, SteerRequest, WriteTicket, object_key};
 use crate::upstream::{BackendPool, Credential, EndpointPool, UpstreamBody, UpstreamError, send};
 
-/// Serves one request.
+/// What the requests of one client connection share.
+pub(super) struct Peer {
+    pub proxy: Arc<Proxy>,
+    pub remote: SocketAddr,
+    /// The client, when its certificate was verified.
+    pub client: Option<Arc<VerifiedClient>>,
+    /// The client's address as an X-Forwarded-For value, formatted once.
+    pub forwarded_for: HeaderValue,
+    pub goaway: Option<Arc<Goaway>>,
+}
+
+/// Serves one request, begun at `start`.
 pub(super) async fn handle(
-    proxy: Arc<Proxy>,
-    remote: SocketAddr,
-    client: Option<Arc<VerifiedClient>>,
+    peer: Arc<Peer>,
     req: Request<Incoming>,
-    goaway: Option<Arc<Goaway>>,
+    start: Instant,
 ) -> Response<ProxyBody> {
-    let start = Instant::now();
     super::capacity::request_begun();
+    let proxy = &*peer.proxy;
     let routing = proxy.routing();
     let caller = Caller {
-        remote,
-        identity: client.as_deref().map(|c| &c.identity),
-        forwarded: client.as_deref().map(|c| &c.forwarded),
+        remote: peer.remote,
+        identity: peer.client.as_deref().map(|c| &c.identity),
+        forwarded: peer.client.as_deref().map(|c| &c.forwarded),
+        forwarded_for: &peer.forwarded_for,
     };
     let (mut parts, body) = req.into_parts();
-    let mut request = decide(&proxy, &routing, caller, &mut parts);
+    let mut request = decide(proxy, &routing, caller, &mut parts, start);
     let mut access = AccessRecord::start(
         proxy.settings.access_log,
-        remote,
-        client.as_ref(),
+        peer.remote,
+        peer.client.as_ref(),
         &parts,
         routing.steering.table(),
         request.decision,
@@ -58,7 +68,7 @@ pub(super) async fn handle(
     );
     let tracker = routing.track(&request.decision, request.verb, request.long_running, start);
     let outcome = forward(
-        &proxy,
+        proxy,
         &routing,
         &mut request,
         caller,
@@ -67,8 +77,8 @@ pub(super) async fn handle(
         &mut access,
     )
     .await;
-    let resp = respond(&proxy, &routing, &request, caller, outcome, access);
-    if let Some(g) = goaway
+    let resp = respond(proxy, &routing, &request, caller, outcome, access);
+    if let Some(g) = &peer.goaway
         && g.after_response(proxy.goaway_chance, request.long_running)
     {
         proxy
@@ -87,10 +97,14 @@ struct Caller<'a> {
     identity: Option<&'a Identity>,
     /// Its identity as header values, made at the handshake.
     forwarded: Option<&'a ForwardedIdentity>,
+    /// Its address as an X-Forwarded-For value.
+    forwarded_for: &'a HeaderValue,
 }
 
 /// What the request is and where it goes.
 struct Decided {
+    /// When it began.
+    start: Instant,
     decision: Decision,
     verb: Verb,
     long_running: bool,
@@ -115,6 +129,7 @@ fn decide(
     routing: &Routing,
     caller: Caller<'_>,
     parts: &mut http::request::Parts,
+    start: Instant,
 ) -> Decided {
     let groups = caller.identity.map(|i| i.group_refs()).unwrap_or_default();
     let info = classify(parts.method.as_str(), parts.uri.path(), parts.uri.query());
@@ -128,9 +143,10 @@ fn decide(
         groups: &groups,
         client: Client::from_user_agent(ua),
     };
+    let clock = &*proxy.settings.clock;
     let mut decision = routing
         .steering
-        .decide(&req, proxy.settings.clock.now(), routing);
+        .decide_reading(&req, || clock.now(), routing);
     let guard = routing.steering.guard(&req);
     let client = req.client.version;
     let object = (decision.class == Class::Write).then(|| object_key(&info));
@@ -154,6 +170,7 @@ fn decide(
             .inc();
     }
     Decided {
+        start,
         decision,
         verb: info.verb,
         long_running: info.is_long_running(),
@@ -182,7 +199,7 @@ async fn forward(
     let merged_answer = request
         .merge
         .and_then(|m| MergedAnswer::take(m, &mut parts.headers));
-    prepare_headers(&mut parts.headers, caller.remote);
+    prepare_headers(&mut parts.headers, caller.remote, caller.forwarded_for);
     let names = &proxy.settings.identity_headers;
     forward_made(names, &mut parts.headers, caller.forwarded);
     let credential = credential_of(caller.identity, &parts.headers);
@@ -326,8 +343,8 @@ fn relay(
 
 /// Sends the request; a request that is not long-running gets its response head within the
 /// response timeout, and a write at most `writes.fence - 2s`, so that when a fence ends no replica
-/// is still waiting on a write to the old backend.
-async fn send_with_deadline(
+/// is still waiting on a write to the old backend. Both count from when the request began.
+fn send_with_deadline(
     proxy: &Proxy,
     routing: &Routing,
     request: &Decided,
@@ -335,10 +352,7 @@ async fn send_with_deadline(
     credential: Credential,
     head: Request<()>,
     body: ClientBody,
-) -> Result<Response<UpstreamBody>, UpstreamError> {
-    if request.long_running {
-        return send(endpoint, credential, head, body).await;
-    }
+) -> impl Future<Output = Result<Response<UpstreamBody>, UpstreamError>> {
     let limit = match request.decision.class {
         Class::Write => proxy.settings.response_timeout.min(
             routing
@@ -349,9 +363,20 @@ async fn send_with_deadline(
         ),
         Class::Read => proxy.settings.response_timeout,
     };
-    match tokio::time::timeout(limit, send(endpoint, credential, head, body)).await {
-        Ok(r) => r,
-        Err(_) => Err(UpstreamError::Timeout),
+    let deadline = match request.long_running {
+        true => None,
+        false => request.start.checked_add(limit),
+    };
+    // Not an async fn: the future holds the send once, not also its arguments.
+    let sent = send(endpoint, credential, head, body);
+    async move {
+        let sent = std::pin::pin!(sent);
+        match deadline {
+            None => sent.await,
+            Some(at) => tokio::time::timeout_at(at.into(), sent)
+                .await
+                .unwrap_or(Err(UpstreamError::Timeout)),
+        }
     }
 }
 

@@ -153,7 +153,18 @@ impl Steering {
         now: SystemTime,
         live: &impl LiveState,
     ) -> Decision {
-        let d = self.decide_by_rules(req, now, live);
+        self.decide_reading(req, || now, live)
+    }
+
+    /// `decide`, reading the time from `now` only when a rule that depends on it applies (a pin
+    /// that moves, a rollout's schedule): most requests match neither.
+    pub fn decide_reading(
+        &self,
+        req: &SteerRequest<'_>,
+        now: impl Fn() -> SystemTime,
+        live: &impl LiveState,
+    ) -> Decision {
+        let d = self.decide_by_rules(req, &now, live);
         let info = req.info;
         if !info.is_resource || info.resource.is_empty() {
             return d;
@@ -177,7 +188,7 @@ impl Steering {
     fn decide_by_rules(
         &self,
         req: &SteerRequest<'_>,
-        now: SystemTime,
+        now: &impl Fn() -> SystemTime,
         live: &impl LiveState,
     ) -> Decision {
         let table = &*self.table;
@@ -205,7 +216,7 @@ impl Steering {
                     Reason::NoPin,
                 );
             };
-            let moved = self.pin_move(i, now, live);
+            let moved = self.pin_move(i, now(), live);
             let reason = match moved.stage {
                 Stage::Settled => Reason::PinnedWrite,
                 Stage::BeforeFlip { .. } => Reason::BeforeFlip,
@@ -214,7 +225,7 @@ impl Steering {
             return Decision::new(Class::Write, moved.backend, Rule::Pin(i), reason);
         }
         if let Some(i) = first_pin(&self.read_pins) {
-            let backend = self.pin_move(i, now, live).backend;
+            let backend = self.pin_move(i, now(), live).backend;
             return Decision::new(Class::Read, backend, Rule::Pin(i), Reason::ReadFollowsPin);
         }
         let rollouts = &table.reads.rollouts;
@@ -230,7 +241,7 @@ impl Steering {
                 Reason::NoRollout,
             );
         };
-        self.rollout_decision(i, req, now, live)
+        self.rollout_decision(i, req, now(), live)
     }
 
     /// A read that rollout `i` decides: its key's bucket against the percent in force at `now`.

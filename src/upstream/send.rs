@@ -71,6 +71,7 @@ where
     let body = UpstreamBody {
         recv,
         data_done: false,
+        ended: std::cell::Cell::new(false),
         _slot: slot,
     };
     Ok(Response::from_parts(parts, body))
@@ -121,6 +122,8 @@ where
 pub(crate) struct UpstreamBody {
     recv: RecvStream,
     data_done: bool,
+    /// Whether `recv` was found at its end.
+    ended: std::cell::Cell<bool>,
     _slot: StreamSlot,
 }
 
@@ -154,6 +157,13 @@ impl Body for UpstreamBody {
     }
 
     fn is_end_stream(&self) -> bool {
-        self.recv.is_end_stream()
+        // Asked after every frame (by the proxy's body and by hyper), and each answer takes the
+        // connection's lock: once at its end, the body says so without asking again.
+        if self.ended.get() {
+            return true;
+        }
+        let ended = self.recv.is_end_stream();
+        self.ended.set(ended);
+        ended
     }
 }
