@@ -6,6 +6,8 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use futures_util::FutureExt;
+use futures_util::future::Either;
 use http::header::{self, HeaderValue};
 use http::{Method, Request, Response};
 use hyper::body::Incoming;
@@ -367,16 +369,15 @@ fn send_with_deadline(
         true => None,
         false => request.start.checked_add(limit),
     };
-    // Not an async fn: the future holds the send once, not also its arguments.
+    // Not an async fn, nor an async block: the future is the send's own, with the timer beside it
+    // when there is a deadline, and holds the send's arguments only once.
     let sent = send(endpoint, credential, head, body);
-    async move {
-        let sent = std::pin::pin!(sent);
-        match deadline {
-            None => sent.await,
-            Some(at) => tokio::time::timeout_at(at.into(), sent)
-                .await
-                .unwrap_or(Err(UpstreamError::Timeout)),
-        }
+    match deadline {
+        None => Either::Left(sent),
+        Some(at) => Either::Right(
+            tokio::time::timeout_at(at.into(), sent)
+                .map(|r| r.unwrap_or(Err(UpstreamError::Timeout))),
+        ),
     }
 }
 
