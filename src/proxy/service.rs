@@ -365,9 +365,10 @@ fn send_with_deadline(
         ),
         Class::Read => proxy.settings.response_timeout,
     };
-    let deadline = match request.long_running {
-        true => None,
-        false => request.start.checked_add(limit),
+    let deadline = if request.long_running {
+        None
+    } else {
+        request.start.checked_add(limit)
     };
     // Not an async fn, nor an async block: the future is the send's own, with the timer beside it
     // when there is a deadline, and holds the send's arguments only once.
