@@ -175,3 +175,57 @@ async fn idle_upstream_connections_are_closed_but_one_per_worker_stays_warm() {
         .expect("read");
     assert_eq!(r.status(), 200);
 }
+
+/// An h2c connection that has had one GET answered, kept open while the returned sender lives.
+async fn h2c_connection(
+    addr: std::net::SocketAddr,
+) -> hyper::client::conn::http2::SendRequest<Empty<Bytes>> {
+    let tcp = TcpStream::connect(addr).await.expect("connect");
+    let (mut send, conn) = hyper::client::conn::http2::handshake(
+        hyper_util::rt::TokioExecutor::new(),
+        TokioIo::new(tcp),
+    )
+    .await
+    .expect("handshake");
+    tokio::spawn(conn);
+    let req = http::Request::get(format!(
+        "http://{addr}/api/v1/namespaces/default/configmaps"
+    ))
+    .body(Empty::<Bytes>::new())
+    .expect("request");
+    let resp = send.send_request(req).await.expect("response");
+    assert_eq!(resp.status(), 200);
+    let _ = resp.into_body().collect().await;
+    send
+}
+
+/// A handful of busy HTTP/2 connections (kube-controller-manager's, the scheduler's) is spread over
+/// the workers, not left on whichever worker's accept came first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_connections_are_spread_evenly_over_the_workers() {
+    let sims = sims().await;
+    let routes_file = temp_dir("spread").join("routes.yaml");
+    std::fs::write(&routes_file, routes(&sims, DEFAULT_OLD)).expect("routes");
+    let settings = skewgate::proxy::ProxySettings {
+        workers: 2,
+        ..Default::default()
+    };
+    let gate = gate_on(&routes_file, settings).await;
+    let mut open = Vec::new();
+    for _ in 0..16 {
+        open.push(h2c_connection(gate.server.addr).await);
+    }
+    let m = gate.metrics().await;
+    for worker in ["0", "1"] {
+        let line = format!("skewgate_worker_connections{{worker=\"{worker}\"}}");
+        assert_eq!(metric(&m, &line), 8.0, "{m}");
+    }
+    // A closed connection leaves its worker's count, so the next choice sees the workers as they are.
+    drop(open);
+    let drained = eventually(10, || async {
+        let m = gate.metrics().await;
+        metric(&m, "skewgate_worker_connections") == 0.0
+    })
+    .await;
+    assert!(drained, "{}", gate.metrics().await);
+}

@@ -34,6 +34,8 @@ pub(crate) struct Metrics {
     pub decisions: IntCounterVec,
     /// `skewgate_client_connections{protocol}`.
     pub client_connections: IntGaugeVec,
+    /// `skewgate_worker_connections{worker}`.
+    pub worker_connections: IntGaugeVec,
     /// `skewgate_upstream_connections{backend,endpoint}`.
     pub upstream_connections: IntGaugeVec,
     /// `skewgate_upstream_streams{backend,endpoint}`.
@@ -138,6 +140,7 @@ impl Metrics {
                 &["class", "rule"],
             ),
             client_connections: gauge("skewgate_client_connections", "Client connections open now, by protocol (http1, http2).", &["protocol"]),
+            worker_connections: gauge("skewgate_worker_connections", "Client connections each worker serves now (each connection goes to the worker serving the fewest).", &["worker"]),
             upstream_connections: gauge("skewgate_upstream_connections", "HTTP/2 connections open to each apiserver endpoint.", &["backend", "endpoint"]),
             upstream_streams: gauge("skewgate_upstream_streams", "HTTP/2 streams open to each apiserver endpoint.", &["backend", "endpoint"]),
             upstream_errors: counter(

@@ -12,10 +12,10 @@ use hyper::server::conn::{http1, http2};
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::graceful::{GracefulShutdown, Watcher};
-use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use super::Proxy;
+use super::balance::{Intake, Place};
 use super::detect::detect_h2;
 use super::forwarding::forwarded_for;
 use super::keepalive::{self, Exchange, Exchanges, Readiness};
@@ -32,13 +32,48 @@ const SEND_BUFFER: usize = 64 << 10;
 /// Accepts clients until `stop` fires, then stops accepting, ends watches cleanly, lets in-flight
 /// requests finish for the grace period, and returns whether every connection closed within it (the
 /// rest are closed).
-pub(crate) async fn serve(
-    proxy: Arc<Proxy>,
-    listener: TcpListener,
-    stop: CancellationToken,
-) -> bool {
+pub(crate) async fn serve(proxy: Arc<Proxy>, mut intake: Intake, stop: CancellationToken) -> bool {
     let graceful = GracefulShutdown::new();
-    // HTTP/1.1, served in bursts by `keepalive`, upgradeable (exec, attach, port-forward).
+    let builders = Arc::new(builders(&proxy));
+    super::capacity::spawn_worker_trim(&proxy.connection_slots, stop.clone());
+    while let Some(client) = intake.next(&proxy.connection_slots, &stop).await {
+        let accepted = Accepted {
+            proxy: proxy.clone(),
+            remote: client.remote,
+            builders: builders.clone(),
+            watcher: graceful.watcher(),
+            stop: stop.clone(),
+            _slot: client.slot,
+            _place: client.place,
+        };
+        // One task type per transport, each sized for its own state only.
+        match proxy.settings.tls.as_ref().map(|t| t.config()) {
+            None => tokio::spawn(accepted.cleartext(client.stream)),
+            Some(tls) => tokio::spawn(accepted.tls(tls, client.stream)),
+        };
+    }
+    drop(intake);
+    proxy.stop_long_running.cancel();
+    let open = graceful.count();
+    tracing::debug!(
+        worker = crate::upstream::worker::current(),
+        open,
+        "worker shutting down: no new connections; ending watches; waiting for in-flight requests"
+    );
+    tokio::select! {
+        _ = graceful.shutdown() => true,
+        _ = tokio::time::sleep(proxy.settings.shutdown_grace) => false,
+    }
+}
+
+/// The HTTP servers' settings, shared by every connection of a worker.
+struct Builders {
+    h1: http1::Builder,
+    h2: http2::Builder<TokioExecutor>,
+}
+
+/// HTTP/1.1, served in bursts by `keepalive`, upgradeable (exec, attach, port-forward); and HTTP/2.
+fn builders(proxy: &Proxy) -> Builders {
     // Heads up to twice the bound are read whole and answered 431 with a Status (by the check
     // before sending upstream); larger ones are cut off by hyper's own 431, before they are read.
     let head_bound = proxy.settings.pool.max_header_list_size.saturating_mul(2);
@@ -60,51 +95,7 @@ pub(crate) async fn serve(
         // What skewgate and the apiserver behind accept is checked per request, and answered 431
         // with a Status rather than a GOAWAY.
         .max_header_list_size(u32::try_from(head_bound.max(16 << 10)).unwrap_or(u32::MAX));
-    let builders = Arc::new(Builders { h1, h2 });
-    super::capacity::spawn_worker_trim(&proxy.connection_slots, stop.clone());
-    loop {
-        // A slot first: at the bound, connections wait in the backlog, not in EMFILE.
-        let slot = tokio::select! {
-            slot = proxy.connection_slots.acquire() => slot,
-            _ = stop.cancelled() => break,
-        };
-        let Some((stream, remote)) =
-            skewgate_shared::next_connection(&listener, &stop, "proxy").await
-        else {
-            break;
-        };
-        let accepted = Accepted {
-            proxy: proxy.clone(),
-            remote,
-            builders: builders.clone(),
-            watcher: graceful.watcher(),
-            stop: stop.clone(),
-            _slot: slot,
-        };
-        // One task type per transport, each sized for its own state only.
-        match proxy.settings.tls.as_ref().map(|t| t.config()) {
-            None => tokio::spawn(accepted.cleartext(stream)),
-            Some(tls) => tokio::spawn(accepted.tls(tls, stream)),
-        };
-    }
-    drop(listener);
-    proxy.stop_long_running.cancel();
-    let open = graceful.count();
-    tracing::debug!(
-        worker = crate::upstream::worker::current(),
-        open,
-        "worker shutting down: no new connections; ending watches; waiting for in-flight requests"
-    );
-    tokio::select! {
-        _ = graceful.shutdown() => true,
-        _ = tokio::time::sleep(proxy.settings.shutdown_grace) => false,
-    }
-}
-
-/// The HTTP servers' settings, shared by every connection of a worker.
-struct Builders {
-    h1: http1::Builder,
-    h2: http2::Builder<TokioExecutor>,
+    Builders { h1, h2 }
 }
 
 /// An accepted TCP connection, before protocol detection or TLS.
@@ -117,6 +108,8 @@ struct Accepted {
     stop: CancellationToken,
     /// Its place under the connection bound, given back when the connection ends.
     _slot: tokio::sync::OwnedSemaphorePermit,
+    /// Its place among its worker's connections.
+    _place: Place,
 }
 
 impl Accepted {

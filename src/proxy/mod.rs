@@ -2,6 +2,7 @@
 
 mod access_log;
 mod admission;
+mod balance;
 mod body;
 mod capacity;
 mod debug;

@@ -10,6 +10,7 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
+use super::balance::{Balance, Inbox, Intake};
 use super::{Proxy, ProxySettings};
 use crate::config::{self, ConfigErrors};
 use crate::metrics::Metrics;
@@ -118,7 +119,8 @@ impl Server {
     pub async fn start(opts: ServeOptions) -> Result<Server, StartError> {
         let loaded = config::fingerprint(&opts.routes);
         let table = config::load_path(&opts.routes).map_err(StartError::Routes)?;
-        // One socket, cloned into every worker's runtime: the kernel hands each connection to one.
+        // One socket, cloned into every worker's runtime: the kernel hands each connection to one,
+        // which hands it on to the worker serving the fewest (`balance`).
         // Its backlog is the kernel's limit, so a reconnect storm waits there instead of being
         // dropped.
         let listener = skewgate_shared::listen(opts.listen).map_err(|error| StartError::Bind {
@@ -157,15 +159,17 @@ impl Server {
             admin,
             background.clone(),
         ));
+        let (balance, inboxes) = super::balance::Balance::new(workers, &proxy.metrics);
         let mut handles = Vec::with_capacity(workers);
-        for i in 0..workers {
+        for (i, inbox) in inboxes.into_iter().enumerate() {
             let listener = listener
                 .try_clone()
                 .map_err(|error| StartError::Bind { addr, error })?;
             let (proxy, stop) = (proxy.clone(), stop.clone());
+            let balance = balance.clone();
             let handle = std::thread::Builder::new()
                 .name(format!("skewgate-worker-{i}"))
-                .spawn(move || run_worker(i, proxy, listener, stop))
+                .spawn(move || run_worker(i, proxy, (listener, balance, inbox), stop))
                 .map_err(|error| StartError::Bind { addr, error })?;
             handles.push(handle);
         }
@@ -247,7 +251,7 @@ impl Drop for Server {
 fn run_worker(
     i: usize,
     proxy: Arc<Proxy>,
-    listener: std::net::TcpListener,
+    (listener, balance, inbox): (std::net::TcpListener, Arc<Balance>, Inbox),
     stop: CancellationToken,
 ) -> bool {
     crate::upstream::worker::enter(i);
@@ -263,7 +267,10 @@ fn run_worker(
     };
     runtime.block_on(async move {
         match TcpListener::from_std(listener) {
-            Ok(listener) => super::serve(proxy, listener, stop).await,
+            Ok(listener) => {
+                let intake = Intake::new(i, listener, inbox, balance);
+                super::serve(proxy, intake, stop).await
+            }
             Err(e) => {
                 tracing::error!(worker = i, error = %e, "cannot use the listener");
                 false
