@@ -97,7 +97,8 @@ impl Balance {
     /// A place among worker `w`'s connections.
     fn place(&self, w: usize) -> Place {
         let gauge = self.serving.get(w).cloned().unwrap_or_else(|| {
-            // Off the workers (tests that serve on their own runtime): counted nowhere.
+            // Not a worker's index, which cannot be: every intake is made for one of the
+            // server's workers. Counted nowhere rather than a panic.
             IntGauge::new("unbalanced", "-").unwrap_or_else(|_| unreachable!())
         });
         gauge.inc();
@@ -135,6 +136,8 @@ impl Intake {
     /// The next connection this worker is to serve, accepted here or handed over; `None` once
     /// `stop` fires. A worker accepts only with a place under the connection bound (at the bound,
     /// connections wait in the backlog, not in EMFILE); connections handed to it carry their own.
+    /// Connections still in the inbox when the worker stops are closed unread with the intake: by
+    /// then the replica has drained and left the Service, so few can be.
     pub(crate) async fn next(
         &mut self,
         slots: &ConnectionSlots,
