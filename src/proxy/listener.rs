@@ -23,6 +23,7 @@ use super::limits::ClientKey;
 use super::rebalance::Goaway;
 use super::resets::ResetBudget;
 use super::service::{self, Peer};
+use super::signals::unless;
 use crate::identity::VerifiedClient;
 
 /// How much of a response an h2 client stream may have queued in skewgate, unsent for want of the
@@ -266,6 +267,12 @@ impl Connection {
 type Served<'a> =
     Pin<Box<dyn Future<Output = Result<(), Box<dyn std::error::Error + Send + Sync>>> + Send + 'a>>;
 
+/// Why a connection was ended by skewgate.
+enum Ended {
+    NoRequest,
+    Resets,
+}
+
 /// Runs a served connection until it ends, sends no first request in time, or resets too many of
 /// its streams; says how it ended.
 async fn run_to_end(
@@ -278,13 +285,19 @@ async fn run_to_end(
     // A client that connects (and completes TLS) but sends no request is closed, as a cleartext
     // one is: it would hold a descriptor and its buffers for nothing.
     let idle = no_request_within(proxy.settings.first_request_timeout, first_request);
-    let result = tokio::select! {
-        r = served => r,
-        () = idle => {
+    let signal = std::pin::pin!(async {
+        tokio::select! {
+            () = idle => Ended::NoRequest,
+            () = resets.exceeded() => Ended::Resets,
+        }
+    });
+    let result = match unless(served, signal).await {
+        Ok(r) => r,
+        Err(Ended::NoRequest) => {
             tracing::debug!(%remote, "no request within the first-request timeout; closing");
             Ok(())
         }
-        () = resets.exceeded() => {
+        Err(Ended::Resets) => {
             cut_off_for_resets(proxy, client, remote);
             Ok(())
         }
@@ -321,25 +334,23 @@ pub(super) async fn until_closed<C, E>(
 where
     C: Future<Output = Result<(), E>> + GracefulShutdownable + ?Sized,
 {
-    let drawn = async {
-        match &goaway {
-            Some(g) => g.drawn().await,
-            None => std::future::pending().await,
-        }
-    };
-    tokio::pin!(drawn);
-    let mut closing = false;
-    loop {
+    let signal = std::pin::pin!(async {
+        let drawn = async {
+            match &goaway {
+                Some(g) => g.drawn().await,
+                None => std::future::pending().await,
+            }
+        };
         tokio::select! {
-            r = conn.as_mut() => return r,
-            _ = stop.cancelled(), if !closing => {
-                closing = true;
-                conn.as_mut().shut_down_gracefully();
-            }
-            () = drawn.as_mut(), if !closing => {
-                closing = true;
-                conn.as_mut().shut_down_gracefully();
-            }
+            _ = stop.cancelled() => {}
+            () = drawn => {}
+        }
+    });
+    match unless(conn.as_mut(), signal).await {
+        Ok(r) => r,
+        Err(()) => {
+            conn.as_mut().shut_down_gracefully();
+            conn.await
         }
     }
 }

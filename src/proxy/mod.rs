@@ -21,6 +21,7 @@ mod routing;
 mod schemas;
 mod server;
 mod service;
+mod signals;
 mod status;
 mod upgrade;
 
