@@ -53,6 +53,7 @@ pub mod classify;
 pub mod cluster;
 pub mod config;
 pub mod identity;
+mod keys;
 pub(crate) mod metrics;
 pub mod proxy;
 pub mod skew;

@@ -770,3 +770,14 @@ fn malformed_paths_never_panic() {
     assert!(i.is_resource && i.resource.is_empty());
     assert_eq!(i.verb, Verb::Watch);
 }
+
+proptest::proptest! {
+    /// Segments are what Go's strings.Split gives after the slashes are trimmed, at most nine of
+    /// them, whatever the path holds (empty segments, many slashes, characters of several bytes).
+    #[test]
+    fn segments_are_those_of_split(path in "[a/é_.%-]{1,40}") {
+        let (segments, n) = super::split_segments(&path);
+        let expected: Vec<&str> = path.split('/').take(super::MAX_SEGMENTS).collect();
+        proptest::prop_assert_eq!(&segments[..n], &expected[..]);
+    }
+}

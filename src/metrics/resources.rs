@@ -5,9 +5,7 @@
 //! The index only grows while a route table is in force, so a slot taken when a request was decided
 //! still names the same resource when its answer is counted.
 
-use std::collections::HashMap;
-
-use xxhash_rust::xxh3::Xxh3;
+use foldhash::HashMap;
 
 use crate::classify::RequestInfo;
 
@@ -27,11 +25,7 @@ pub(crate) struct ResourceIndex {
 }
 
 fn key(group: &str, resource: &str) -> u64 {
-    let mut h = Xxh3::new();
-    h.update(group.as_bytes());
-    h.update(&[0xff]);
-    h.update(resource.as_bytes());
-    h.digest()
+    crate::keys::key_of(&[group, resource])
 }
 
 impl ResourceIndex {

@@ -12,7 +12,11 @@
 //! tower's `ConcurrencyLimit` is one semaphore per service; this needs one per client, created on
 //! first use and gone with its last request, so it is a small sharded map of counters and queues.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
+
+// foldhash: the keys are hashes already (a client's), and std's SipHash of one cost more than the
+// rest of the lookup, twice per request.
+use foldhash::HashMap;
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -117,7 +121,9 @@ impl ClientLimits {
         Arc::new(ClientLimits {
             limit,
             wait,
-            shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
+            shards: (0..SHARDS)
+                .map(|_| Mutex::new(HashMap::default()))
+                .collect(),
         })
     }
 

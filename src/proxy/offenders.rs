@@ -14,7 +14,7 @@
 //! waits for its answers, as all do, then costs next to nothing. No well-behaved client comes near
 //! either trigger.
 
-use std::collections::HashMap;
+use foldhash::HashMap;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -88,7 +88,9 @@ impl Offenders {
         Offenders {
             enabled,
             remembered: AtomicUsize::new(0),
-            shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
+            shards: (0..SHARDS)
+                .map(|_| Mutex::new(HashMap::default()))
+                .collect(),
         }
     }
 

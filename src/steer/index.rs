@@ -5,7 +5,7 @@
 //! namespace names, else its plain resource names, else its plain client names. A rule with none of
 //! those (no such selector, or one with a regex, glob, `*` or `!` item) is checked for every request.
 
-use std::collections::HashMap;
+use foldhash::HashMap;
 
 use crate::config::{Part, Selector, Selectors};
 

@@ -6,7 +6,7 @@
 //! goes; writes to other objects never wait. The ledger is sharded by object so that writes to
 //! different objects rarely share a lock, and reads never touch it.
 
-use std::collections::HashMap;
+use foldhash::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio::sync::Notify;
@@ -57,7 +57,9 @@ pub(super) fn backend_key(name: &str) -> u64 {
 impl Default for WriteLedger {
     fn default() -> Self {
         WriteLedger {
-            shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
+            shards: (0..SHARDS)
+                .map(|_| Mutex::new(HashMap::default()))
+                .collect(),
         }
     }
 }

@@ -1,11 +1,10 @@
 //! What each backend serves: its group/version/resources, read from discovery (`/api`, `/apis` and
 //! each group/version), so a request can fall back to a backend that serves what its own does not.
 
-use std::collections::HashSet;
+use foldhash::HashSet;
 use std::sync::Arc;
 
 use serde_json::Value;
-use xxhash_rust::xxh3::Xxh3;
 
 use super::EndpointPool;
 use super::own::get;
@@ -48,28 +47,7 @@ pub(crate) struct GroupVersionList {
 }
 
 fn key(group: &str, version: &str, resource: &str) -> u64 {
-    // One-shot hashing of a stack buffer: this runs for every resource request.
-    let mut buf = [0u8; 256];
-    let mut n = 0;
-    for part in [group, version, resource] {
-        let bytes = part.as_bytes();
-        if n + bytes.len() + 1 > buf.len() {
-            return streamed_key(group, version, resource);
-        }
-        buf[n..n + bytes.len()].copy_from_slice(bytes);
-        buf[n + bytes.len()] = 0xff;
-        n += bytes.len() + 1;
-    }
-    xxhash_rust::xxh3::xxh3_64(&buf[..n])
-}
-
-fn streamed_key(group: &str, version: &str, resource: &str) -> u64 {
-    let mut h = Xxh3::new();
-    for part in [group, version, resource] {
-        h.update(part.as_bytes());
-        h.update(&[0xff]);
-    }
-    h.digest()
+    crate::keys::key_of(&[group, version, resource])
 }
 
 impl Served {
