@@ -18,38 +18,8 @@ SIM_PORT=${SIM_PORT:-18381}
 for tool in h2load taskset curl; do
     command -v "$tool" >/dev/null || { echo "ab.sh: $tool is not installed" >&2; exit 2; }
 done
-work=$(mktemp -d)
-pids=()
-cleanup() { kill "${pids[@]}" 2>/dev/null || true; rm -rf "$work"; }
-trap cleanup EXIT
-
-cat >"$work/routes.yaml" <<EOF
-apiVersion: skewgate.io/v1alpha1
-kind: RouteTable
-backends:
-  - name: sim
-    endpoints: [http://127.0.0.1:$SIM_PORT]
-writes:
-  default: sim
-reads:
-  default: sim
-EOF
-
-wait_port() {
-    for _ in $(seq 1 100); do
-        curl -s -o /dev/null "http://127.0.0.1:$1/" && return 0
-        sleep 0.1
-    done
-    echo "ab.sh: nothing listens on port $1" >&2
-    exit 1
-}
-
-taskset -c 0 "$1" sim --listen "127.0.0.1:$SIM_PORT" >"$work/sim.log" 2>&1 &
-pids+=($!)
-wait_port "$SIM_PORT"
-curl -s --http2-prior-knowledge -XPOST -H 'content-type: application/json' \
-    -d '{"metadata":{"name":"small"},"data":{"k":"v"}}' \
-    "http://127.0.0.1:$SIM_PORT/api/v1/namespaces/default/configmaps" >/dev/null
+. "$(dirname "$0")/setup.sh"
+SIM_PREFIX="taskset -c 0" start_sim "$1"
 
 ports=()
 serving=()

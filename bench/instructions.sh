@@ -17,38 +17,8 @@ PORT=$((SIM_PORT + 20))
 for tool in valgrind callgrind_control h2load curl; do
     command -v "$tool" >/dev/null || { echo "instructions.sh: $tool is not installed" >&2; exit 2; }
 done
-work=$(mktemp -d)
-pids=()
-cleanup() { kill "${pids[@]}" 2>/dev/null || true; rm -rf "$work"; }
-trap cleanup EXIT
-
-cat >"$work/routes.yaml" <<YAML
-apiVersion: skewgate.io/v1alpha1
-kind: RouteTable
-backends:
-  - name: sim
-    endpoints: [http://127.0.0.1:$SIM_PORT]
-writes:
-  default: sim
-reads:
-  default: sim
-YAML
-
-wait_port() {
-    for _ in $(seq 1 200); do
-        curl -s -o /dev/null "http://127.0.0.1:$1/" && return 0
-        sleep 0.2
-    done
-    echo "instructions.sh: nothing listens on port $1" >&2
-    exit 1
-}
-
-"$1" sim --listen "127.0.0.1:$SIM_PORT" >"$work/sim.log" 2>&1 &
-pids+=($!)
-wait_port "$SIM_PORT"
-curl -s --http2-prior-knowledge -XPOST -H 'content-type: application/json' \
-    -d '{"metadata":{"name":"small"},"data":{"k":"v"}}' \
-    "http://127.0.0.1:$SIM_PORT/api/v1/namespaces/default/configmaps" >/dev/null
+. "$(dirname "$0")/setup.sh"
+start_sim "$1"
 url="http://127.0.0.1:$PORT/api/v1/namespaces/default/configmaps/small"
 
 # Instructions per GET of build $1 under h2load with the remaining arguments.
