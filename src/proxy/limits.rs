@@ -13,13 +13,13 @@
 //! first use and gone with its last request, so it is a small sharded map of counters and queues.
 
 use std::collections::VecDeque;
+use std::net::IpAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 // foldhash: the keys are hashes already (a client's), and std's SipHash of one cost more than the
 // rest of the lookup, twice per request.
 use foldhash::HashMap;
-use std::net::IpAddr;
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use tokio::sync::oneshot;
 
