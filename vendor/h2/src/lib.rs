@@ -143,6 +143,8 @@ pub use crate::share::{FlowControl, Ping, PingPong, Pong, RecvStream, SendStream
 
 #[cfg(any(feature = "unstable", feature = "frame-codec"))]
 pub use codec::{Codec, SendError, UserError};
+// skewgate patch: literal header encoding.
+pub use hpack::set_literal_header_encoding;
 
 use std::future::Future;
 use std::pin::Pin;

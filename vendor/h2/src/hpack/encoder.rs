@@ -1,8 +1,28 @@
-use super::table::{Index, Table};
+use super::table::{index_static, Index, Table};
 use super::{huffman, Header};
 
 use bytes::{BufMut, BytesMut};
 use http::header::{HeaderName, HeaderValue};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+// skewgate patch: literal header encoding.
+/// Whether every encoder of the process writes its header blocks as literals (see
+/// `set_literal_header_encoding`).
+static LITERAL: AtomicBool = AtomicBool::new(false);
+
+// skewgate patch: literal header encoding.
+/// Has every HPACK encoder of the process write header fields as HAProxy's does: a field the static
+/// table holds whole is one index byte; every other field is a literal without indexing, its name
+/// an index into the static table where it has one, and its strings raw, not Huffman-coded. Nothing
+/// is looked up in or added to the dynamic table.
+///
+/// Upstream's encoder hashes each field, probes its dynamic table, inserts and evicts entries, and
+/// Huffman-codes every string it does not find: about a tenth of a proxy's user-space work per
+/// small request. A header block grows to about the size of the same head in HTTP/1.1. Decoders
+/// are unaffected: any HPACK decoder reads literals.
+pub fn set_literal_header_encoding(on: bool) {
+    LITERAL.store(on, Ordering::Relaxed);
+}
 
 const DEFAULT_MAX_ALLOWED_SIZE: usize = 4 * 1024;
 
@@ -106,6 +126,11 @@ impl Encoder {
         let _e = span.enter();
 
         self.encode_size_updates(dst);
+
+        // skewgate patch: literal header encoding.
+        if LITERAL.load(Ordering::Relaxed) {
+            return encode_literals(headers, dst);
+        }
 
         let mut last_index = None;
 
@@ -251,6 +276,69 @@ fn encode_not_indexed2(name: &[u8], value: &[u8], sensitive: bool, dst: &mut Byt
 
     encode_str(name, dst);
     encode_str(value, dst);
+}
+
+// skewgate patch: literal header encoding.
+/// Encodes `headers` as whole static-table indices and literals without indexing, strings raw.
+fn encode_literals<I>(headers: I, dst: &mut BytesMut)
+where
+    I: IntoIterator<Item = Header<Option<HeaderName>>>,
+{
+    // The field before, for the further values of its name (which come without one).
+    let mut last: Option<(Option<usize>, Header)> = None;
+    for header in headers {
+        match header.reify() {
+            Ok(header) => {
+                let statik = index_static(&header);
+                let sensitive = header.is_sensitive();
+                match statik {
+                    Some((idx, true)) => encode_int(idx, 7, 0x80, dst),
+                    Some((idx, false)) => {
+                        encode_literal(idx, header.value_slice(), sensitive, dst)
+                    }
+                    None => encode_literal2(
+                        header.name().as_slice(),
+                        header.value_slice(),
+                        sensitive,
+                        dst,
+                    ),
+                }
+                last = Some((statik.map(|(idx, _)| idx), header));
+            }
+            Err(value) => {
+                let sensitive = value.is_sensitive();
+                match &last {
+                    Some((Some(idx), _)) => encode_literal(*idx, value.as_ref(), sensitive, dst),
+                    Some((None, named)) => {
+                        encode_literal2(named.name().as_slice(), value.as_ref(), sensitive, dst)
+                    }
+                    None => panic!("encoding header without name, but no previous header"),
+                }
+            }
+        }
+    }
+}
+
+// skewgate patch: literal header encoding.
+/// A literal without indexing (never indexed when sensitive) whose name is a static-table index.
+fn encode_literal(name: usize, value: &[u8], sensitive: bool, dst: &mut BytesMut) {
+    encode_int(name, 4, if sensitive { 0b10000 } else { 0 }, dst);
+    encode_raw_str(value, dst);
+}
+
+// skewgate patch: literal header encoding.
+/// A literal without indexing (never indexed when sensitive) with its name spelled out.
+fn encode_literal2(name: &[u8], value: &[u8], sensitive: bool, dst: &mut BytesMut) {
+    dst.put_u8(if sensitive { 0b10000 } else { 0 });
+    encode_raw_str(name, dst);
+    encode_raw_str(value, dst);
+}
+
+// skewgate patch: literal header encoding.
+/// A string as its length (H bit clear) and its bytes.
+fn encode_raw_str(val: &[u8], dst: &mut BytesMut) {
+    encode_int(val.len(), 7, 0, dst);
+    dst.extend_from_slice(val);
 }
 
 fn encode_str(val: &[u8], dst: &mut BytesMut) {

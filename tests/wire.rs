@@ -1,0 +1,173 @@
+//! What skewgate writes to an HTTP/2 peer: header blocks as literals, as HAProxy writes them (the
+//! vendor/h2 patch "literal header encoding"). No field goes into the peer's dynamic table and no
+//! string is Huffman-coded, request after request, so a block can be read byte by byte here.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+const HEADERS: u8 = 0x1;
+const SETTINGS: u8 = 0x4;
+const CONTINUATION: u8 = 0x9;
+const END_STREAM: u8 = 0x1;
+const END_HEADERS: u8 = 0x4;
+const ACK: u8 = 0x1;
+
+fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
+    let len = u32::try_from(payload.len())
+        .expect("small frame")
+        .to_be_bytes();
+    let mut f = vec![len[1], len[2], len[3], kind, flags];
+    f.extend_from_slice(&stream.to_be_bytes());
+    f.extend_from_slice(payload);
+    f
+}
+
+/// A GET of `path` as a header block of its own: static indices and raw literals.
+fn get(path: &str) -> Vec<u8> {
+    let mut block = vec![0x82, 0x86]; // :method GET, :scheme http
+    for (name_index, value) in [(4u8, path), (1, "skewgate.test")] {
+        block.push(name_index); // literal without indexing, name :path / :authority
+        block.push(u8::try_from(value.len()).expect("short value"));
+        block.extend_from_slice(value.as_bytes());
+    }
+    block
+}
+
+/// Reads frames until the stream `id` ends; returns the header blocks sent on it (HEADERS with its
+/// CONTINUATIONs joined).
+async fn blocks_of(conn: &mut TcpStream, id: u32) -> Vec<Vec<u8>> {
+    let mut blocks = Vec::new();
+    loop {
+        let mut head = [0u8; 9];
+        conn.read_exact(&mut head).await.expect("frame head");
+        let len = usize::from(head[0]) << 16 | usize::from(head[1]) << 8 | usize::from(head[2]);
+        let (kind, flags) = (head[3], head[4]);
+        let stream = u32::from_be_bytes([head[5], head[6], head[7], head[8]]) & 0x7fff_ffff;
+        let mut payload = vec![0u8; len];
+        conn.read_exact(&mut payload).await.expect("frame payload");
+        if kind == SETTINGS && flags & ACK == 0 {
+            conn.write_all(&frame(SETTINGS, ACK, 0, &[]))
+                .await
+                .expect("ack");
+        }
+        if stream != id {
+            continue;
+        }
+        match kind {
+            HEADERS => blocks.push(payload),
+            CONTINUATION => blocks.last_mut().expect("after HEADERS").extend(payload),
+            _ => {}
+        }
+        if flags & END_STREAM != 0 {
+            return blocks;
+        }
+    }
+}
+
+/// An HPACK integer with an `n`-bit prefix at `b[*at]`.
+fn int(b: &[u8], at: &mut usize, n: u32) -> usize {
+    let mask = (1usize << n) - 1;
+    let mut v = usize::from(b[*at]) & mask;
+    *at += 1;
+    if v == mask {
+        let mut shift = 0;
+        loop {
+            let byte = usize::from(b[*at]);
+            *at += 1;
+            v += (byte & 0x7f) << shift;
+            shift += 7;
+            if byte & 0x80 == 0 {
+                break;
+            }
+        }
+    }
+    v
+}
+
+/// A string literal, which must be raw (not Huffman-coded).
+fn raw_string(b: &[u8], at: &mut usize) -> String {
+    assert_eq!(
+        b[*at] & 0x80,
+        0,
+        "a Huffman-coded string at byte {at} of {b:02x?}"
+    );
+    let len = int(b, at, 7);
+    let s = String::from_utf8_lossy(&b[*at..*at + len]).into_owned();
+    *at += len;
+    s
+}
+
+/// The fields of a header block made only of static indices and raw literals without indexing;
+/// fails on anything that uses or fills the dynamic table, or is Huffman-coded.
+fn literal_fields(b: &[u8]) -> Vec<(String, String)> {
+    let mut fields = Vec::new();
+    let mut at = 0;
+    while at < b.len() {
+        let first = b[at];
+        if first & 0x80 != 0 {
+            let index = int(b, &mut at, 7);
+            assert!((1..=61).contains(&index), "dynamic-table index {index}");
+            fields.push((format!("#{index}"), String::new()));
+        } else if first & 0xc0 == 0x40 {
+            panic!("a literal with incremental indexing (fills the dynamic table): {b:02x?}");
+        } else if first & 0xe0 == 0x20 {
+            int(b, &mut at, 5); // a dynamic table size update
+        } else {
+            let index = int(b, &mut at, 4);
+            assert!(index <= 61, "a name from the dynamic table: {index}");
+            let name = if index == 0 {
+                raw_string(b, &mut at)
+            } else {
+                format!("#{index}")
+            };
+            fields.push((name, raw_string(b, &mut at)));
+        }
+    }
+    fields
+}
+
+#[tokio::test]
+async fn h2_header_blocks_are_static_indices_and_raw_literals_request_after_request() {
+    let sims = sims().await;
+    let gate = gate(&routes(
+        &sims,
+        "writes:\n  default: old\nreads:\n  default: old\n",
+    ))
+    .await;
+    let mut conn = TcpStream::connect(gate.server.addr).await.expect("connect");
+    conn.write_all(PREFACE).await.expect("preface");
+    conn.write_all(&frame(SETTINGS, 0, 0, &[]))
+        .await
+        .expect("settings");
+    let path = "/api/v1/namespaces/default/configmaps";
+    let mut answers = Vec::new();
+    // The second answer is the one a stateful encoder would shorten with what the first indexed.
+    for id in [1u32, 3] {
+        let request = frame(HEADERS, END_HEADERS | END_STREAM, id, &get(path));
+        conn.write_all(&request).await.expect("request");
+        let blocks = tokio::time::timeout(Duration::from_secs(10), blocks_of(&mut conn, id))
+            .await
+            .expect("an answer within 10 s");
+        answers.push(blocks);
+    }
+    for blocks in &answers {
+        let fields = literal_fields(&blocks[0]);
+        assert_eq!(
+            fields[0].0, "#8",
+            ":status 200 as static index 8: {fields:?}"
+        );
+        // content-type (static name 31), value raw.
+        assert!(
+            fields
+                .iter()
+                .any(|(n, v)| n == "#31" && v.starts_with("application/json")),
+            "{fields:?}"
+        );
+    }
+}
