@@ -5,6 +5,7 @@
 # moves by more than that between runs.
 #
 #   bench/instructions.sh OLD_SKEWGATE NEW_SKEWGATE [...]
+#   KEEP=DIR bench/instructions.sh ...   also keeps callgrind's files in DIR, for callgrind_annotate
 #
 # Each build serves with one worker under callgrind, behind one simulator; after a warm-up of 2,000
 # requests, COUNT (10,000) GETs are counted, over h2c (4 connections, 4 streams each) and over
@@ -13,7 +14,7 @@ set -euo pipefail
 COUNT=${COUNT:-10000}
 SIM_PORT=${SIM_PORT:-18381}
 PORT=$((SIM_PORT + 20))
-[ $# -ge 1 ] || { sed -n '2,11p' "$0"; exit 2; }
+[ $# -ge 1 ] || { sed -n '2,12p' "$0"; exit 2; }
 for tool in valgrind callgrind_control h2load curl; do
     command -v "$tool" >/dev/null || { echo "instructions.sh: $tool is not installed" >&2; exit 2; }
 done
@@ -41,12 +42,16 @@ count() {
     callgrind_control -d "$pid" >/dev/null 2>&1
     kill "$pid"
     wait "$pid" 2>/dev/null || true
+    if [ -n "${KEEP:-}" ]; then
+        mkdir -p "$KEEP"
+        for f in "$out"*; do cp "$f" "$KEEP/$(basename "$(dirname "$bin")")-$proto-$(basename "$f")"; done
+    fi
     grep -h '^totals:' "$out"* | awk -v n="$done_" '{ s += $2 } END { printf "%.0f", s / n }'
 }
 
 echo "instructions per GET (callgrind, one worker, $COUNT requests)"
 for bin in "$@"; do
-    h2=$(count "$bin" -c 4 -m 4)
-    h1=$(count "$bin" --h1 -c 16 -m 1)
+    h2=$(proto=h2c count "$bin" -c 4 -m 4)
+    h1=$(proto=h1 count "$bin" --h1 -c 16 -m 1)
     printf '%s\n  h2c:      %s\n  HTTP/1.1: %s\n' "$bin" "$h2" "$h1"
 done
