@@ -97,7 +97,7 @@ pub(crate) fn on_one_thread<F: Future>(
     upstream: SocketAddr,
     serve: impl FnOnce(TcpListener, TcpStream) -> F,
 ) {
-    // Header blocks as literals, as skewgate's server writes them.
+    // Header blocks as literals on this thread, as skewgate's workers write them.
     h2::set_literal_header_encoding(true);
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()

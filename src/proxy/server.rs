@@ -138,9 +138,6 @@ impl Server {
         })?;
         let workers = opts.settings.workers.max(1);
         crate::upstream::worker::set_count(workers);
-        // Header blocks as literals, as HAProxy writes them: no dynamic-table look-ups and no
-        // Huffman coding on either side (vendor/README.md).
-        h2::set_literal_header_encoding(true);
         let proxy = Proxy::new(table, opts.settings.clone(), Arc::new(Metrics::new()));
         let stop = CancellationToken::new();
         let background = stop.child_token();
@@ -258,6 +255,9 @@ fn run_worker(
     stop: CancellationToken,
 ) -> bool {
     crate::upstream::worker::enter(i);
+    // Header blocks as literals, as HAProxy writes them, on both sides of every connection this
+    // worker serves: no dynamic-table look-ups and no Huffman coding (vendor/README.md).
+    h2::set_literal_header_encoding(true);
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

@@ -3,25 +3,30 @@ use super::{huffman, Header};
 
 use bytes::{BufMut, BytesMut};
 use http::header::{HeaderName, HeaderValue};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::cell::Cell;
+
+std::thread_local! {
+    // skewgate patch: literal header encoding.
+    /// Whether the encoders that encode on this thread write their header blocks as literals (see
+    /// `set_literal_header_encoding`).
+    static LITERAL: Cell<bool> = const { Cell::new(false) };
+}
 
 // skewgate patch: literal header encoding.
-/// Whether every encoder of the process writes its header blocks as literals (see
-/// `set_literal_header_encoding`).
-static LITERAL: AtomicBool = AtomicBool::new(false);
-
-// skewgate patch: literal header encoding.
-/// Has every HPACK encoder of the process write header fields as HAProxy's does: a field the static
-/// table holds whole is one index byte; every other field is a literal without indexing, its name
-/// an index into the static table where it has one, and its strings raw, not Huffman-coded. Nothing
-/// is looked up in or added to the dynamic table.
+/// Has the HPACK encoders that encode on the calling thread write header fields as HAProxy's does:
+/// a field the static table holds whole is one index byte; every other field is a literal without
+/// indexing, its name an index into the static table where it has one, and its strings raw, not
+/// Huffman-coded. Nothing is looked up in or added to the dynamic table.
 ///
 /// Upstream's encoder hashes each field, probes its dynamic table, inserts and evicts entries, and
 /// Huffman-codes every string it does not find: about a tenth of a proxy's user-space work per
 /// small request. A header block grows to about the size of the same head in HTTP/1.1. Decoders
 /// are unaffected: any HPACK decoder reads literals.
+///
+/// Per thread, so that a proxy's worker threads can turn it on while a server in the same process
+/// (a simulated apiserver in tests) keeps upstream's encoding.
 pub fn set_literal_header_encoding(on: bool) {
-    LITERAL.store(on, Ordering::Relaxed);
+    LITERAL.with(|l| l.set(on));
 }
 
 const DEFAULT_MAX_ALLOWED_SIZE: usize = 4 * 1024;
@@ -128,7 +133,7 @@ impl Encoder {
         self.encode_size_updates(dst);
 
         // skewgate patch: literal header encoding.
-        if LITERAL.load(Ordering::Relaxed) {
+        if LITERAL.with(Cell::get) {
             return encode_literals(headers, dst);
         }
 
