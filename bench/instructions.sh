@@ -9,7 +9,9 @@
 #
 # Each build serves with one worker under callgrind, behind one simulator; after a warm-up of 2,000
 # requests, COUNT (10,000) GETs are counted, over h2c (4 connections, 4 streams each) and over
-# HTTP/1.1 (16 connections). Needs valgrind, h2load (nghttp2-client) and curl.
+# HTTP/1.1 (16 connections). HAProxy, when installed, is counted the same way after the builds (one
+# thread, h2 to the simulator, reused: as the load bench configures it), as the yardstick
+# (HAPROXY=0 leaves it out). Needs valgrind, h2load (nghttp2-client) and curl.
 set -euo pipefail
 COUNT=${COUNT:-10000}
 SIM_PORT=${SIM_PORT:-18381}
@@ -22,16 +24,31 @@ done
 start_sim "$1"
 url="http://127.0.0.1:$PORT/api/v1/namespaces/default/configmaps/small"
 
-# Instructions per GET of build $1 under h2load with the remaining arguments.
+# The proxy each count starts: skewgate build $1, or HAProxy when $1 is `haproxy`.
+serve_cmd() {
+    if [ "$1" = haproxy ]; then
+        # HTTP/1.1 and h2c on one port (HAProxy tells h2c by its preface), as skewgate serves them.
+        printf '%s\n' global '  nbthread 1' defaults '  mode http' '  timeout connect 5s' \
+            '  timeout client 60s' '  timeout server 60s' '  http-reuse always' frontend\ fe \
+            "  bind 127.0.0.1:$PORT" \
+            '  default_backend be' backend\ be "  server sim 127.0.0.1:$SIM_PORT proto h2" \
+            >"$work/haproxy.cfg"
+        echo haproxy -db -f "$work/haproxy.cfg"
+    else
+        echo "$1" serve --routes "$work/routes.yaml" --listen "127.0.0.1:$PORT" \
+            --admin-listen "127.0.0.1:$((PORT + 1))" --no-access-log --goaway-chance=0 --workers 1
+    fi
+}
+
+# Instructions per GET of build $1 (or HAProxy) under h2load with the remaining arguments.
 count() {
     local bin=$1 out="$work/callgrind.out"
     shift
     rm -f "$out"*
     # Instrumented only while the counted requests run: start-up and warm-up are left out.
+    # shellcheck disable=SC2046
     valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file="$out" \
-        "$bin" serve --routes "$work/routes.yaml" --listen "127.0.0.1:$PORT" \
-        --admin-listen "127.0.0.1:$((PORT + 1))" --no-access-log --goaway-chance=0 \
-        --workers 1 >"$work/serve.log" 2>&1 &
+        $(serve_cmd "$bin") >"$work/serve.log" 2>&1 &
     local pid=$!
     wait_port "$PORT"
     h2load -n 2000 "$@" "$url" >/dev/null 2>&1
@@ -44,13 +61,17 @@ count() {
     wait "$pid" 2>/dev/null || true
     if [ -n "${KEEP:-}" ]; then
         mkdir -p "$KEEP"
-        for f in "$out"*; do cp "$f" "$KEEP/$(basename "$(dirname "$bin")")-$proto-$(basename "$f")"; done
+        local name=haproxy
+        [ "$bin" = haproxy ] || name=$(basename "$(dirname "$bin")")
+        for f in "$out"*; do cp "$f" "$KEEP/$name-$proto-$(basename "$f")"; done
     fi
     grep -h '^totals:' "$out"* | awk -v n="$done_" '{ s += $2 } END { printf "%.0f", s / n }'
 }
 
+targets=("$@")
+if [ "${HAPROXY:-1}" != 0 ] && command -v haproxy >/dev/null; then targets+=(haproxy); fi
 echo "instructions per GET (callgrind, one worker, $COUNT requests)"
-for bin in "$@"; do
+for bin in "${targets[@]}"; do
     h2=$(proto=h2c count "$bin" -c 4 -m 4)
     h1=$(proto=h1 count "$bin" --h1 -c 16 -m 1)
     printf '%s\n  h2c:      %s\n  HTTP/1.1: %s\n' "$bin" "$h2" "$h1"
