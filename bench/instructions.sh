@@ -11,7 +11,9 @@
 # requests, COUNT (10,000) GETs are counted, over h2c (4 connections, 4 streams each) and over
 # HTTP/1.1 (16 connections). HAProxy, when installed, is counted the same way after the builds (one
 # thread, h2 to the simulator, reused: as the load bench configures it), as the yardstick
-# (HAPROXY=0 leaves it out). Needs valgrind, h2load (nghttp2-client) and curl.
+# (HAPROXY=0 leaves it out). LOAD_BIN=<the load bench's binary, target/release/deps/load-*> also
+# counts its yardsticks: `bare` (hyper and h2 only) and `floor` (the frame relay, h2c only).
+# Needs valgrind, h2load (nghttp2-client) and curl.
 set -euo pipefail
 COUNT=${COUNT:-10000}
 SIM_PORT=${SIM_PORT:-18381}
@@ -24,9 +26,14 @@ done
 start_sim "$1"
 url="http://127.0.0.1:$PORT/api/v1/namespaces/default/configmaps/small"
 
-# The proxy each count starts: skewgate build $1, or HAProxy when $1 is `haproxy`.
+# The proxy each count starts: skewgate build $1, HAProxy when $1 is `haproxy`, or the load bench's
+# yardstick when $1 is `bare` or `floor`.
 serve_cmd() {
-    if [ "$1" = haproxy ]; then
+    if [ "$1" = bare ] || [ "$1" = floor ]; then
+        local mode=--bare
+        [ "$1" = bare ] || mode=--relay-floor
+        echo "$LOAD_BIN" "$mode" "127.0.0.1:$PORT" --relay-upstream "127.0.0.1:$SIM_PORT"
+    elif [ "$1" = haproxy ]; then
         # HTTP/1.1 and h2c on one port (HAProxy tells h2c by its preface), as skewgate serves them.
         printf '%s\n' global '  nbthread 1' defaults '  mode http' '  timeout connect 5s' \
             '  timeout client 60s' '  timeout server 60s' '  http-reuse always' frontend\ fe \
@@ -50,7 +57,8 @@ count() {
     valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file="$out" \
         $(serve_cmd "$bin") >"$work/serve.log" 2>&1 &
     local pid=$!
-    wait_port "$PORT"
+    # The floor speaks h2c only.
+    if [ "$bin" = floor ]; then wait_port "$PORT" --http2-prior-knowledge; else wait_port "$PORT"; fi
     h2load -n 2000 "$@" "$url" >/dev/null 2>&1
     callgrind_control -i on "$pid" >/dev/null 2>&1
     local done_
@@ -61,8 +69,8 @@ count() {
     wait "$pid" 2>/dev/null || true
     if [ -n "${KEEP:-}" ]; then
         mkdir -p "$KEEP"
-        local name=haproxy
-        [ "$bin" = haproxy ] || name=$(basename "$(dirname "$bin")")
+        local name=$bin
+        [ -x "$bin" ] && name=$(basename "$(dirname "$bin")")
         for f in "$out"*; do cp "$f" "$KEEP/$name-$proto-$(basename "$f")"; done
     fi
     grep -h '^totals:' "$out"* | awk -v n="$done_" '{ s += $2 } END { printf "%.0f", s / n }'
@@ -70,9 +78,11 @@ count() {
 
 targets=("$@")
 if [ "${HAPROXY:-1}" != 0 ] && command -v haproxy >/dev/null; then targets+=(haproxy); fi
+if [ -n "${LOAD_BIN:-}" ]; then targets+=(bare floor); fi
 echo "instructions per GET (callgrind, one worker, $COUNT requests)"
 for bin in "${targets[@]}"; do
     h2=$(proto=h2c count "$bin" -c 4 -m 4)
-    h1=$(proto=h1 count "$bin" --h1 -c 16 -m 1)
+    h1=-
+    [ "$bin" = floor ] || h1=$(proto=h1 count "$bin" --h1 -c 16 -m 1)
     printf '%s\n  h2c:      %s\n  HTTP/1.1: %s\n' "$bin" "$h2" "$h1"
 done

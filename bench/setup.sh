@@ -19,10 +19,11 @@ reads:
   default: sim
 YAML
 
-# Waits until something answers HTTP on port $1 (up to 40 s: a build under valgrind starts slowly).
+# Waits until something answers HTTP on port $1 (up to 40 s: a build under valgrind starts slowly);
+# curl's options follow the port (e.g. --http2-prior-knowledge).
 wait_port() {
     for _ in $(seq 1 400); do
-        curl -s -o /dev/null "http://127.0.0.1:$1/" && return 0
+        curl -s -o /dev/null "${@:2}" "http://127.0.0.1:$1/" && return 0
         sleep 0.1
     done
     echo "$(basename "$0"): nothing listens on port $1" >&2
