@@ -27,8 +27,8 @@ pub struct Headers {
     /// The stream dependency information, if any.
     stream_dep: Option<StreamDependency>,
 
-    /// The header block fragment
-    header_block: HeaderBlock,
+    /// The header block fragment (skewgate patch: boxed, see `HeaderBlock`)
+    header_block: Box<HeaderBlock>,
 
     /// The associated flags
     flags: HeadersFlag,
@@ -45,8 +45,8 @@ pub struct PushPromise {
     /// The ID of the stream being reserved by this PushPromise.
     promised_id: StreamId,
 
-    /// The header block fragment
-    header_block: HeaderBlock,
+    /// The header block fragment (skewgate patch: boxed, see `HeaderBlock`)
+    header_block: Box<HeaderBlock>,
 
     /// The associated flags
     flags: PushPromiseFlag,
@@ -86,6 +86,12 @@ pub struct Iter {
     fields: header::IntoIter<HeaderValue>,
 }
 
+// skewgate patch: boxed in `Headers` and `PushPromise`.
+/// A decoded header block: 272 bytes, in a box of its own in the frames that carry one. Unboxed it
+/// made every `Frame` 296 bytes, and frames are moved by value many times on their way (the
+/// decoder, the stream's queue slab, the connection's prioritizer, the encoder): about 70 copies of
+/// 296 bytes per proxied request. Boxed, a `Frame` is 64 bytes, for one allocation per HEADERS frame
+/// (callgrind: 47,991 -> 45,945 instructions per proxied h2c GET).
 #[derive(Debug, PartialEq, Eq)]
 struct HeaderBlock {
     /// The decoded header fields
@@ -121,12 +127,12 @@ impl Headers {
         Headers {
             stream_id,
             stream_dep: None,
-            header_block: HeaderBlock {
+            header_block: Box::new(HeaderBlock {
                 field_size: calculate_headermap_size(&fields),
                 fields,
                 is_over_size: false,
                 pseudo,
-            },
+            }),
             flags: HeadersFlag::default(),
         }
     }
@@ -138,12 +144,12 @@ impl Headers {
         Headers {
             stream_id,
             stream_dep: None,
-            header_block: HeaderBlock {
+            header_block: Box::new(HeaderBlock {
                 field_size: calculate_headermap_size(&fields),
                 fields,
                 is_over_size: false,
                 pseudo: Pseudo::default(),
-            },
+            }),
             flags,
         }
     }
@@ -203,12 +209,12 @@ impl Headers {
         let headers = Headers {
             stream_id: head.stream_id(),
             stream_dep,
-            header_block: HeaderBlock {
+            header_block: Box::new(HeaderBlock {
                 fields: HeaderMap::new(),
                 field_size: 0,
                 is_over_size: false,
                 pseudo: Pseudo::default(),
-            },
+            }),
             flags,
         };
 
@@ -363,12 +369,12 @@ impl PushPromise {
     ) -> Self {
         PushPromise {
             flags: PushPromiseFlag::default(),
-            header_block: HeaderBlock {
+            header_block: Box::new(HeaderBlock {
                 field_size: calculate_headermap_size(&fields),
                 fields,
                 is_over_size: false,
                 pseudo,
-            },
+            }),
             promised_id,
             stream_id,
         }
@@ -454,12 +460,12 @@ impl PushPromise {
 
         let frame = PushPromise {
             flags,
-            header_block: HeaderBlock {
+            header_block: Box::new(HeaderBlock {
                 fields: HeaderMap::new(),
                 field_size: 0,
                 is_over_size: false,
                 pseudo: Pseudo::default(),
-            },
+            }),
             promised_id,
             stream_id: head.stream_id(),
         };
