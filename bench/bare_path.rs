@@ -14,6 +14,10 @@
 //!   its request through a slot of its own, with no h2 stream store on the upstream side. The gap
 //!   from `bare` to `bare+frames` is what a frame-level upstream connection would save while
 //!   hyper keeps serving clients.
+//! - `bare-h2` (`--bare-server h2`, h2c only, counted by bench/instructions.sh): `bare` with h2's
+//!   server in place of hyper's on the client side, each connection's streams polled by the
+//!   connection's own task (no task per stream) and no keep-alive PINGs. The gap from `bare` is what
+//!   dropping hyper's layer alone would save, h2's stream machinery kept on both sides.
 //!
 //! Measuring instruments, not proxies: request bodies are dropped, windows are granted without
 //! accounting (the load never exhausts them), and an upstream failure ends the process.
@@ -54,8 +58,12 @@ pub enum Upstream {
 
 /// Serves HTTP/1.1 and h2c on `listen`, sending every request to the h2c server at `upstream`,
 /// until the process is killed.
-pub fn run(listen: SocketAddr, upstream: SocketAddr, how: Upstream) {
-    relay_floor::on_one_thread(listen, upstream, |listener, tcp| async move {
+pub fn run(listen: SocketAddr, upstream: SocketAddr, how: Upstream, direct: bool) {
+    relay_floor::on_one_thread(listen, upstream, move |listener, tcp| async move {
+        if direct {
+            let send = h2_upstream(tcp).await;
+            return serve_direct(listener, send).await;
+        }
         let send = match how {
             Upstream::H2 => Sender::H2(h2_upstream(tcp).await),
             Upstream::Frames => {
@@ -106,6 +114,83 @@ async fn serve(listener: TcpListener, send: Sender) {
                 h1.serve_connection(io, service).await
             };
         });
+    }
+}
+
+/// Accepts h2c clients and serves each with h2's server directly: no hyper, no task per stream.
+/// Every stream of a connection is a future polled by the connection's own task.
+async fn serve_direct(listener: TcpListener, send: h2::client::SendRequest<Bytes>) {
+    while let Ok((tcp, _)) = listener.accept().await {
+        let _ = tcp.set_nodelay(true);
+        tokio::task::spawn_local(serve_direct_connection(tcp, send.clone()));
+    }
+}
+
+async fn serve_direct_connection(tcp: TcpStream, send: h2::client::SendRequest<Bytes>) {
+    use futures_util::StreamExt;
+    let mut builder = h2::server::Builder::new();
+    builder
+        .max_concurrent_streams(1000)
+        .initial_window_size(STREAM_WINDOW)
+        .initial_connection_window_size(CONNECTION_WINDOW)
+        .max_send_buffer_size(64 << 10)
+        .max_header_list_size(128 << 10);
+    let Ok(mut conn) = builder.handshake::<_, Bytes>(tcp).await else {
+        return;
+    };
+    let mut streams = futures_util::stream::FuturesUnordered::new();
+    loop {
+        let next = poll_fn(|cx| {
+            while let Poll::Ready(Some(())) = streams.poll_next_unpin(cx) {}
+            conn.poll_accept(cx)
+        })
+        .await;
+        match next {
+            Some(Ok((req, respond))) => streams.push(direct_stream(send.clone(), req, respond)),
+            _ => break,
+        }
+    }
+}
+
+/// One stream of `serve_direct`: sent upstream, its answer relayed within its window.
+async fn direct_stream(
+    send: h2::client::SendRequest<Bytes>,
+    req: Request<h2::RecvStream>,
+    mut respond: h2::server::SendResponse<Bytes>,
+) {
+    let (parts, _body) = req.into_parts();
+    let mut head = Request::new(());
+    *head.uri_mut() = absolute(parts.uri);
+    *head.method_mut() = parts.method;
+    *head.headers_mut() = parts.headers;
+    let answer = async {
+        let (response, _) = send.ready().await?.send_request(head, true)?;
+        response.await
+    };
+    let Ok(Ok(resp)) = tokio::time::timeout(RESPONSE_TIMEOUT, answer).await else {
+        let mut resp = Response::new(());
+        *resp.status_mut() = http::StatusCode::BAD_GATEWAY;
+        let _ = respond.send_response(resp, true);
+        return;
+    };
+    let (parts, mut body) = resp.into_parts();
+    let Ok(mut out) = respond.send_response(Response::from_parts(parts, ()), body.is_end_stream())
+    else {
+        return;
+    };
+    while let Some(Ok(mut data)) = poll_fn(|cx| body.poll_data(cx)).await {
+        let _ = body.flow_control().release_capacity(data.len());
+        while !data.is_empty() {
+            out.reserve_capacity(data.len());
+            let Some(Ok(n)) = poll_fn(|cx| out.poll_capacity(cx)).await else {
+                return;
+            };
+            let chunk = data.split_to(n.min(data.len()));
+            let end = data.is_empty() && body.is_end_stream();
+            if out.send_data(chunk, end).is_err() {
+                return;
+            }
+        }
     }
 }
 

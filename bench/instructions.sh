@@ -12,7 +12,8 @@
 # HTTP/1.1 (16 connections). HAProxy, when installed, is counted the same way after the builds (one
 # thread, h2 to the simulator, reused: as the load bench configures it), as the yardstick
 # (HAPROXY=0 leaves it out). LOAD_BIN=<the load bench's binary, target/release/deps/load-*> also
-# counts its yardsticks: `bare` (hyper and h2 only) and `floor` (the frame relay, h2c only).
+# counts its yardsticks: `bare` (hyper and h2 only), `bare-h2` (h2's server instead of hyper's, h2c
+# only), `bare+frames` (frames upstream) and `floor` (the frame relay, h2c only).
 # Needs valgrind, h2load (nghttp2-client) and curl.
 set -euo pipefail
 COUNT=${COUNT:-10000}
@@ -29,10 +30,14 @@ url="http://127.0.0.1:$PORT/api/v1/namespaces/default/configmaps/small"
 # The proxy each count starts: skewgate build $1, HAProxy when $1 is `haproxy`, or the load bench's
 # yardstick when $1 is `bare` or `floor`.
 serve_cmd() {
-    if [ "$1" = bare ] || [ "$1" = floor ]; then
-        local mode=--bare
-        [ "$1" = bare ] || mode=--relay-floor
-        echo "$LOAD_BIN" "$mode" "127.0.0.1:$PORT" --relay-upstream "127.0.0.1:$SIM_PORT"
+    if [ "${1#bare}" != "$1" ] || [ "$1" = floor ]; then
+        local mode=(--bare "127.0.0.1:$PORT")
+        case $1 in
+            floor) mode=(--relay-floor "127.0.0.1:$PORT") ;;
+            bare-h2) mode+=(--bare-server h2) ;;
+            bare+frames) mode+=(--bare-upstream frames) ;;
+        esac
+        echo "$LOAD_BIN" "${mode[@]}" --relay-upstream "127.0.0.1:$SIM_PORT"
     elif [ "$1" = haproxy ]; then
         # HTTP/1.1 and h2c on one port (HAProxy tells h2c by its preface), as skewgate serves them.
         printf '%s\n' global '  nbthread 1' defaults '  mode http' '  timeout connect 5s' \
@@ -47,6 +52,8 @@ serve_cmd() {
     fi
 }
 
+h2c_only() { [ "$1" = floor ] || [ "$1" = bare-h2 ]; }
+
 # Instructions per GET of build $1 (or HAProxy) under h2load with the remaining arguments.
 count() {
     local bin=$1 out="$work/callgrind.out"
@@ -57,8 +64,8 @@ count() {
     valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file="$out" \
         $(serve_cmd "$bin") >"$work/serve.log" 2>&1 &
     local pid=$!
-    # The floor speaks h2c only.
-    if [ "$bin" = floor ]; then wait_port "$PORT" --http2-prior-knowledge; else wait_port "$PORT"; fi
+    # The floor and bare-h2 speak h2c only.
+    if h2c_only "$bin"; then wait_port "$PORT" --http2-prior-knowledge; else wait_port "$PORT"; fi
     h2load -n 2000 "$@" "$url" >/dev/null 2>&1
     callgrind_control -i on "$pid" >/dev/null 2>&1
     local done_
@@ -78,11 +85,11 @@ count() {
 
 targets=("$@")
 if [ "${HAPROXY:-1}" != 0 ] && command -v haproxy >/dev/null; then targets+=(haproxy); fi
-if [ -n "${LOAD_BIN:-}" ]; then targets+=(bare floor); fi
+if [ -n "${LOAD_BIN:-}" ]; then targets+=(bare bare-h2 bare+frames floor); fi
 echo "instructions per GET (callgrind, one worker, $COUNT requests)"
 for bin in "${targets[@]}"; do
     h2=$(proto=h2c count "$bin" -c 4 -m 4)
     h1=-
-    [ "$bin" = floor ] || h1=$(proto=h1 count "$bin" --h1 -c 16 -m 1)
+    h2c_only "$bin" || h1=$(proto=h1 count "$bin" --h1 -c 16 -m 1)
     printf '%s\n  h2c:      %s\n  HTTP/1.1: %s\n' "$bin" "$h2" "$h1"
 done

@@ -410,7 +410,8 @@ fn main() {
             _ => bare_path::Upstream::H2,
         };
         let addr = |a: String| a.parse().expect("--bare and --relay-upstream: ip:port");
-        bare_path::run(addr(listen), addr(upstream), how);
+        let direct = targets::arg("--bare-server").as_deref() == Some("h2");
+        bare_path::run(addr(listen), addr(upstream), how, direct);
         return;
     }
     tokio::runtime::Builder::new_current_thread()
