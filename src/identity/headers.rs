@@ -17,6 +17,10 @@ pub struct IdentityHeaders {
     pub extra_prefixes: Vec<String>,
     /// UID headers (`X-Remote-Uid`).
     pub uid: Vec<HeaderName>,
+    /// The first bytes any of them (or an extra prefix) can begin with, spelt with underscores too,
+    /// one bit per ASCII byte: a name beginning otherwise (most of a request's) is none of them,
+    /// found with one test instead of a comparison with each.
+    first_bytes: u128,
 }
 
 impl Default for IdentityHeaders {
@@ -26,7 +30,9 @@ impl Default for IdentityHeaders {
             group: vec![HeaderName::from_static("x-remote-group")],
             extra_prefixes: vec!["x-remote-extra-".to_owned()],
             uid: vec![HeaderName::from_static("x-remote-uid")],
+            first_bytes: 0,
         }
+        .with_first_bytes()
     }
 }
 
@@ -71,7 +77,37 @@ impl IdentityHeaders {
             } else {
                 names(uid)?
             },
-        })
+            first_bytes: 0,
+        }
+        .with_first_bytes())
+    }
+
+    /// Sets `first_bytes` from the names and prefixes.
+    fn with_first_bytes(mut self) -> Self {
+        let names = self.user.iter().chain(&self.group).chain(&self.uid);
+        let starts = names
+            .map(HeaderName::as_str)
+            .chain(self.extra_prefixes.iter().map(String::as_str))
+            .map(|n| n.as_bytes().first().copied());
+        let mut bits = 0u128;
+        for first in starts {
+            match first {
+                // An empty prefix: every name has it.
+                None => bits = u128::MAX,
+                // A dash may come spelt as an underscore.
+                Some(b'-') => bits |= 1 << b'-' | 1 << b'_',
+                Some(b) if b < 128 => bits |= 1 << b,
+                Some(_) => {}
+            }
+        }
+        self.first_bytes = bits;
+        self
+    }
+
+    /// Whether `name` can be one of them, or one spelt with underscores, or an extra header.
+    fn may_be_identity(&self, name: &HeaderName) -> bool {
+        let first = name.as_str().as_bytes().first().copied().unwrap_or(0);
+        first < 128 && self.first_bytes & (1 << first) != 0
     }
 
     /// Removes every identity header (every value of each), whatever the client sent, and every
@@ -81,7 +117,7 @@ impl IdentityHeaders {
         // One pass over the names (no hashing) finds whether there is any: most requests have none.
         if !headers
             .keys()
-            .any(|k| self.is_identity(k) || self.is_other_identity(k))
+            .any(|k| self.may_be_identity(k) && (self.is_identity(k) || self.is_other_identity(k)))
         {
             return;
         }
@@ -255,6 +291,40 @@ mod tests {
         h.insert("x-auth-user", HeaderValue::from_static("root"));
         h.insert("x-auth-extra-foo", HeaderValue::from_static("1"));
         names.strip(&mut h);
+        assert!(h.is_empty());
+    }
+
+    #[test]
+    fn names_beginning_with_any_byte_are_stripped() {
+        // Each begins with a byte the default names do not: the quick test on the first byte must
+        // know every configured name, and the underscore spelling of a leading dash.
+        let names = IdentityHeaders::new(
+            &["Remote-User".into()],
+            &["-Group".into()],
+            &["Extra-".into()],
+            &["Uid".into()],
+        )
+        .unwrap();
+        // One at a time: any one of them must be found by the quick test on its own.
+        for k in [
+            "remote-user",
+            "remote_user",
+            "_group",
+            "extra-scopes",
+            "uid",
+        ] {
+            let mut h = HeaderMap::new();
+            h.insert(HeaderName::from_static(k), HeaderValue::from_static("evil"));
+            h.insert("user-agent", HeaderValue::from_static("kubectl"));
+            names.strip(&mut h);
+            let left: Vec<&str> = h.keys().map(|k| k.as_str()).collect();
+            assert_eq!(left, ["user-agent"], "{k}");
+        }
+        let mut h = HeaderMap::new();
+        h.insert("user-agent", HeaderValue::from_static("kubectl"));
+        // An empty extra prefix makes every header an extra one.
+        let all = IdentityHeaders::new(&[], &[], &["".into()], &[]).unwrap();
+        all.strip(&mut h);
         assert!(h.is_empty());
     }
 }

@@ -998,6 +998,15 @@ impl HeaderBlock {
     fn into_encoding(self, encoder: &mut hpack::Encoder) -> EncodingHeaderBlock {
         let mut hpack = encoder.take_scratch();
         hpack.clear();
+        // skewgate patch: literal header encoding reads the fields in place.
+        if encoder.writes_literals() {
+            let pseudo = Iter {
+                pseudo: Some(self.pseudo),
+                fields: HeaderMap::new().into_iter(),
+            };
+            encoder.encode_literal_block(pseudo, &self.fields, &mut hpack);
+            return EncodingHeaderBlock { hpack };
+        }
         let headers = Iter {
             pseudo: Some(self.pseudo),
             fields: self.fields.into_iter(),

@@ -1,8 +1,8 @@
-use super::table::{index_static, Index, Table};
+use super::table::{index_static, index_static_field, Index, Table};
 use super::{huffman, Header};
 
 use bytes::{BufMut, BytesMut};
-use http::header::{HeaderName, HeaderValue};
+use http::header::{HeaderMap, HeaderName, HeaderValue};
 use std::cell::Cell;
 
 std::thread_local! {
@@ -118,6 +118,37 @@ impl Encoder {
                     // the table's max size.
                     self.size_update = Some(SizeUpdate::One(val));
                 }
+            }
+        }
+    }
+
+    // skewgate patch: literal header encoding.
+    /// Whether header blocks are written as literals on this thread; if so, the caller may encode
+    /// them with `encode_literal_block` instead of `encode`.
+    pub(crate) fn writes_literals(&self) -> bool {
+        LITERAL.with(Cell::get)
+    }
+
+    // skewgate patch: literal header encoding.
+    /// As `encode` when `writes_literals`: the pseudo-headers `pseudo` (as `Header`s), then every
+    /// field of `fields`, read in place: no field is moved out of the map, wrapped as a `Header`
+    /// and dropped one by one.
+    pub(crate) fn encode_literal_block<I>(
+        &mut self,
+        pseudo: I,
+        fields: &HeaderMap,
+        dst: &mut BytesMut,
+    ) where
+        I: IntoIterator<Item = Header<Option<HeaderName>>>,
+    {
+        self.encode_size_updates(dst);
+        encode_literals(pseudo, dst);
+        for (name, value) in fields {
+            let sensitive = value.is_sensitive();
+            match index_static_field(name, value) {
+                Some((idx, true)) => encode_int(idx, 7, 0x80, dst),
+                Some((idx, false)) => encode_literal(idx, value.as_bytes(), sensitive, dst),
+                None => encode_literal2(name.as_str().as_bytes(), value.as_bytes(), sensitive, dst),
             }
         }
     }
@@ -298,9 +329,7 @@ where
                 let sensitive = header.is_sensitive();
                 match statik {
                     Some((idx, true)) => encode_int(idx, 7, 0x80, dst),
-                    Some((idx, false)) => {
-                        encode_literal(idx, header.value_slice(), sensitive, dst)
-                    }
+                    Some((idx, false)) => encode_literal(idx, header.value_slice(), sensitive, dst),
                     None => encode_literal2(
                         header.name().as_slice(),
                         header.value_slice(),
