@@ -19,7 +19,8 @@ pub struct IdentityHeaders {
     pub uid: Vec<HeaderName>,
     /// The first bytes any of them (or an extra prefix) can begin with, spelt with underscores too,
     /// one bit per ASCII byte: a name beginning otherwise (most of a request's) is none of them,
-    /// found with one test instead of a comparison with each.
+    /// found with one test instead of a comparison with each. Derived from the lists above when
+    /// they are built (`new`, `default`); they are not changed after.
     first_bytes: u128,
 }
 

@@ -1000,10 +1000,12 @@ impl HeaderBlock {
         hpack.clear();
         // skewgate patch: literal header encoding reads the fields in place.
         if encoder.writes_literals() {
+            // Pseudo-headers only (the map is empty): each has its name.
             let pseudo = Iter {
                 pseudo: Some(self.pseudo),
                 fields: HeaderMap::new().into_iter(),
-            };
+            }
+            .filter_map(|h| h.reify().ok());
             encoder.encode_literal_block(pseudo, &self.fields, &mut hpack);
             return EncodingHeaderBlock { hpack };
         }

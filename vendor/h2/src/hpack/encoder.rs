@@ -130,26 +130,33 @@ impl Encoder {
     }
 
     // skewgate patch: literal header encoding.
-    /// As `encode` when `writes_literals`: the pseudo-headers `pseudo` (as `Header`s), then every
-    /// field of `fields`, read in place: no field is moved out of the map, wrapped as a `Header`
-    /// and dropped one by one.
+    /// As `encode` when `writes_literals`: the pseudo-headers `pseudo`, then every field of
+    /// `fields`, read in place: no field is moved out of the map, wrapped as a `Header` and dropped
+    /// one by one.
     pub(crate) fn encode_literal_block<I>(
         &mut self,
         pseudo: I,
         fields: &HeaderMap,
         dst: &mut BytesMut,
     ) where
-        I: IntoIterator<Item = Header<Option<HeaderName>>>,
+        I: IntoIterator<Item = Header>,
     {
         self.encode_size_updates(dst);
-        encode_literals(pseudo, dst);
+        for header in pseudo {
+            let (name, value) = (header.name(), header.value_slice());
+            let sensitive = header.is_sensitive();
+            encode_literal_field(
+                index_static(&header),
+                name.as_slice(),
+                value,
+                sensitive,
+                dst,
+            );
+        }
         for (name, value) in fields {
-            let sensitive = value.is_sensitive();
-            match index_static_field(name, value) {
-                Some((idx, true)) => encode_int(idx, 7, 0x80, dst),
-                Some((idx, false)) => encode_literal(idx, value.as_bytes(), sensitive, dst),
-                None => encode_literal2(name.as_str().as_bytes(), value.as_bytes(), sensitive, dst),
-            }
+            let statik = index_static_field(name, value);
+            let (name, sensitive) = (name.as_str().as_bytes(), value.is_sensitive());
+            encode_literal_field(statik, name, value.as_bytes(), sensitive, dst);
         }
     }
 
@@ -162,11 +169,6 @@ impl Encoder {
         let _e = span.enter();
 
         self.encode_size_updates(dst);
-
-        // skewgate patch: literal header encoding.
-        if LITERAL.with(Cell::get) {
-            return encode_literals(headers, dst);
-        }
 
         let mut last_index = None;
 
@@ -315,41 +317,19 @@ fn encode_not_indexed2(name: &[u8], value: &[u8], sensitive: bool, dst: &mut Byt
 }
 
 // skewgate patch: literal header encoding.
-/// Encodes `headers` as whole static-table indices and literals without indexing, strings raw.
-fn encode_literals<I>(headers: I, dst: &mut BytesMut)
-where
-    I: IntoIterator<Item = Header<Option<HeaderName>>>,
-{
-    // The field before, for the further values of its name (which come without one).
-    let mut last: Option<(Option<usize>, Header)> = None;
-    for header in headers {
-        match header.reify() {
-            Ok(header) => {
-                let statik = index_static(&header);
-                let sensitive = header.is_sensitive();
-                match statik {
-                    Some((idx, true)) => encode_int(idx, 7, 0x80, dst),
-                    Some((idx, false)) => encode_literal(idx, header.value_slice(), sensitive, dst),
-                    None => encode_literal2(
-                        header.name().as_slice(),
-                        header.value_slice(),
-                        sensitive,
-                        dst,
-                    ),
-                }
-                last = Some((statik.map(|(idx, _)| idx), header));
-            }
-            Err(value) => {
-                let sensitive = value.is_sensitive();
-                match &last {
-                    Some((Some(idx), _)) => encode_literal(*idx, value.as_ref(), sensitive, dst),
-                    Some((None, named)) => {
-                        encode_literal2(named.name().as_slice(), value.as_ref(), sensitive, dst)
-                    }
-                    None => panic!("encoding header without name, but no previous header"),
-                }
-            }
-        }
+/// One field: the static-table index `statik` alone when it holds the field whole, else a literal
+/// without indexing, its name that index where there is one.
+fn encode_literal_field(
+    statik: Option<(usize, bool)>,
+    name: &[u8],
+    value: &[u8],
+    sensitive: bool,
+    dst: &mut BytesMut,
+) {
+    match statik {
+        Some((idx, true)) => encode_int(idx, 7, 0x80, dst),
+        Some((idx, false)) => encode_literal(idx, value, sensitive, dst),
+        None => encode_literal2(name, value, sensitive, dst),
     }
 }
 
