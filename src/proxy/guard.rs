@@ -147,7 +147,7 @@ async fn read_stored(
     }
     get.headers_mut()
         .insert(header::ACCEPT, HeaderValue::from_static("application/json"));
-    let resp = send(endpoint, credential, get, Empty::<Bytes>::new())
+    let resp = send(endpoint, credential, (get, Empty::<Bytes>::new()), None)
         .await
         .map_err(|e| format!("reading the stored object: {e}"))?;
     let code = resp.status();

@@ -6,8 +6,6 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use futures_util::FutureExt;
-use futures_util::future::Either;
 use http::header::{self, HeaderValue};
 use http::{Method, Request, Response};
 use hyper::body::Incoming;
@@ -232,7 +230,8 @@ async fn forward(
         }
         None => None,
     };
-    let sent = send_with_deadline(proxy, routing, request, endpoint, credential, head, body).await;
+    let deadline = response_deadline(proxy, routing, request);
+    let sent = send(endpoint, credential, (head, body), deadline).await;
     let resp = judge(routing, request, backend, sent, &client_fault)?;
     let mut resp = relay(routing, request, merged_answer, resp, tracker);
     if let Some(w) = warning {
@@ -343,18 +342,14 @@ fn relay(
     Response::from_parts(head, body)
 }
 
-/// Sends the request; a request that is not long-running gets its response head within the
-/// response timeout, and a write at most `writes.fence - 2s`, so that when a fence ends no replica
-/// is still waiting on a write to the old backend. Both count from when the request began.
-fn send_with_deadline(
-    proxy: &Proxy,
-    routing: &Routing,
-    request: &Decided,
-    endpoint: &Arc<EndpointPool>,
-    credential: Credential,
-    head: Request<()>,
-    body: ClientBody,
-) -> impl Future<Output = Result<Response<UpstreamBody>, UpstreamError>> {
+/// When the request must have its response head: a request that is not long-running gets it within
+/// the response timeout, and a write within `writes.fence - 2s` at most, so that when a fence ends
+/// no replica is still waiting on a write to the old backend. Both count from when the request
+/// began.
+fn response_deadline(proxy: &Proxy, routing: &Routing, request: &Decided) -> Option<Instant> {
+    if request.long_running {
+        return None;
+    }
     let limit = match request.decision.class {
         Class::Write => proxy.settings.response_timeout.min(
             routing
@@ -365,21 +360,7 @@ fn send_with_deadline(
         ),
         Class::Read => proxy.settings.response_timeout,
     };
-    let deadline = if request.long_running {
-        None
-    } else {
-        request.start.checked_add(limit)
-    };
-    // Not an async fn, nor an async block: the future is the send's own, with the timer beside it
-    // when there is a deadline, and holds the send's arguments only once.
-    let sent = send(endpoint, credential, head, body);
-    match deadline {
-        None => Either::Left(sent),
-        Some(at) => Either::Right(
-            tokio::time::timeout_at(at.into(), sent)
-                .map(|r| r.unwrap_or(Err(UpstreamError::Timeout))),
-        ),
-    }
+    request.start.checked_add(limit)
 }
 
 /// The one place an outcome is counted, and an error logged, counted and answered with a `Status`.

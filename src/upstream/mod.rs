@@ -1,5 +1,6 @@
 //! Backends and their endpoints: pooled HTTP/2 connections, endpoint choice, and health checks.
 
+mod deadline;
 mod dial;
 mod discovery;
 mod health;

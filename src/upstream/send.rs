@@ -4,6 +4,7 @@ use std::future::poll_fn;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::time::Instant;
 
 use bytes::Bytes;
 use h2::{RecvStream, SendStream};
@@ -12,17 +13,19 @@ use http_body::{Body, Frame};
 use http_body_util::BodyExt;
 
 use super::UpstreamError;
+use super::deadline::Deadline;
 use super::pool::{Credential, EndpointPool, StreamSlot};
 
 /// Sends `head` (and `body`, unless it is already at its end) to the endpoint, on a connection that
-/// presents `credential`; returns the response
-/// head and a body that streams the rest. A connection found closing before the request was handed
-/// to it (GOAWAY received, PING failed) is retired and the request goes on another connection.
+/// presents `credential`; returns the response head and a body that streams the rest, or
+/// `UpstreamError::Timeout` if the head has not come by `deadline`. A connection found closing
+/// before the request was handed to it (GOAWAY received, PING failed) is retired and the request
+/// goes on another connection.
 pub(crate) async fn send<B>(
     pool: &Arc<EndpointPool>,
     credential: Credential,
-    mut head: Request<()>,
-    body: B,
+    (mut head, body): (Request<()>, B),
+    deadline: Option<Instant>,
 ) -> Result<Response<UpstreamBody>, UpstreamError>
 where
     B: Body<Data = Bytes> + Send + Unpin + 'static,
@@ -30,10 +33,17 @@ where
 {
     let end_of_stream = body.is_end_stream();
     *head.version_mut() = http::Version::HTTP_2;
+    // Armed at the first wait, disarmed when the head has come (or the send is dropped).
+    let mut deadline = Deadline::at(deadline);
     let mut attempt = 0;
     let (slot, mut sender) = loop {
-        let slot = pool.acquire(credential).await?;
-        match slot.sender().ready().await {
+        let acquire = std::pin::pin!(pool.acquire(credential));
+        let slot = deadline
+            .bound(acquire)
+            .await
+            .ok_or(UpstreamError::Timeout)??;
+        let ready = deadline.bound(slot.sender().ready()).await;
+        match ready.ok_or(UpstreamError::Timeout)? {
             Ok(sender) => break (slot, sender),
             Err(e) => {
                 slot.retire_connection();
@@ -61,7 +71,8 @@ where
     if !end_of_stream {
         tokio::spawn(pump_request_body(body, stream));
     }
-    let response = response.await.map_err(|e| {
+    let response = deadline.bound(response).await;
+    let response = response.ok_or(UpstreamError::Timeout)?.map_err(|e| {
         if e.is_go_away() || e.is_io() {
             slot.retire_connection();
         }
