@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
+use futures_util::FutureExt;
 use hyper::server::conn::{http1, http2};
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
@@ -220,8 +221,9 @@ impl Connection {
             // Dropped with this future if the client resets the stream before the response.
             let stream = streams.open();
             let start = stream.started();
-            async move {
-                let resp = service::handle(peer, req, start).await;
+            // The request's own future, mapped: an async block around it would hold the request
+            // a second time beside it.
+            service::handle(peer, req, start).map(move |resp| {
                 if let Some(e) = &exchange
                     && resp.status() == http::StatusCode::SWITCHING_PROTOCOLS
                 {
@@ -230,7 +232,7 @@ impl Connection {
                 Ok::<_, Infallible>(
                     resp.map(|body| body.with_stream(stream).with_exchange(exchange)),
                 )
-            }
+            })
         };
         // Each branch boxed, so that a connection holds only its own protocol's state. The request's
         // future (about 4 KiB) is boxed per request in both: hyper's HTTP/2 server spawns a task

@@ -41,53 +41,59 @@ pub(super) struct Peer {
 }
 
 /// Serves one request, begun at `start`.
-pub(super) async fn handle(
+///
+/// Not an async fn, nor are `forward` and `send`: an async fn holds its arguments twice (as passed,
+/// and as its body's own variables), and the request's head is 224 bytes, copied with each future
+/// that holds it. An async block holds what it captures once.
+pub(super) fn handle(
     peer: Arc<Peer>,
     req: Request<Incoming>,
     start: Instant,
-) -> Response<ProxyBody> {
-    super::capacity::request_begun();
-    let proxy = &*peer.proxy;
-    let routing = proxy.routing();
-    let caller = Caller {
-        remote: peer.remote,
-        identity: peer.client.as_deref().map(|c| &c.identity),
-        forwarded: peer.client.as_deref().map(|c| &c.forwarded),
-        forwarded_for: &peer.forwarded_for,
-    };
+) -> impl Future<Output = Response<ProxyBody>> {
     let (mut parts, body) = req.into_parts();
-    let mut request = decide(proxy, &routing, caller, &mut parts, start);
-    let mut access = AccessRecord::start(
-        proxy.settings.access_log,
-        peer.remote,
-        peer.client.as_ref(),
-        &parts,
-        routing.steering.table(),
-        request.decision,
-        start,
-    );
-    let tracker = routing.track(&request.decision, request.verb, request.long_running, start);
-    let outcome = forward(
-        proxy,
-        &routing,
-        &mut request,
-        caller,
-        (parts, body),
-        tracker,
-        &mut access,
-    )
-    .await;
-    let resp = respond(proxy, &routing, &request, caller, outcome, access);
-    if let Some(g) = &peer.goaway
-        && g.after_response(proxy.goaway_chance, request.long_running)
-    {
-        proxy
-            .metrics
-            .client_goaways
-            .with_label_values(&["rebalance"])
-            .inc();
+    async move {
+        super::capacity::request_begun();
+        let proxy = &*peer.proxy;
+        let routing = proxy.routing();
+        let caller = Caller {
+            remote: peer.remote,
+            identity: peer.client.as_deref().map(|c| &c.identity),
+            forwarded: peer.client.as_deref().map(|c| &c.forwarded),
+            forwarded_for: &peer.forwarded_for,
+        };
+        let mut request = decide(proxy, &routing, caller, &mut parts, start);
+        let mut access = AccessRecord::start(
+            proxy.settings.access_log,
+            peer.remote,
+            peer.client.as_ref(),
+            &parts,
+            routing.steering.table(),
+            request.decision,
+            start,
+        );
+        let tracker = routing.track(&request.decision, request.verb, request.long_running, start);
+        let outcome = forward(
+            proxy,
+            &routing,
+            &mut request,
+            caller,
+            (parts, body),
+            tracker,
+            &mut access,
+        )
+        .await;
+        let resp = respond(proxy, &routing, &request, caller, outcome, access);
+        if let Some(g) = &peer.goaway
+            && g.after_response(proxy.goaway_chance, request.long_running)
+        {
+            proxy
+                .metrics
+                .client_goaways
+                .with_label_values(&["rebalance"])
+                .inc();
+        }
+        resp
     }
-    resp
 }
 
 /// Who sent the request.
@@ -185,59 +191,66 @@ fn decide(
 }
 
 /// Admits the request, sends it upstream and relays the answer, or says why not.
-async fn forward(
-    proxy: &Proxy,
-    routing: &Routing,
-    request: &mut Decided,
-    caller: Caller<'_>,
+#[allow(
+    clippy::manual_async_fn,
+    reason = "an async fn would hold its arguments twice"
+)]
+fn forward<'a>(
+    proxy: &'a Proxy,
+    routing: &'a Routing,
+    request: &'a mut Decided,
+    caller: Caller<'a>,
     (mut parts, body): (http::request::Parts, Incoming),
     mut tracker: RequestTracker,
-    access: &mut Option<Box<AccessRecord>>,
-) -> Result<Response<ProxyBody>, ProxyError> {
-    let backend = &routing.backends[request.decision.backend.index()];
-    let (endpoint, _ticket) = admit(proxy, routing, request, caller, &parts, &mut tracker).await?;
-    let merged_answer = request
-        .merge
-        .and_then(|m| MergedAnswer::take(m, &mut parts.headers));
-    prepare_headers(&mut parts.headers, caller.remote, caller.forwarded_for);
-    let names = &proxy.settings.identity_headers;
-    forward_made(names, &mut parts.headers, caller.forwarded);
-    let credential = credential_of(caller.identity, &parts.headers);
-    let safe = request.safe;
-    if let Some(protocol) = request.upgrade.take() {
-        let upgrade = Upgrade {
-            credential,
-            protocol,
-            safe,
-        };
-        let session = (tracker, access);
-        // Boxed, as the guard's check: the rare paths stay out of every request's future.
-        let upgrade = forward_upgrade(proxy, backend, endpoint, upgrade, parts, body, session);
-        return Box::pin(upgrade).await;
-    }
-    parts.uri = upstream_uri(&parts.uri, endpoint).map_err(|e| upstream(backend, e, safe))?;
-    let mut head = Request::from_parts(parts, ());
-    let (mut body, client_fault) = ClientBody::new(body, names.clone());
-    body.check_arrived()
-        .await
-        .map_err(|_| ProxyError::ClientBody)?;
-    let warning = match request.guard {
-        Some(g) => {
-            Box::pin(guarded(
-                proxy, routing, request, g, &mut head, &mut body, endpoint, credential,
-            ))
-            .await?
+    access: &'a mut Option<Box<AccessRecord>>,
+) -> impl Future<Output = Result<Response<ProxyBody>, ProxyError>> + 'a {
+    async move {
+        let backend = &routing.backends[request.decision.backend.index()];
+        let (endpoint, _ticket) =
+            admit(proxy, routing, request, caller, &parts, &mut tracker).await?;
+        let merged_answer = request
+            .merge
+            .and_then(|m| MergedAnswer::take(m, &mut parts.headers));
+        prepare_headers(&mut parts.headers, caller.remote, caller.forwarded_for);
+        let names = &proxy.settings.identity_headers;
+        forward_made(names, &mut parts.headers, caller.forwarded);
+        let credential = credential_of(caller.identity, &parts.headers);
+        let safe = request.safe;
+        if let Some(protocol) = request.upgrade.take() {
+            let upgrade = Upgrade {
+                credential,
+                protocol,
+                safe,
+            };
+            let session = (tracker, access);
+            // Boxed, as the guard's check: the rare paths stay out of every request's future.
+            let upgrade = forward_upgrade(proxy, backend, endpoint, upgrade, parts, body, session);
+            return Box::pin(upgrade).await;
         }
-        None => None,
-    };
-    let deadline = response_deadline(proxy, routing, request);
-    let sent = send(endpoint, credential, (head, body), deadline).await;
-    let resp = judge(routing, request, backend, sent, &client_fault)?;
-    let mut resp = relay(routing, request, merged_answer, resp, tracker);
-    if let Some(w) = warning {
-        resp.headers_mut().append(header::WARNING, w);
+        parts.uri = upstream_uri(&parts.uri, endpoint).map_err(|e| upstream(backend, e, safe))?;
+        let mut head = Request::from_parts(parts, ());
+        let (mut body, client_fault) = ClientBody::new(body, names.clone());
+        body.check_arrived()
+            .await
+            .map_err(|_| ProxyError::ClientBody)?;
+        let warning = match request.guard {
+            Some(g) => {
+                Box::pin(guarded(
+                    proxy, routing, request, g, &mut head, &mut body, endpoint, credential,
+                ))
+                .await?
+            }
+            None => None,
+        };
+        let deadline = response_deadline(proxy, routing, request);
+        let sent = send(endpoint, credential, (head, body), deadline).await;
+        let resp = judge(routing, request, backend, sent, &client_fault)?;
+        let mut resp = relay(routing, request, merged_answer, resp, tracker);
+        if let Some(w) = warning {
+            resp.headers_mut().append(header::WARNING, w);
+        }
+        Ok(resp)
     }
-    Ok(resp)
 }
 
 /// The update guard's check of a guarded update (`guard`): the `Warning` to answer with, if any.
@@ -289,7 +302,10 @@ async fn admit<'r>(
     let ticket = match request.object {
         Some(key) => {
             let query = parts.uri.query();
-            Some(admit_write(proxy, routing, &request.decision, key, query).await?)
+            // Boxed: the ledger's wait (624 bytes) is a write's alone, and would make every
+            // request's future larger, copied with it.
+            let admitted = Box::pin(admit_write(proxy, routing, &request.decision, key, query));
+            Some(admitted.await?)
         }
         None => None,
     };

@@ -21,71 +21,81 @@ use super::pool::{Credential, EndpointPool, StreamSlot};
 /// `UpstreamError::Timeout` if the head has not come by `deadline`. A connection found closing
 /// before the request was handed to it (GOAWAY received, PING failed) is retired and the request
 /// goes on another connection.
-pub(crate) async fn send<B>(
+///
+/// Not an async fn: an async fn holds its arguments twice (as passed, and as its body's own
+/// variables), and the head and body are 416 bytes, copied with the future. The block captures them
+/// once.
+#[allow(
+    clippy::manual_async_fn,
+    reason = "an async fn would hold its arguments twice"
+)]
+pub(crate) fn send<B>(
     pool: &Arc<EndpointPool>,
     credential: Credential,
     (mut head, body): (Request<()>, B),
     deadline: Option<Instant>,
-) -> Result<Response<UpstreamBody>, UpstreamError>
+) -> impl Future<Output = Result<Response<UpstreamBody>, UpstreamError>>
 where
     B: Body<Data = Bytes> + Send + Unpin + 'static,
     B::Error: std::fmt::Display + Send,
 {
-    let end_of_stream = body.is_end_stream();
-    *head.version_mut() = http::Version::HTTP_2;
-    // Armed at the first wait, disarmed when the head has come (or the send is dropped).
-    let mut deadline = Deadline::at(deadline);
-    let mut attempt = 0;
-    let (slot, mut sender) = loop {
-        let acquire = std::pin::pin!(pool.acquire(credential));
-        let slot = deadline
-            .bound(acquire)
-            .await
-            .ok_or(UpstreamError::Timeout)??;
-        let ready = deadline.bound(slot.sender().ready()).await;
-        match ready.ok_or(UpstreamError::Timeout)? {
-            Ok(sender) => break (slot, sender),
-            Err(e) => {
-                slot.retire_connection();
-                attempt += 1;
-                if attempt == 2 {
-                    return Err(UpstreamError::from_h2(e));
+    async move {
+        let end_of_stream = body.is_end_stream();
+        *head.version_mut() = http::Version::HTTP_2;
+        // Armed at the first wait, disarmed when the head has come (or the send is dropped).
+        let mut deadline = Deadline::at(deadline);
+        let mut attempt = 0;
+        let (slot, mut sender) = loop {
+            let acquire = std::pin::pin!(pool.acquire(credential));
+            let slot = deadline
+                .bound(acquire)
+                .await
+                .ok_or(UpstreamError::Timeout)??;
+            let ready = deadline.bound(slot.sender().ready()).await;
+            match ready.ok_or(UpstreamError::Timeout)? {
+                Ok(sender) => break (slot, sender),
+                Err(e) => {
+                    slot.retire_connection();
+                    attempt += 1;
+                    if attempt == 2 {
+                        return Err(UpstreamError::from_h2(e));
+                    }
+                    tracing::debug!(endpoint = %pool.endpoint.url, error = %e, "upstream connection is closing; using another");
                 }
-                tracing::debug!(endpoint = %pool.endpoint.url, error = %e, "upstream connection is closing; using another");
             }
+        };
+        // An apiserver fails a header list larger than it accepts, and may take the whole connection
+        // (every other client's streams) with it: such a request is refused here, unsent.
+        let limit = slot
+            .header_list_limit()
+            .min(pool.settings().max_header_list_size);
+        let size = super::settings::header_list_size(&head);
+        if size > limit {
+            return Err(UpstreamError::HeadersTooLarge { size, limit });
         }
-    };
-    // An apiserver fails a header list larger than it accepts, and may take the whole connection
-    // (every other client's streams) with it: such a request is refused here, unsent.
-    let limit = slot
-        .header_list_limit()
-        .min(pool.settings().max_header_list_size);
-    let size = super::settings::header_list_size(&head);
-    if size > limit {
-        return Err(UpstreamError::HeadersTooLarge { size, limit });
-    }
-    let (response, stream) = sender.send_request(head, end_of_stream).map_err(|e| {
-        slot.retire_connection();
-        UpstreamError::from_h2(e)
-    })?;
-    if !end_of_stream {
-        tokio::spawn(pump_request_body(body, stream));
-    }
-    let response = deadline.bound(response).await;
-    let response = response.ok_or(UpstreamError::Timeout)?.map_err(|e| {
-        if e.is_go_away() || e.is_io() {
+        let (response, stream) = sender.send_request(head, end_of_stream).map_err(|e| {
             slot.retire_connection();
+            UpstreamError::from_h2(e)
+        })?;
+        if !end_of_stream {
+            tokio::spawn(pump_request_body(body, stream));
         }
-        UpstreamError::AfterSend(Box::new(e))
-    })?;
-    let (parts, recv) = response.into_parts();
-    let body = UpstreamBody {
-        recv,
-        data_done: false,
-        ended: std::cell::Cell::new(false),
-        _slot: slot,
-    };
-    Ok(Response::from_parts(parts, body))
+        let response = deadline.bound(response).await;
+        let response = response.ok_or(UpstreamError::Timeout)?.map_err(|e| {
+            if e.is_go_away() || e.is_io() {
+                slot.retire_connection();
+            }
+            UpstreamError::AfterSend(Box::new(e))
+        })?;
+        let (parts, recv) = response.into_parts();
+        let body = UpstreamBody {
+            recv,
+            data_done: false,
+            ended: std::cell::Cell::new(false),
+            _slot: slot,
+        };
+        Ok(Response::from_parts(parts, body))
+    }
 }
 
 /// Copies the client's request body to the upstream stream, honouring HTTP/2 flow control.
