@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use futures_util::FutureExt;
 use hyper::server::conn::{http1, http2};
 use hyper::service::service_fn;
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::graceful::{GracefulShutdown, Watcher};
 use tokio_util::sync::CancellationToken;
 
@@ -26,6 +26,7 @@ use super::resets::ResetBudget;
 use super::service::{self, Peer};
 use super::signals::unless;
 use crate::identity::VerifiedClient;
+use crate::upstream::WheelTimer;
 
 /// How much of a response an h2 client stream may have queued in skewgate, unsent for want of the
 /// client's window: four 16 KiB frames.
@@ -80,11 +81,12 @@ fn builders(proxy: &Proxy) -> Builders {
     // before sending upstream); larger ones are cut off by hyper's own 431, before they are read.
     let head_bound = proxy.settings.pool.max_header_list_size.saturating_mul(2);
     let mut h1 = http1::Builder::new();
-    h1.timer(TokioTimer::new())
+    // hyper's timers on the worker's wheel (upstream/deadline.rs), not tokio's.
+    h1.timer(WheelTimer)
         .header_read_timeout(Duration::from_secs(30))
         .max_buf_size(head_bound.max(16 << 10));
     let mut h2 = http2::Builder::new(TokioExecutor::new());
-    h2.timer(TokioTimer::new())
+    h2.timer(WheelTimer)
         .max_concurrent_streams(1000)
         .keep_alive_interval(Duration::from_secs(30))
         .keep_alive_timeout(Duration::from_secs(15))

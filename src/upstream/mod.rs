@@ -13,6 +13,7 @@ pub(crate) mod worker;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
 
+pub(crate) use deadline::WheelTimer;
 pub(crate) use dial::{DialError, Dialed};
 pub(crate) use discovery::Served;
 pub(crate) use health::spawn_health_checks;
