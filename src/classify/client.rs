@@ -137,6 +137,13 @@ mod tests {
             (Some("kubelet/v1.x.4"), "kubelet", None),
             (Some(""), "", None),
             (Some("   "), "", None),
+            (
+                Some("  kubelet/v1.29.4\t(linux/amd64)"),
+                "kubelet",
+                v(1, 29, 4),
+            ),
+            (Some("\tkubectl/v1.30.0"), "kubectl", v(1, 30, 0)),
+            (Some("kubectl/"), "kubectl", None),
             (None, "", None),
         ] {
             let client = Client::from_user_agent(ua);
