@@ -165,11 +165,13 @@ impl Drop for Deadline {
     }
 }
 
-/// Arms a deadline on this worker's wheel; starts the worker's ticker if it is not running, and
-/// wakes it if it was parked. Returns the slot and the arm.
+/// Arms a deadline on this worker's wheel. The first one armed on an empty wheel wakes the
+/// worker's ticker if it was parked, or starts it if it is not running on this runtime; while the
+/// wheel holds others, the ticker is running. Returns the slot and the arm.
 fn arm(at: Instant, waker: &Waker) -> (usize, u64) {
-    let (key, arm, parked) = WHEEL.with(|w| {
+    let (key, arm, first) = WHEEL.with(|w| {
         let mut w = w.borrow_mut();
+        let first = w.armed.is_empty();
         w.arms += 1;
         let arm = w.arms;
         let key = w.armed.insert(Armed {
@@ -177,16 +179,18 @@ fn arm(at: Instant, waker: &Waker) -> (usize, u64) {
             waker: waker.clone(),
             arm,
         });
-        (key, arm, w.ticker.take())
+        (key, arm, first.then(|| w.ticker.take()))
     });
-    if let Some(t) = parked {
-        t.wake();
-    }
-    if let Ok(runtime) = tokio::runtime::Handle::try_current()
-        && TICKER_ON.with(Cell::get) != Some(runtime.id())
-    {
-        TICKER_ON.with(|r| r.set(Some(runtime.id())));
-        runtime.spawn(tick());
+    if let Some(parked) = first {
+        if let Some(t) = parked {
+            t.wake();
+        }
+        if let Ok(runtime) = tokio::runtime::Handle::try_current()
+            && TICKER_ON.with(Cell::get) != Some(runtime.id())
+        {
+            TICKER_ON.with(|r| r.set(Some(runtime.id())));
+            runtime.spawn(tick());
+        }
     }
     (key, arm)
 }
