@@ -9,6 +9,7 @@ use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
 use futures_util::FutureExt;
+use http::Response;
 use hyper::server::conn::{http1, http2};
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo};
@@ -17,12 +18,13 @@ use tokio_util::sync::CancellationToken;
 
 use super::Proxy;
 use super::balance::{Intake, Place};
+use super::body::ProxyBody;
 use super::detect::detect_h2;
 use super::forwarding::forwarded_for;
 use super::keepalive::{self, Exchange, Exchanges, Readiness};
 use super::limits::ClientKey;
 use super::rebalance::Goaway;
-use super::resets::ResetBudget;
+use super::resets::{ResetBudget, StreamGuard};
 use super::service::{self, Peer};
 use super::signals::unless;
 use crate::identity::VerifiedClient;
@@ -225,19 +227,10 @@ impl Connection {
             let start = stream.started();
             // The request's own future, mapped: an async block around it would hold the request
             // a second time beside it.
-            service::handle(peer, req, start).map(move |resp| {
-                if let Some(e) = &exchange
-                    && resp.status() == http::StatusCode::SWITCHING_PROTOCOLS
-                {
-                    e.upgraded();
-                }
-                Ok::<_, Infallible>(
-                    resp.map(|body| body.with_stream(stream).with_exchange(exchange)),
-                )
-            })
+            service::handle(peer, req, start).map(move |resp| finish(resp, stream, exchange))
         };
         // Each branch boxed, so that a connection holds only its own protocol's state. The request's
-        // future (about 4 KiB) is boxed per request in both: hyper's HTTP/2 server spawns a task
+        // future (about 2.4 KiB) is boxed per request in both: hyper's HTTP/2 server spawns a task
         // per stream that keeps a slot the size of that future until the response's body ends
         // (a watch: for hours), and moves it twice on the way; its HTTP/1.1 server keeps such a
         // slot for as long as it serves.
@@ -265,6 +258,21 @@ impl Connection {
         run_to_end(&proxy, (client, remote), served, &first_request, &resets).await;
         gauge.dec();
     }
+}
+
+/// A response as its connection sends it: its body carries the client stream's guard and, over
+/// HTTP/1.1, the exchange, which learns of a switch of protocols.
+fn finish(
+    resp: Response<ProxyBody>,
+    stream: StreamGuard,
+    exchange: Option<Exchange>,
+) -> Result<Response<ProxyBody>, Infallible> {
+    if let Some(e) = &exchange
+        && resp.status() == http::StatusCode::SWITCHING_PROTOCOLS
+    {
+        e.upgraded();
+    }
+    Ok(resp.map(|body| body.with_stream(stream).with_exchange(exchange)))
 }
 
 /// A connection being served, either protocol.

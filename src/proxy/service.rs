@@ -195,15 +195,15 @@ fn decide(
     clippy::manual_async_fn,
     reason = "an async fn would hold its arguments twice"
 )]
-fn forward<'a>(
-    proxy: &'a Proxy,
-    routing: &'a Routing,
-    request: &'a mut Decided,
-    caller: Caller<'a>,
+fn forward(
+    proxy: &Proxy,
+    routing: &Routing,
+    request: &mut Decided,
+    caller: Caller<'_>,
     (mut parts, body): (http::request::Parts, Incoming),
     mut tracker: RequestTracker,
-    access: &'a mut Option<Box<AccessRecord>>,
-) -> impl Future<Output = Result<Response<ProxyBody>, ProxyError>> + 'a {
+    access: &mut Option<Box<AccessRecord>>,
+) -> impl Future<Output = Result<Response<ProxyBody>, ProxyError>> {
     async move {
         let backend = &routing.backends[request.decision.backend.index()];
         let (endpoint, _ticket) =

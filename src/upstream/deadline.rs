@@ -1,7 +1,7 @@
 //! Response deadlines without a timer each. A request that waits for its response head has a
 //! deadline, and almost every request meets it: arming and disarming one of tokio's timers for each
 //! (its wheel behind the driver's lock, re-registered at each poll, plus the `Timeout` around the
-//! send) cost about 900 instructions per proxied GET (callgrind, docs/design.md), and the future around the send moved a kilobyte more. A worker is one
+//! send) cost about 900 instructions per proxied GET (callgrind, docs/design.md). A worker is one
 //! thread with its own runtime, so its requests' deadlines are instead one thread-local slab that a
 //! ticker of the worker's own scans every `TICK`: arming a deadline is a slab insert, disarming it
 //! a remove, no lock, no atomic. A deadline fires up to `TICK` late, never early.
@@ -19,7 +19,7 @@ use slab::Slab;
 
 /// How often a worker's ticker looks for deadlines that passed: how late one may fire. The
 /// deadlines it serves are seconds long (the response timeout, a write's `fence - 2s`).
-pub(super) const TICK: Duration = Duration::from_millis(50);
+const TICK: Duration = Duration::from_millis(50);
 
 /// A worker's armed deadlines.
 struct Wheel {
