@@ -3,6 +3,7 @@
 mod deadline;
 mod dial;
 mod discovery;
+mod frames;
 mod health;
 mod own;
 mod pool;

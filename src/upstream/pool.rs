@@ -10,18 +10,17 @@
 //! connections, so a request and its upstream stream never hop between threads. Work off the
 //! workers (health checks) uses one more shard.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock, Weak};
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
-use bytes::Bytes;
-use h2::client::SendRequest;
 use prometheus::IntGauge;
 
 use super::UpstreamError;
 use super::dial::{DialError, Dialed};
-use super::settings::{HeaderListLimit, SettingsReader};
+use super::frames::{self, Link};
+use super::settings::HeaderListLimit;
 use crate::config::Endpoint;
 use crate::identity::{Alpn, UpstreamTls};
 
@@ -86,18 +85,6 @@ pub(crate) enum EndpointState {
     Down = 2,
 }
 
-/// How much of one response the apiserver may send ahead of the client reading it: the most an
-/// upstream stream buffers in skewgate, and the most an apiserver sends in vain for a client that
-/// resets its stream. kube-apiserver sizes its own per-stream buffer the same (256 KiB: "at least
-/// 99% of serialized resources in surveyed clusters were smaller than 256kb").
-const STREAM_WINDOW: u32 = 256 << 10;
-
-/// The connection's window is the largest HTTP/2 allows (2^31 - 1), far above what all its streams
-/// may buffer (streams x `STREAM_WINDOW`), so that unread data of some streams (a client that does
-/// not read, a slow watcher) never holds back the others: backpressure is per stream only. Memory
-/// stays bounded by the per-stream window.
-const CONNECTION_WINDOW: u32 = (1 << 31) - 1;
-
 /// Which credentials a connection presents to the apiserver.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Credential {
@@ -111,7 +98,7 @@ pub(crate) enum Credential {
 
 /// One upstream HTTP/2 connection.
 pub(crate) struct Conn {
-    send: SendRequest<Bytes>,
+    link: Link,
     /// The shard (worker) whose connection it is.
     shard: usize,
     /// The header list size the apiserver accepts on this connection.
@@ -124,7 +111,7 @@ pub(crate) struct Conn {
 
 impl Conn {
     fn max_streams(&self) -> usize {
-        self.send.current_max_send_streams()
+        self.link.max_streams()
     }
 
     /// Takes a stream slot if the connection is open and has room.
@@ -140,6 +127,9 @@ impl Conn {
             .is_ok()
     }
 }
+
+/// A connection's task, driving its frames.
+type ConnectionTask = std::pin::Pin<Box<dyn Future<Output = ()> + Send>>;
 
 /// The pool of one endpoint.
 pub(crate) struct EndpointPool {
@@ -175,9 +165,9 @@ pub(crate) struct StreamSlot {
 }
 
 impl StreamSlot {
-    /// A handle to send one request on the slot's connection.
-    pub(crate) fn sender(&self) -> SendRequest<Bytes> {
-        self.conn.send.clone()
+    /// The slot's connection, to send one request on.
+    pub(crate) fn link(&self) -> &Link {
+        &self.conn.link
     }
 
     /// The largest header list the slot's connection accepts (`u32::MAX` until the peer says).
@@ -376,18 +366,27 @@ impl EndpointPool {
         let connect = async {
             let limit = HeaderListLimit::new(AtomicU32::new(u32::MAX));
             let settled = Arc::new(tokio::sync::Notify::new());
-            let conn = match self.dial(credential, Alpn::H2).await? {
-                Dialed::Plain(tcp) => {
-                    let io = SettingsReader::new(tcp, limit.clone(), settled.clone());
-                    let (send, connection) = self.h2_handshake(io).await?;
-                    self.adopt(send, connection, limit, credential, settled.clone())
-                }
-                Dialed::Tls(tls) => {
-                    let io = SettingsReader::new(*tls, limit.clone(), settled.clone());
-                    let (send, connection) = self.h2_handshake(io).await?;
-                    self.adopt(send, connection, limit, credential, settled.clone())
-                }
+            // The connection, once adopted: a GOAWAY takes it out of the pool at once.
+            let adopted = Arc::new(OnceLock::<Weak<Conn>>::new());
+            let hooks = frames::Hooks {
+                header_limit: limit.clone(),
+                settled: settled.clone(),
+                on_go_away: {
+                    let (pool, adopted) = (Arc::downgrade(self), adopted.clone());
+                    Box::new(move || {
+                        let conn = adopted.get().and_then(Weak::upgrade);
+                        if let (Some(pool), Some(conn)) = (pool.upgrade(), conn) {
+                            pool.retire(&conn);
+                        }
+                    })
+                },
             };
+            let (link, connection) = match self.dial(credential, Alpn::H2).await? {
+                Dialed::Plain(tcp) => self.h2_handshake(tcp, hooks).await?,
+                Dialed::Tls(tls) => self.h2_handshake(*tls, hooks).await?,
+            };
+            let conn = self.adopt(link, connection, limit, credential, settled.clone());
+            let _ = adopted.set(Arc::downgrade(&conn));
             settled.notified().await;
             Ok(conn)
         };
@@ -402,75 +401,61 @@ impl EndpointPool {
         }
     }
 
+    /// Starts HTTP/2 on `io`: the pool's handle, and the connection's task (boxed: one type for
+    /// cleartext and TLS, allocated once per connection).
     async fn h2_handshake<T>(
         &self,
         io: T,
-    ) -> Result<(SendRequest<Bytes>, h2::client::Connection<T, Bytes>), UpstreamError>
+        hooks: frames::Hooks,
+    ) -> Result<(Link, ConnectionTask), UpstreamError>
     where
-        T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+        T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
     {
-        h2::client::Builder::new()
-            .initial_max_send_streams(self.settings.initial_max_streams)
-            .initial_window_size(STREAM_WINDOW)
-            .initial_connection_window_size(CONNECTION_WINDOW)
-            // h2 counts every stream it resets for us (each one a client gave up on) and, past 1,024
-            // over the connection's life, kills the connection: every client's watches on it with
-            // it. That guard is against a hostile peer; this peer is the apiserver, and what clients
-            // may reset is bounded per client connection (`proxy::resets`).
-            .max_local_error_reset_streams(None)
-            .handshake::<_, Bytes>(io)
-            .await
-            .map_err(|source| {
-                self.connect_failed(DialError::Handshake {
-                    url: self.url(),
-                    source,
-                })
-            })
+        match frames::handshake(io, self.settings.initial_max_streams, hooks).await {
+            Ok((link, task)) => Ok((link, Box::pin(task))),
+            Err(e) => Err(self.connect_failed(DialError::Handshake {
+                url: self.url(),
+                source: h2::Error::from(e),
+            })),
+        }
     }
 
     /// Takes a new connection into the pool and drives it on this thread, PINGing it, until it
     /// closes or stops answering.
-    fn adopt<T>(
+    fn adopt(
         self: &Arc<Self>,
-        send: SendRequest<Bytes>,
-        mut connection: h2::client::Connection<T, Bytes>,
+        link: Link,
+        mut connection: ConnectionTask,
         header_limit: HeaderListLimit,
         credential: Credential,
         settled: Arc<tokio::sync::Notify>,
-    ) -> Arc<Conn>
-    where
-        T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
-    {
+    ) -> Arc<Conn> {
+        let pinger = link.pinger();
         let conn = Arc::new(Conn {
-            send,
+            link,
             shard: self.shard_index(credential),
             header_limit,
             active: AtomicUsize::new(0),
             closed: AtomicBool::new(false),
             counted: AtomicBool::new(false),
         });
-        let ping_pong = connection.ping_pong();
         let pool = Arc::downgrade(self);
-        // Weak, so that a pool dropped on reload drops its connections' senders and they close.
+        // Weak, so that a pool dropped on reload drops its connections' links and they close.
         let me = Arc::downgrade(&conn);
         let (interval, timeout) = (self.settings.ping_interval, self.settings.ping_timeout);
         let idle = idle_watch(pool.clone(), me.clone(), self.settings.idle_timeout);
         tokio::spawn(async move {
             let health = async move {
-                let Some(mut pp) = ping_pong else {
-                    return std::future::pending().await;
-                };
                 loop {
                     tokio::time::sleep(interval).await;
-                    match tokio::time::timeout(timeout, pp.ping(h2::Ping::opaque())).await {
-                        Ok(Ok(_)) => {}
-                        _ => return,
+                    if tokio::time::timeout(timeout, pinger.ping()).await.is_err() {
+                        return;
                     }
                 }
             };
             let dead_by_ping = tokio::select! {
-                _ = &mut connection => false,
-                _ = health => true,
+                () = &mut connection => false,
+                () = health => true,
                 // Retired already: dropping the connection closes it.
                 () = idle => return,
             };

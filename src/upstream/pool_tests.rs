@@ -2,6 +2,8 @@
 
 use std::net::SocketAddr;
 
+use bytes::Bytes;
+
 use super::*;
 
 #[test]

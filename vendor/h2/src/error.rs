@@ -134,6 +134,16 @@ impl From<proto::Error> for Error {
     }
 }
 
+// skewgate patch: an I/O failure as an h2 error, for skewgate's frame-level upstream connection,
+// whose streams fail with the connection's I/O error as h2's own do.
+impl From<io::Error> for Error {
+    fn from(src: io::Error) -> Error {
+        Error {
+            kind: Kind::Io(src),
+        }
+    }
+}
+
 impl From<Reason> for Error {
     fn from(src: Reason) -> Error {
         Error {

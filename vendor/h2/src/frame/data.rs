@@ -140,7 +140,9 @@ impl Data<Bytes> {
         })
     }
 
-    pub(crate) fn flow_controlled_len(&self) -> usize {
+    // skewgate patch: public, for skewgate's frame-level upstream connection, whose flow control
+    // counts padding as RFC 9113 does.
+    pub fn flow_controlled_len(&self) -> usize {
         if let Some(pad_len) = self.pad_len {
             // if PADDED, pad length field counts too (the + 1)
             self.data.len() + usize::from(pad_len) + 1

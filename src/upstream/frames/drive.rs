@@ -1,0 +1,267 @@
+//! The task of one upstream connection: frames from the apiserver into the connection's state,
+//! frames from the state out to the socket, and the connection's own business (SETTINGS, PING,
+//! GOAWAY) answered here.
+
+use std::future::poll_fn;
+use std::io;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use futures_util::Stream;
+use h2::Codec;
+use h2::Reason;
+use h2::frame::{Frame, GoAway, Ping, Settings, StreamId, WindowUpdate};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+
+use super::state::{Failure, State};
+use super::{CONNECTION_WINDOW, Link, STREAM_WINDOW, Shared};
+
+const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+/// The payload of skewgate's PINGs; an acknowledgement of another is not taken for an answer.
+pub(super) const PING_PAYLOAD: [u8; 8] = *b"skewgate";
+
+/// How many frames are read in a row before what they queued is written.
+const READ_BATCH: usize = 32;
+
+/// What the connection reports to its pool as the apiserver speaks.
+pub(crate) struct Hooks {
+    /// Set to the apiserver's SETTINGS_MAX_HEADER_LIST_SIZE when it comes.
+    pub header_limit: Arc<AtomicU32>,
+    /// Notified at the apiserver's first SETTINGS frame.
+    pub settled: Arc<tokio::sync::Notify>,
+    /// Called once, at GOAWAY from the apiserver: the connection takes no new streams.
+    pub on_go_away: Box<dyn FnOnce() + Send>,
+}
+
+/// Opens an HTTP/2 connection on `io`: the client preface written, skewgate's SETTINGS and
+/// connection window queued. Returns the pool's handle and the connection's task, which runs until
+/// the connection ends (or the pool lets go of it and its last stream has ended).
+pub(crate) async fn handshake<T>(
+    mut io: T,
+    max_streams: usize,
+    hooks: Hooks,
+) -> io::Result<(Link, impl Future<Output = ()> + Send + 'static)>
+where
+    T: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    io.write_all(PREFACE).await?;
+    let mut settings = Settings::default();
+    settings.set_enable_push(false);
+    settings.set_initial_window_size(Some(STREAM_WINDOW));
+    let mut state = State::new();
+    state.push(settings.into());
+    state.push(WindowUpdate::new(StreamId::zero(), CONNECTION_WINDOW - 65_535).into());
+    let shared = Arc::new(Shared {
+        state: Mutex::new(state),
+        max_streams: AtomicUsize::new(max_streams),
+        pong: tokio::sync::Notify::new(),
+    });
+    let link = Link {
+        shared: shared.clone(),
+    };
+    let mut conn = Connection {
+        codec: Codec::new(io),
+        shared,
+        hooks: Some(hooks),
+        settled: false,
+    };
+    Ok((link, async move { poll_fn(|cx| conn.poll(cx)).await }))
+}
+
+struct Connection<T> {
+    codec: Codec<T, Bytes>,
+    shared: Arc<Shared>,
+    /// Taken at GOAWAY.
+    hooks: Option<Hooks>,
+    /// Whether the apiserver's first SETTINGS came.
+    settled: bool,
+}
+
+impl<T: AsyncRead + AsyncWrite + Unpin> Connection<T> {
+    /// Reads what has come, writes what is queued; `Ready` when the connection is over.
+    fn poll(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        // Frames the task queues itself (SETTINGS acknowledged, windows given back) do not wake
+        // it: `write` takes them, and puts the waker back for everyone else's.
+        self.shared.lock().task = None;
+        loop {
+            let read = match self.read(cx) {
+                Ok(read) => read,
+                Err(why) => return self.end(cx, why),
+            };
+            if let Err(why) = self.write(cx) {
+                return self.end(cx, why);
+            }
+            if read == 0 {
+                let state = self.shared.lock();
+                if state.released_by_pool && state.streams.is_empty() && state.out.is_empty() {
+                    return Poll::Ready(());
+                }
+                return Poll::Pending;
+            }
+        }
+    }
+
+    /// Reads up to `READ_BATCH` frames and hands each to the state; how many were read.
+    fn read(&mut self, cx: &mut Context<'_>) -> Result<usize, Failure> {
+        for read in 0..READ_BATCH {
+            match Pin::new(&mut self.codec).poll_next(cx) {
+                Poll::Ready(Some(Ok(frame))) => self.on_frame(frame)?,
+                Poll::Ready(Some(Err(e))) => {
+                    tracing::debug!(error = %e, "upstream connection: protocol error");
+                    return Err(Failure::Closed(
+                        io::ErrorKind::InvalidData,
+                        "the apiserver broke the HTTP/2 protocol",
+                    ));
+                }
+                Poll::Ready(None) => {
+                    return Err(Failure::Closed(
+                        io::ErrorKind::UnexpectedEof,
+                        "the apiserver closed the connection",
+                    ));
+                }
+                Poll::Pending => return Ok(read),
+            }
+        }
+        Ok(READ_BATCH)
+    }
+
+    /// Writes the queued frames as far as the socket takes them, and flushes.
+    fn write(&mut self, cx: &mut Context<'_>) -> Result<(), Failure> {
+        let broken =
+            |_| Failure::Closed(io::ErrorKind::BrokenPipe, "writing to the apiserver failed");
+        {
+            let mut state = self.shared.lock();
+            match &state.task {
+                Some(w) if w.will_wake(cx.waker()) => {}
+                _ => state.task = Some(cx.waker().clone()),
+            }
+            while !state.out.is_empty() {
+                match self.codec.poll_ready(cx) {
+                    Poll::Ready(r) => r.map_err(broken)?,
+                    Poll::Pending => break,
+                }
+                if let Some(frame) = state.out.pop_front() {
+                    self.codec.buffer(frame).map_err(|e| {
+                        tracing::debug!(error = %e, "upstream connection: a frame could not be written");
+                        Failure::Closed(io::ErrorKind::InvalidInput, "a frame could not be written")
+                    })?;
+                }
+            }
+        }
+        match self.codec.flush(cx) {
+            Poll::Ready(Err(e)) => Err(broken(e)),
+            _ => Ok(()),
+        }
+    }
+
+    /// One frame from the apiserver.
+    fn on_frame(&mut self, frame: Frame) -> Result<(), Failure> {
+        match frame {
+            Frame::Data(data) => {
+                let len = data.flow_controlled_len();
+                self.shared.lock().on_data(data, len);
+            }
+            Frame::Headers(headers) => self.shared.lock().on_headers(headers),
+            Frame::Reset(reset) => self
+                .shared
+                .lock()
+                .on_reset(reset.stream_id(), reset.reason()),
+            Frame::WindowUpdate(w) => {
+                self.shared
+                    .lock()
+                    .on_window_update(w.stream_id(), w.size_increment());
+            }
+            Frame::Settings(settings) => self.on_settings(&settings),
+            Frame::Ping(ping) if ping.is_ack() => {
+                if *ping.payload() == PING_PAYLOAD {
+                    self.shared.pong.notify_one();
+                }
+            }
+            Frame::Ping(ping) => self
+                .shared
+                .lock()
+                .push_answer(Ping::pong(ping.into_payload()).into()),
+            Frame::GoAway(go_away) => self.on_go_away(&go_away),
+            Frame::PushPromise(_) => {
+                let mut state = self.shared.lock();
+                state.push(GoAway::new(StreamId::zero(), Reason::PROTOCOL_ERROR).into());
+                return Err(Failure::Closed(
+                    io::ErrorKind::InvalidData,
+                    "the apiserver pushed a stream, which skewgate's SETTINGS refuse",
+                ));
+            }
+            Frame::Priority(_) => {}
+        }
+        Ok(())
+    }
+
+    /// The apiserver's SETTINGS: applied, then acknowledged.
+    fn on_settings(&mut self, settings: &Settings) {
+        if settings.is_ack() {
+            return;
+        }
+        let mut state = self.shared.lock();
+        if let Some(size) = settings.max_frame_size() {
+            self.codec.set_max_send_frame_size(size as usize);
+            state.max_frame = size as usize;
+        }
+        if let Some(size) = settings.header_table_size() {
+            self.codec.set_send_header_table_size(size as usize);
+        }
+        if let Some(size) = settings.initial_window_size() {
+            state.on_initial_window(size);
+        }
+        if let Some(max) = settings.max_concurrent_streams() {
+            self.shared
+                .max_streams
+                .store(max as usize, Ordering::Relaxed);
+        }
+        if let (Some(limit), Some(hooks)) = (settings.max_header_list_size(), &self.hooks) {
+            hooks.header_limit.store(limit, Ordering::Relaxed);
+        }
+        state.push_answer(Settings::ack().into());
+        drop(state);
+        if !std::mem::replace(&mut self.settled, true)
+            && let Some(hooks) = &self.hooks
+        {
+            hooks.settled.notify_one();
+        }
+    }
+
+    fn on_go_away(&mut self, go_away: &GoAway) {
+        if go_away.reason() != Reason::NO_ERROR {
+            tracing::debug!(reason = ?go_away.reason(), "upstream connection: GOAWAY");
+        }
+        self.shared.lock().on_go_away(go_away.last_stream_id());
+        if let Some(hooks) = self.hooks.take() {
+            (hooks.on_go_away)();
+            // A GOAWAY before SETTINGS ends the connect too.
+            if !self.settled {
+                hooks.settled.notify_one();
+            }
+        }
+    }
+
+    /// The connection is over: every stream left fails with `why`.
+    fn end(&mut self, cx: &mut Context<'_>, why: Failure) -> Poll<()> {
+        // What is queued (a GOAWAY, resets) goes out if the socket still takes it.
+        let _ = self.write(cx);
+        self.shared.lock().fail(why);
+        Poll::Ready(())
+    }
+}
+
+impl<T> Drop for Connection<T> {
+    fn drop(&mut self) {
+        // Dropped before it ended (the pool closed an idle connection, the runtime stopped): no
+        // stream waits for it any more.
+        self.shared.lock().fail(Failure::Closed(
+            io::ErrorKind::ConnectionAborted,
+            "the upstream connection was closed",
+        ));
+    }
+}

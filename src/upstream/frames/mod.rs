@@ -1,0 +1,368 @@
+//! skewgate's own HTTP/2 client for its upstream connections, at the frame level.
+//!
+//! Why not h2's client: measured with callgrind, h2's client stream machinery (its stream store of
+//! linked queues, reference-counted stream handles, per-stream send and receive queues, and the
+//! layers of actions around them) costs about 5,100 instructions per proxied GET, a sixth of what
+//! HAProxy spends on the whole request (bench/bare_path.rs, `bare` against `bare+frames`). An
+//! upstream connection of skewgate's has one kind of peer (an apiserver) and one use (requests the
+//! pool admitted under the peer's stream limit), so it needs much less: h2's codec (framing and
+//! HPACK, unchanged), a slab of streams keyed by stream id, one queue of frames to write, and flow
+//! control by two numbers per stream. That is this module.
+//!
+//! - `state`: the streams and windows, under the connection's one lock.
+//! - `drive`: the connection's task: frames in to the state, frames out to the socket, SETTINGS,
+//!   PING and GOAWAY.
+//! - here: the handles the pool and a request hold (`Link`, `ResponseFuture`, `RecvBody`,
+//!   `SendBody`).
+//!
+//! What it leaves out of HTTP/2, because an apiserver connection never needs it: server push
+//! (refused in SETTINGS, a PUSH_PROMISE ends the connection), priorities (ignored), extended
+//! CONNECT (upgrades go over HTTP/1.1, see `proxy::upgrade`), and content-length checks of
+//! responses (hyper checks what it sends to the client).
+
+mod drive;
+mod state;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use h2::Reason;
+use h2::frame::{Data, Headers, Pseudo};
+use http::{HeaderMap, Request, header};
+
+pub(crate) use drive::{Hooks, handshake};
+use state::State;
+
+/// How much of one response the apiserver may send ahead of the client reading it: the most an
+/// upstream stream buffers in skewgate, and the most an apiserver sends in vain for a client that
+/// resets its stream. kube-apiserver sizes its own per-stream buffer the same (256 KiB: "at least
+/// 99% of serialized resources in surveyed clusters were smaller than 256kb").
+pub(crate) const STREAM_WINDOW: u32 = 256 << 10;
+
+/// The connection's window is the largest HTTP/2 allows (2^31 - 1), far above what all its streams
+/// may buffer (streams x `STREAM_WINDOW`), so that unread data of some streams (a client that does
+/// not read, a slow watcher) never holds back the others: backpressure is per stream only, and the
+/// connection's window is given back as data arrives. Memory stays bounded by the per-stream window.
+pub(crate) const CONNECTION_WINDOW: u32 = (1 << 31) - 1;
+
+/// What the connection's task and its handles share.
+struct Shared {
+    state: Mutex<State>,
+    /// The apiserver's SETTINGS_MAX_CONCURRENT_STREAMS (the pool's initial guess until it comes).
+    max_streams: AtomicUsize,
+    /// Notified when the apiserver acknowledges skewgate's PING.
+    pong: tokio::sync::Notify,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// Why a request could not be opened as a stream.
+#[derive(Debug)]
+pub(crate) enum OpenError {
+    /// The connection takes no new streams (GOAWAY received, failed, or closed).
+    Closing(h2::Error),
+    /// The request carries a header HTTP/2 forbids (RFC 9113, 8.2.2); nothing was sent.
+    Malformed(&'static str),
+}
+
+/// The pool's handle on one connection. Dropping it lets the connection close once its last stream
+/// has ended.
+pub(crate) struct Link {
+    shared: Arc<Shared>,
+}
+
+impl Link {
+    /// The most streams the apiserver allows open at once.
+    pub(crate) fn max_streams(&self) -> usize {
+        self.shared.max_streams.load(Ordering::Relaxed)
+    }
+
+    /// Sends `head` as a new stream, with END_STREAM when `end_of_stream`; the response to come,
+    /// and the sender of the request's body unless it ended with the head. On failure nothing was
+    /// sent, and the head comes back.
+    #[allow(
+        clippy::result_large_err,
+        reason = "the head comes back, unboxed, on the rare path where the connection is closing"
+    )]
+    pub(crate) fn send_request(
+        &self,
+        head: Request<()>,
+        end_of_stream: bool,
+    ) -> Result<(ResponseFuture, Option<SendBody>), (OpenError, Request<()>)> {
+        if let Err(name) = check_headers(head.headers()) {
+            return Err((OpenError::Malformed(name), head));
+        }
+        let mut state = self.shared.lock();
+        if let Err(why) = state.can_open() {
+            return Err((OpenError::Closing(why.to_error()), head));
+        }
+        let (parts, ()) = head.into_parts();
+        let key = state.open(|id| {
+            let pseudo = Pseudo::request(parts.method, parts.uri, None);
+            let mut frame = Headers::new(id, pseudo, parts.headers);
+            if end_of_stream {
+                frame.set_end_stream();
+            }
+            frame
+        });
+        drop(state);
+        let handle = |recv| Handle {
+            shared: self.shared.clone(),
+            key,
+            recv,
+        };
+        let body = (!end_of_stream).then(|| SendBody {
+            handle: handle(false),
+        });
+        Ok((
+            ResponseFuture {
+                handle: Some(handle(true)),
+            },
+            body,
+        ))
+    }
+
+    /// A handle that PINGs the connection (and does not hold it open).
+    pub(crate) fn pinger(&self) -> Pinger {
+        Pinger {
+            shared: self.shared.clone(),
+        }
+    }
+}
+
+/// PINGs one connection.
+pub(crate) struct Pinger {
+    shared: Arc<Shared>,
+}
+
+impl Pinger {
+    /// Sends a PING; resolves when the apiserver answers it.
+    pub(crate) async fn ping(&self) {
+        let pong = self.shared.pong.notified();
+        self.shared
+            .lock()
+            .push(h2::frame::Ping::new(drive::PING_PAYLOAD).into());
+        pong.await;
+    }
+}
+
+impl Drop for Link {
+    fn drop(&mut self) {
+        let mut state = self.shared.lock();
+        state.released_by_pool = true;
+        if let Some(task) = state.task.take() {
+            task.wake();
+        }
+    }
+}
+
+/// Rejects the connection-specific header fields HTTP/2 forbids, as h2's client does (skewgate's
+/// forwarding strips them; this is the last line). One pass over the names, which for the standard
+/// ones is a comparison of small integers, not a hash look-up per forbidden name.
+fn check_headers(headers: &HeaderMap) -> Result<(), &'static str> {
+    static FORBIDDEN: [header::HeaderName; 5] = [
+        header::CONNECTION,
+        header::TRANSFER_ENCODING,
+        header::UPGRADE,
+        header::HeaderName::from_static("keep-alive"),
+        header::HeaderName::from_static("proxy-connection"),
+    ];
+    for (name, value) in headers {
+        if let Some(forbidden) = FORBIDDEN.iter().find(|f| *f == name) {
+            return Err(forbidden.as_str());
+        }
+        if name == header::TE && value != "trailers" {
+            return Err("te");
+        }
+    }
+    Ok(())
+}
+
+/// A stream held by one of its two handles: the response's, or the request body's.
+struct Handle {
+    shared: Arc<Shared>,
+    key: usize,
+    recv: bool,
+}
+
+impl Drop for Handle {
+    fn drop(&mut self) {
+        self.shared.lock().drop_handle(self.key, self.recv);
+    }
+}
+
+/// The response head to come on a stream.
+pub(crate) struct ResponseFuture {
+    handle: Option<Handle>,
+}
+
+impl Future for ResponseFuture {
+    type Output = Result<(http::response::Parts, RecvBody), h2::Error>;
+
+    fn poll(mut self: std::pin::Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let Some(handle) = &self.handle else {
+            return Poll::Ready(Err(h2::Error::from(Reason::INTERNAL_ERROR)));
+        };
+        let head = {
+            let mut state = handle.shared.lock();
+            let failed = state.failed.clone();
+            let Some(s) = state.streams.get_mut(handle.key) else {
+                return Poll::Ready(Err(h2::Error::from(Reason::INTERNAL_ERROR)));
+            };
+            if let Some(head) = s.head.take() {
+                head
+            } else if let Some(why) = s.failure.as_ref().or(failed.as_ref()) {
+                return Poll::Ready(Err(why.to_error()));
+            } else {
+                store_waker(&mut s.recv_task, cx);
+                return Poll::Pending;
+            }
+        };
+        let body = RecvBody {
+            handle: self.handle.take(),
+            ended: false,
+        };
+        Poll::Ready(Ok((head, body)))
+    }
+}
+
+fn store_waker(slot: &mut Option<std::task::Waker>, cx: &Context<'_>) {
+    match slot {
+        Some(w) if w.will_wake(cx.waker()) => {}
+        _ => *slot = Some(cx.waker().clone()),
+    }
+}
+
+/// A response body, as the apiserver sends it: data within the stream's window, then trailers.
+pub(crate) struct RecvBody {
+    handle: Option<Handle>,
+    /// Whether the body was found at its end.
+    ended: bool,
+}
+
+impl std::fmt::Debug for RecvBody {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RecvBody")
+            .field("stream", &self.handle.as_ref().map(|h| h.key))
+            .field("ended", &self.ended)
+            .finish()
+    }
+}
+
+impl RecvBody {
+    /// The next data or trailers; `None` at the end.
+    pub(crate) fn poll_frame(
+        &mut self,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Bytes>, h2::Error>>> {
+        let Some(handle) = &self.handle else {
+            return Poll::Ready(None);
+        };
+        let mut state = handle.shared.lock();
+        let failed = state.failed.clone();
+        let Some(s) = state.streams.get_mut(handle.key) else {
+            return Poll::Ready(None);
+        };
+        if let Some(data) = s.data.pop_front() {
+            let len = data.len();
+            self.ended = s.recv_closed && s.data.is_empty() && s.trailers.is_none();
+            state.release(handle.key, len);
+            return Poll::Ready(Some(Ok(http_body::Frame::data(data))));
+        }
+        if let Some(trailers) = s.trailers.take() {
+            self.ended = true;
+            return Poll::Ready(Some(Ok(http_body::Frame::trailers(trailers))));
+        }
+        if s.recv_closed {
+            self.ended = true;
+            return Poll::Ready(None);
+        }
+        if let Some(why) = s.failure.as_ref().or(failed.as_ref()) {
+            return Poll::Ready(Some(Err(why.to_error())));
+        }
+        store_waker(&mut s.recv_task, cx);
+        Poll::Pending
+    }
+
+    /// Whether the body is known to be at its end (no lock: as of the last poll).
+    pub(crate) fn is_end_stream(&self) -> bool {
+        self.ended
+    }
+}
+
+/// The sender of a request's body, within the windows the apiserver grants.
+pub(crate) struct SendBody {
+    handle: Handle,
+}
+
+impl SendBody {
+    /// Sends all of `data` (END_STREAM with its last frame when `end`), in frames as large as the
+    /// windows and the apiserver's frame size allow; pending while they are closed.
+    pub(crate) fn poll_send(
+        &mut self,
+        cx: &mut Context<'_>,
+        data: &mut Bytes,
+        end: bool,
+    ) -> Poll<Result<(), h2::Error>> {
+        let mut state = self.handle.shared.lock();
+        loop {
+            let st = &mut *state;
+            let failed = st.failed.clone();
+            let Some(s) = st.streams.get_mut(self.handle.key) else {
+                return Poll::Ready(Err(h2::Error::from(Reason::CANCEL)));
+            };
+            if let Some(why) = s.failure.as_ref().or(failed.as_ref()) {
+                return Poll::Ready(Err(why.to_error()));
+            }
+            if s.send_closed {
+                return Poll::Ready(Ok(()));
+            }
+            let room = s.send_window.min(st.send_window).min(st.max_frame as i64);
+            if room <= 0 && !data.is_empty() {
+                store_waker(&mut s.send_task, cx);
+                return Poll::Pending;
+            }
+            let chunk = data.split_to((room.max(0) as usize).min(data.len()));
+            let last = end && data.is_empty();
+            s.send_window -= chunk.len() as i64;
+            s.send_closed = last;
+            let id = s.id;
+            st.send_window -= chunk.len() as i64;
+            let mut frame = Data::new(id, chunk);
+            frame.set_end_stream(last);
+            st.push(frame.into());
+            if data.is_empty() {
+                return Poll::Ready(Ok(()));
+            }
+        }
+    }
+
+    /// Ends the request with trailers.
+    pub(crate) fn send_trailers(&mut self, trailers: HeaderMap) {
+        let mut state = self.handle.shared.lock();
+        let Some(s) = state.streams.get_mut(self.handle.key) else {
+            return;
+        };
+        if s.failure.is_some() || s.send_closed {
+            return;
+        }
+        s.send_closed = true;
+        let mut frame = Headers::trailers(s.id, trailers);
+        frame.set_end_stream();
+        state.push(frame.into());
+    }
+
+    /// Resets the stream (the client's body failed).
+    pub(crate) fn send_reset(&mut self, reason: Reason) {
+        self.handle.shared.lock().reset(self.handle.key, reason);
+    }
+}
+
+#[cfg(test)]
+mod tests;

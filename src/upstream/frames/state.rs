@@ -1,0 +1,387 @@
+//! What one frame-level upstream connection knows: its streams, the frames waiting to go out, and
+//! both sides' flow-control windows. Everything here runs under the connection's one lock, held
+//! for a few hundred instructions at a time by the connection's task (a frame in) or by a request
+//! (a stream opened, data taken, a handle dropped); on a worker the two are the same thread.
+
+use std::collections::{HashMap, VecDeque};
+use std::io;
+use std::task::Waker;
+
+use bytes::Bytes;
+use h2::Reason;
+use h2::frame::{Data, Frame, Headers, Reset, StreamId, WindowUpdate};
+use http::{HeaderMap, StatusCode};
+
+use super::{CONNECTION_WINDOW, STREAM_WINDOW};
+
+/// Why a stream, or the whole connection, can go no further. Kept as data (h2's error is not
+/// `Clone`) and turned into an `h2::Error` for each one who asks.
+#[derive(Clone, Debug)]
+pub(super) enum Failure {
+    /// The stream was reset, by the apiserver or by skewgate.
+    Reset(Reason),
+    /// The apiserver sent GOAWAY before it took the stream: the stream was never processed.
+    Refused,
+    /// The connection failed or closed.
+    Closed(io::ErrorKind, &'static str),
+}
+
+impl Failure {
+    pub(super) fn to_error(&self) -> h2::Error {
+        match self {
+            Failure::Reset(reason) => h2::Error::from(*reason),
+            Failure::Refused => h2::Error::from(Reason::REFUSED_STREAM),
+            Failure::Closed(kind, what) => h2::Error::from(io::Error::new(*kind, *what)),
+        }
+    }
+}
+
+/// One stream: what has come of its response, and what its request may still send.
+pub(super) struct Stream {
+    pub(super) id: StreamId,
+    /// The response head, until the request takes it.
+    pub(super) head: Option<http::response::Parts>,
+    /// Whether the (final) response head has come.
+    head_seen: bool,
+    /// Response data not yet taken by the request's body.
+    pub(super) data: VecDeque<Bytes>,
+    pub(super) trailers: Option<HeaderMap>,
+    /// END_STREAM received.
+    pub(super) recv_closed: bool,
+    /// END_STREAM (or RST_STREAM) sent.
+    pub(super) send_closed: bool,
+    pub(super) failure: Option<Failure>,
+    /// How much more the apiserver may send on the stream, as skewgate granted it.
+    recv_window: i64,
+    /// Data the request took and skewgate has not given back to the apiserver yet.
+    released: u32,
+    /// How much more the request's body may send on the stream, as the apiserver granted it.
+    pub(super) send_window: i64,
+    pub(super) recv_task: Option<Waker>,
+    pub(super) send_task: Option<Waker>,
+    /// The handles still held: the response's (head, then body) and the request body's sender.
+    pub(super) recv_handle: bool,
+    pub(super) send_handle: bool,
+}
+
+/// The connection's state.
+pub(super) struct State {
+    pub(super) streams: slab::Slab<Stream>,
+    /// Stream id to slab key, for the frames coming in.
+    ids: HashMap<u32, usize, foldhash::fast::FixedState>,
+    /// Frames to write, in order.
+    pub(super) out: VecDeque<Frame<Bytes>>,
+    /// The connection's task, to be woken when `out` gets a frame.
+    pub(super) task: Option<Waker>,
+    next_id: u32,
+    /// The apiserver's connection-level window for what skewgate sends.
+    pub(super) send_window: i64,
+    /// The apiserver's `SETTINGS_INITIAL_WINDOW_SIZE`, given to each new stream.
+    pub(super) peer_initial_window: u32,
+    /// The largest DATA payload the apiserver accepts.
+    pub(super) max_frame: usize,
+    /// Data received on the connection and not yet given back in a connection WINDOW_UPDATE.
+    unacked: u32,
+    /// Set once the connection cannot take new streams: failed, closed, or GOAWAY received.
+    pub(super) closing: Option<Failure>,
+    /// Set once the connection itself failed: every stream fails with it.
+    pub(super) failed: Option<Failure>,
+    /// Set once the pool let go of the connection: it ends when its last stream has.
+    pub(super) released_by_pool: bool,
+}
+
+/// The most frames queued before answers to the apiserver's PINGs and SETTINGS are dropped.
+const MAX_QUEUED: usize = 4096;
+
+/// The largest stream id a client may use.
+const MAX_STREAM_ID: u32 = (1 << 31) - 1;
+
+impl State {
+    pub(super) fn new() -> State {
+        State {
+            streams: slab::Slab::new(),
+            ids: HashMap::default(),
+            out: VecDeque::new(),
+            task: None,
+            next_id: 1,
+            send_window: 65_535,
+            peer_initial_window: 65_535,
+            max_frame: 16_384,
+            unacked: 0,
+            closing: None,
+            failed: None,
+            released_by_pool: false,
+        }
+    }
+
+    /// Queues `frame` and wakes the connection's task to write it.
+    pub(super) fn push(&mut self, frame: Frame<Bytes>) {
+        self.out.push_back(frame);
+        if let Some(task) = self.task.take() {
+            task.wake();
+        }
+    }
+
+    /// Whether a new stream may be opened now; why not, if not.
+    pub(super) fn can_open(&mut self) -> Result<(), Failure> {
+        if self.next_id > MAX_STREAM_ID {
+            self.closing.get_or_insert(Failure::Closed(
+                io::ErrorKind::Other,
+                "stream ids exhausted",
+            ));
+        }
+        match &self.closing {
+            Some(why) => Err(why.clone()),
+            None => Ok(()),
+        }
+    }
+
+    /// Queues an answer the connection owes the apiserver (a SETTINGS or PING acknowledgement),
+    /// unless more than `MAX_QUEUED` frames wait already: an apiserver that sends PINGs and does not
+    /// read its socket does not grow skewgate's queue without bound.
+    pub(super) fn push_answer(&mut self, frame: Frame<Bytes>) {
+        if self.out.len() < MAX_QUEUED {
+            self.push(frame);
+        }
+    }
+
+    /// Opens a stream (after `can_open`) with `headers`, given its stream id; its slab key.
+    pub(super) fn open(&mut self, headers: impl FnOnce(StreamId) -> Headers) -> usize {
+        let id = self.next_id;
+        self.next_id += 2;
+        let frame = headers(StreamId::from(id));
+        let end = frame.is_end_stream();
+        let key = self.streams.insert(Stream {
+            id: StreamId::from(id),
+            head: None,
+            head_seen: false,
+            data: VecDeque::new(),
+            trailers: None,
+            recv_closed: false,
+            send_closed: end,
+            failure: None,
+            recv_window: i64::from(STREAM_WINDOW),
+            released: 0,
+            send_window: i64::from(self.peer_initial_window),
+            recv_task: None,
+            send_task: None,
+            recv_handle: true,
+            send_handle: !end,
+        });
+        self.ids.insert(id, key);
+        self.push(frame.into());
+        key
+    }
+
+    /// Data the request's body took off stream `key`: given back to the apiserver once half the
+    /// stream's window has been taken (as h2 does), unless the stream is done receiving.
+    pub(super) fn release(&mut self, key: usize, len: usize) {
+        let Some(s) = self.streams.get_mut(key) else {
+            return;
+        };
+        if s.recv_closed || s.failure.is_some() {
+            return;
+        }
+        s.released = s.released.saturating_add(len as u32);
+        if s.released >= STREAM_WINDOW / 2 {
+            let grant = std::mem::take(&mut s.released);
+            s.recv_window += i64::from(grant);
+            let id = s.id;
+            self.push(WindowUpdate::new(id, grant).into());
+        }
+    }
+
+    /// Resets stream `key` with `reason` (unless it is over already): RST_STREAM out, its
+    /// handles told.
+    pub(super) fn reset(&mut self, key: usize, reason: Reason) {
+        let Some(s) = self.streams.get_mut(key) else {
+            return;
+        };
+        if s.failure.is_some() || (s.recv_closed && s.send_closed) {
+            return;
+        }
+        s.failure = Some(Failure::Reset(reason));
+        s.send_closed = true;
+        s.data.clear();
+        wake(&mut s.recv_task);
+        wake(&mut s.send_task);
+        let id = s.id;
+        self.push(Reset::new(id, reason).into());
+    }
+
+    /// One handle of stream `key` is gone; the stream is forgotten with its last, and reset if it
+    /// is not over (the client went away: the apiserver stops sending in vain).
+    pub(super) fn drop_handle(&mut self, key: usize, recv: bool) {
+        let Some(s) = self.streams.get_mut(key) else {
+            return;
+        };
+        if recv {
+            s.recv_handle = false;
+        } else {
+            s.send_handle = false;
+        }
+        let (id, gone) = (s.id, !s.recv_handle && !s.send_handle);
+        if recv || gone {
+            self.reset(key, Reason::CANCEL);
+        }
+        if gone {
+            self.streams.remove(key);
+            self.ids.remove(&u32::from(id));
+            // The pool let go of the connection: it ends with its last stream.
+            if self.released_by_pool && self.streams.is_empty() {
+                wake(&mut self.task);
+            }
+        }
+    }
+
+    /// The stream a frame from the apiserver is for, if skewgate still has it.
+    fn stream(&mut self, id: StreamId) -> Option<(usize, &mut Stream)> {
+        let key = *self.ids.get(&u32::from(id))?;
+        self.streams.get_mut(key).map(|s| (key, s))
+    }
+
+    /// A HEADERS frame from the apiserver: the response head, an informational head (skipped), or
+    /// the trailers.
+    pub(super) fn on_headers(&mut self, frame: Headers) {
+        let end = frame.is_end_stream();
+        let Some((key, s)) = self.stream(frame.stream_id()) else {
+            return;
+        };
+        if s.failure.is_some() || s.recv_closed {
+            return;
+        }
+        let (pseudo, fields) = frame.into_parts();
+        let wellformed = match (!s.head_seen, pseudo.status) {
+            (true, Some(status)) if status.is_informational() => return,
+            (true, Some(status)) => {
+                s.head = Some(response_head(status, fields));
+                s.head_seen = true;
+                true
+            }
+            // Trailers end the stream; a second head that does not is malformed.
+            (false, None) if end => {
+                s.trailers = Some(fields);
+                true
+            }
+            _ => false,
+        };
+        if !wellformed {
+            return self.reset(key, Reason::PROTOCOL_ERROR);
+        }
+        s.recv_closed = end;
+        wake(&mut s.recv_task);
+    }
+
+    /// A DATA frame from the apiserver: kept for the stream's body, within the window skewgate
+    /// granted the stream; the connection's window is given back at once (backpressure is per
+    /// stream).
+    pub(super) fn on_data(&mut self, frame: Data<Bytes>, flow_len: usize) {
+        self.unacked = self.unacked.saturating_add(flow_len as u32);
+        if self.unacked >= CONNECTION_WINDOW / 2 {
+            let grant = std::mem::take(&mut self.unacked);
+            self.push(WindowUpdate::new(StreamId::zero(), grant).into());
+        }
+        let end = frame.is_end_stream();
+        let Some((key, s)) = self.stream(frame.stream_id()) else {
+            return;
+        };
+        if s.failure.is_some() || s.recv_closed {
+            return;
+        }
+        s.recv_window -= flow_len as i64;
+        if !s.head_seen || s.recv_window < 0 {
+            // Data before the head, or past the window skewgate granted.
+            let reason = if s.recv_window < 0 {
+                Reason::FLOW_CONTROL_ERROR
+            } else {
+                Reason::PROTOCOL_ERROR
+            };
+            return self.reset(key, reason);
+        }
+        let payload = frame.into_payload();
+        if !payload.is_empty() {
+            s.data.push_back(payload);
+        }
+        s.recv_closed = end;
+        wake(&mut s.recv_task);
+    }
+
+    /// RST_STREAM from the apiserver.
+    pub(super) fn on_reset(&mut self, id: StreamId, reason: Reason) {
+        let Some((_, s)) = self.stream(id) else {
+            return;
+        };
+        if s.failure.is_none() {
+            s.failure = Some(Failure::Reset(reason));
+            s.send_closed = true;
+            wake(&mut s.recv_task);
+            wake(&mut s.send_task);
+        }
+    }
+
+    /// WINDOW_UPDATE from the apiserver: more room for request bodies.
+    pub(super) fn on_window_update(&mut self, id: StreamId, increment: u32) {
+        if id.is_zero() {
+            self.send_window += i64::from(increment);
+            for (_, s) in self.streams.iter_mut() {
+                wake(&mut s.send_task);
+            }
+        } else if let Some((_, s)) = self.stream(id) {
+            s.send_window += i64::from(increment);
+            wake(&mut s.send_task);
+        }
+    }
+
+    /// The apiserver's new SETTINGS_INITIAL_WINDOW_SIZE: every open stream's window moves by the
+    /// difference (RFC 9113, 6.9.2).
+    pub(super) fn on_initial_window(&mut self, size: u32) {
+        let delta = i64::from(size) - i64::from(self.peer_initial_window);
+        self.peer_initial_window = size;
+        for (_, s) in self.streams.iter_mut() {
+            s.send_window += delta;
+            if delta > 0 {
+                wake(&mut s.send_task);
+            }
+        }
+    }
+
+    /// GOAWAY from the apiserver: no new streams; those above `last` were never processed.
+    pub(super) fn on_go_away(&mut self, last: StreamId) {
+        self.closing.get_or_insert(Failure::Refused);
+        for (_, s) in self.streams.iter_mut() {
+            if s.id > last && s.failure.is_none() {
+                s.failure = Some(Failure::Refused);
+                wake(&mut s.recv_task);
+                wake(&mut s.send_task);
+            }
+        }
+    }
+
+    /// The connection ended: every stream not over fails with it.
+    pub(super) fn fail(&mut self, why: Failure) {
+        self.closing.get_or_insert(why.clone());
+        self.failed.get_or_insert(why.clone());
+        for (_, s) in self.streams.iter_mut() {
+            if s.failure.is_none() && !(s.recv_closed && s.send_closed) {
+                s.failure = Some(why.clone());
+            }
+            wake(&mut s.recv_task);
+            wake(&mut s.send_task);
+        }
+    }
+}
+
+fn wake(task: &mut Option<Waker>) {
+    if let Some(task) = task.take() {
+        task.wake();
+    }
+}
+
+/// A response head as http has it.
+fn response_head(status: StatusCode, fields: HeaderMap) -> http::response::Parts {
+    let mut head = http::Response::new(());
+    *head.status_mut() = status;
+    *head.version_mut() = http::Version::HTTP_2;
+    *head.headers_mut() = fields;
+    head.into_parts().0
+}
