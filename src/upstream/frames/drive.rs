@@ -64,17 +64,25 @@ where
         shared: shared.clone(),
     };
     let mut conn = Connection {
-        codec: Codec::new(io),
+        wire: Wire {
+            codec: Codec::new(io),
+            hooks: Some(hooks),
+            settled: false,
+        },
         shared,
-        hooks: Some(hooks),
-        settled: false,
     };
     Ok((link, async move { poll_fn(|cx| conn.poll(cx)).await }))
 }
 
 struct Connection<T> {
-    codec: Codec<T, Bytes>,
+    wire: Wire<T>,
     shared: Arc<Shared>,
+}
+
+/// The connection's socket and what it reports to the pool: apart from `Shared`, so that a turn
+/// can hold the lock and write to the socket.
+struct Wire<T> {
+    codec: Codec<T, Bytes>,
     /// Taken at GOAWAY.
     hooks: Option<Hooks>,
     /// Whether the apiserver's first SETTINGS came.
@@ -82,34 +90,67 @@ struct Connection<T> {
 }
 
 impl<T: AsyncRead + AsyncWrite + Unpin> Connection<T> {
-    /// Reads what has come, writes what is queued; `Ready` when the connection is over.
+    /// Reads what has come, queues it to be written with what the requests queued, and flushes;
+    /// `Ready` when the connection is over. One turn takes the connection's lock once.
     fn poll(&mut self, cx: &mut Context<'_>) -> Poll<()> {
-        // Frames the task queues itself (SETTINGS acknowledged, windows given back) do not wake
-        // it: `write` takes them, and puts the waker back for everyone else's.
-        self.shared.lock().task = None;
-        loop {
-            let read = match self.read(cx) {
-                Ok(read) => read,
-                Err(why) => return self.end(cx, why),
-            };
-            if let Err(why) = self.write(cx) {
-                return self.end(cx, why);
-            }
-            if read == 0 {
-                let state = self.shared.lock();
-                if state.released_by_pool && state.streams.is_empty() && state.out.is_empty() {
-                    return Poll::Ready(());
+        let mut went_away = false;
+        let turn = {
+            let mut state = self.shared.lock();
+            // Frames queued while reading (SETTINGS acknowledged, windows given back) do not wake
+            // the task itself: `write` takes them, and sets the waker for everyone else's.
+            state.task = None;
+            loop {
+                let read = match self.wire.read(cx, &self.shared, &mut state, &mut went_away) {
+                    Ok(read) => read,
+                    Err(why) => break Err(why),
+                };
+                if let Err(why) = self.wire.write(cx, &mut state) {
+                    break Err(why);
                 }
-                return Poll::Pending;
+                if read == 0 {
+                    break Ok(state.released_by_pool
+                        && state.streams.is_empty()
+                        && state.out.is_empty());
+                }
             }
+        };
+        if went_away {
+            self.wire.went_away();
         }
+        let done = match turn {
+            Ok(done) => done,
+            Err(why) => return self.end(cx, why),
+        };
+        if let Poll::Ready(Err(_)) = self.wire.codec.flush(cx) {
+            return self.end(cx, broken());
+        }
+        if done { Poll::Ready(()) } else { Poll::Pending }
     }
 
+    /// The connection is over: every stream left fails with `why`.
+    fn end(&mut self, cx: &mut Context<'_>, why: Failure) -> Poll<()> {
+        // What is queued (a GOAWAY, resets) goes out if the socket still takes it.
+        let mut state = self.shared.lock();
+        let _ = self.wire.write(cx, &mut state);
+        state.fail(why);
+        drop(state);
+        let _ = self.wire.codec.flush(cx);
+        Poll::Ready(())
+    }
+}
+
+impl<T: AsyncRead + AsyncWrite + Unpin> Wire<T> {
     /// Reads up to `READ_BATCH` frames and hands each to the state; how many were read.
-    fn read(&mut self, cx: &mut Context<'_>) -> Result<usize, Failure> {
+    fn read(
+        &mut self,
+        cx: &mut Context<'_>,
+        shared: &Shared,
+        state: &mut State,
+        went_away: &mut bool,
+    ) -> Result<usize, Failure> {
         for read in 0..READ_BATCH {
             match Pin::new(&mut self.codec).poll_next(cx) {
-                Poll::Ready(Some(Ok(frame))) => self.on_frame(frame)?,
+                Poll::Ready(Some(Ok(frame))) => self.on_frame(frame, shared, state, went_away)?,
                 Poll::Ready(Some(Err(e))) => {
                     tracing::debug!(error = %e, "upstream connection: protocol error");
                     return Err(Failure::Closed(
@@ -129,65 +170,59 @@ impl<T: AsyncRead + AsyncWrite + Unpin> Connection<T> {
         Ok(READ_BATCH)
     }
 
-    /// Writes the queued frames as far as the socket takes them, and flushes.
-    fn write(&mut self, cx: &mut Context<'_>) -> Result<(), Failure> {
-        let broken =
-            |_| Failure::Closed(io::ErrorKind::BrokenPipe, "writing to the apiserver failed");
-        {
-            let mut state = self.shared.lock();
-            match &state.task {
-                Some(w) if w.will_wake(cx.waker()) => {}
-                _ => state.task = Some(cx.waker().clone()),
+    /// Hands the queued frames to the codec as far as the socket takes them (the codec writes when
+    /// its buffer is full; the rest is flushed at the end of the turn).
+    fn write(&mut self, cx: &mut Context<'_>, state: &mut State) -> Result<(), Failure> {
+        match &state.task {
+            Some(w) if w.will_wake(cx.waker()) => {}
+            _ => state.task = Some(cx.waker().clone()),
+        }
+        while !state.out.is_empty() {
+            match self.codec.poll_ready(cx) {
+                Poll::Ready(r) => r.map_err(|_| broken())?,
+                Poll::Pending => break,
             }
-            while !state.out.is_empty() {
-                match self.codec.poll_ready(cx) {
-                    Poll::Ready(r) => r.map_err(broken)?,
-                    Poll::Pending => break,
-                }
-                if let Some(frame) = state.out.pop_front() {
-                    self.codec.buffer(frame).map_err(|e| {
-                        tracing::debug!(error = %e, "upstream connection: a frame could not be written");
-                        Failure::Closed(io::ErrorKind::InvalidInput, "a frame could not be written")
-                    })?;
-                }
+            if let Some(frame) = state.out.pop_front() {
+                self.codec.buffer(frame).map_err(|e| {
+                    tracing::debug!(error = %e, "upstream connection: a frame could not be written");
+                    Failure::Closed(io::ErrorKind::InvalidInput, "a frame could not be written")
+                })?;
             }
         }
-        match self.codec.flush(cx) {
-            Poll::Ready(Err(e)) => Err(broken(e)),
-            _ => Ok(()),
-        }
+        Ok(())
     }
 
     /// One frame from the apiserver.
-    fn on_frame(&mut self, frame: Frame) -> Result<(), Failure> {
+    fn on_frame(
+        &mut self,
+        frame: Frame,
+        shared: &Shared,
+        state: &mut State,
+        went_away: &mut bool,
+    ) -> Result<(), Failure> {
         match frame {
             Frame::Data(data) => {
                 let len = data.flow_controlled_len();
-                self.shared.lock().on_data(data, len);
+                state.on_data(data, len);
             }
-            Frame::Headers(headers) => self.shared.lock().on_headers(headers),
-            Frame::Reset(reset) => self
-                .shared
-                .lock()
-                .on_reset(reset.stream_id(), reset.reason()),
-            Frame::WindowUpdate(w) => {
-                self.shared
-                    .lock()
-                    .on_window_update(w.stream_id(), w.size_increment());
-            }
-            Frame::Settings(settings) => self.on_settings(&settings),
+            Frame::Headers(headers) => state.on_headers(headers),
+            Frame::Reset(reset) => state.on_reset(reset.stream_id(), reset.reason()),
+            Frame::WindowUpdate(w) => state.on_window_update(w.stream_id(), w.size_increment()),
+            Frame::Settings(settings) => self.on_settings(&settings, shared, state),
             Frame::Ping(ping) if ping.is_ack() => {
                 if *ping.payload() == PING_PAYLOAD {
-                    self.shared.pong.notify_one();
+                    shared.pong.notify_one();
                 }
             }
-            Frame::Ping(ping) => self
-                .shared
-                .lock()
-                .push_answer(Ping::pong(ping.into_payload()).into()),
-            Frame::GoAway(go_away) => self.on_go_away(&go_away),
+            Frame::Ping(ping) => state.push_answer(Ping::pong(ping.into_payload()).into()),
+            Frame::GoAway(go_away) => {
+                if go_away.reason() != Reason::NO_ERROR {
+                    tracing::debug!(reason = ?go_away.reason(), "upstream connection: GOAWAY");
+                }
+                state.on_go_away(go_away.last_stream_id());
+                *went_away = true;
+            }
             Frame::PushPromise(_) => {
-                let mut state = self.shared.lock();
                 state.push(GoAway::new(StreamId::zero(), Reason::PROTOCOL_ERROR).into());
                 return Err(Failure::Closed(
                     io::ErrorKind::InvalidData,
@@ -200,11 +235,10 @@ impl<T: AsyncRead + AsyncWrite + Unpin> Connection<T> {
     }
 
     /// The apiserver's SETTINGS: applied, then acknowledged.
-    fn on_settings(&mut self, settings: &Settings) {
+    fn on_settings(&mut self, settings: &Settings, shared: &Shared, state: &mut State) {
         if settings.is_ack() {
             return;
         }
-        let mut state = self.shared.lock();
         if let Some(size) = settings.max_frame_size() {
             self.codec.set_max_send_frame_size(size as usize);
             state.max_frame = size as usize;
@@ -216,15 +250,12 @@ impl<T: AsyncRead + AsyncWrite + Unpin> Connection<T> {
             state.on_initial_window(size);
         }
         if let Some(max) = settings.max_concurrent_streams() {
-            self.shared
-                .max_streams
-                .store(max as usize, Ordering::Relaxed);
+            shared.max_streams.store(max as usize, Ordering::Relaxed);
         }
         if let (Some(limit), Some(hooks)) = (settings.max_header_list_size(), &self.hooks) {
             hooks.header_limit.store(limit, Ordering::Relaxed);
         }
         state.push_answer(Settings::ack().into());
-        drop(state);
         if !std::mem::replace(&mut self.settled, true)
             && let Some(hooks) = &self.hooks
         {
@@ -232,11 +263,9 @@ impl<T: AsyncRead + AsyncWrite + Unpin> Connection<T> {
         }
     }
 
-    fn on_go_away(&mut self, go_away: &GoAway) {
-        if go_away.reason() != Reason::NO_ERROR {
-            tracing::debug!(reason = ?go_away.reason(), "upstream connection: GOAWAY");
-        }
-        self.shared.lock().on_go_away(go_away.last_stream_id());
+    /// After a GOAWAY, outside the connection's lock: the pool is told (which may drop the pool's
+    /// handle, and that takes the lock).
+    fn went_away(&mut self) {
         if let Some(hooks) = self.hooks.take() {
             (hooks.on_go_away)();
             // A GOAWAY before SETTINGS ends the connect too.
@@ -245,14 +274,10 @@ impl<T: AsyncRead + AsyncWrite + Unpin> Connection<T> {
             }
         }
     }
+}
 
-    /// The connection is over: every stream left fails with `why`.
-    fn end(&mut self, cx: &mut Context<'_>, why: Failure) -> Poll<()> {
-        // What is queued (a GOAWAY, resets) goes out if the socket still takes it.
-        let _ = self.write(cx);
-        self.shared.lock().fail(why);
-        Poll::Ready(())
-    }
+fn broken() -> Failure {
+    Failure::Closed(io::ErrorKind::BrokenPipe, "writing to the apiserver failed")
 }
 
 impl<T> Drop for Connection<T> {

@@ -116,6 +116,7 @@ impl Link {
             shared: self.shared.clone(),
             key,
             recv,
+            released: std::cell::Cell::new(false),
         };
         let body = (!end_of_stream).then(|| SendBody {
             handle: handle(false),
@@ -189,11 +190,16 @@ struct Handle {
     shared: Arc<Shared>,
     key: usize,
     recv: bool,
+    /// Given up already, under a lock held for something else: its key may belong to another
+    /// stream now, and dropping it takes no lock.
+    released: std::cell::Cell<bool>,
 }
 
 impl Drop for Handle {
     fn drop(&mut self) {
-        self.shared.lock().drop_handle(self.key, self.recv);
+        if !self.released.get() {
+            self.shared.lock().drop_handle(self.key, self.recv);
+        }
     }
 }
 
@@ -261,7 +267,7 @@ impl RecvBody {
         &mut self,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<http_body::Frame<Bytes>, h2::Error>>> {
-        let Some(handle) = &self.handle else {
+        let Some(handle) = self.handle.as_ref().filter(|h| !h.released.get()) else {
             return Poll::Ready(None);
         };
         let mut state = handle.shared.lock();
@@ -272,7 +278,14 @@ impl RecvBody {
         if let Some(data) = s.data.pop_front() {
             let len = data.len();
             self.ended = s.recv_closed && s.data.is_empty() && s.trailers.is_none();
-            state.release(handle.key, len);
+            if self.ended && s.send_closed {
+                // Over both ways with this frame (a small GET's whole answer): the stream is given
+                // up now, under this lock, rather than by another when the body is dropped.
+                state.drop_handle(handle.key, true);
+                handle.released.set(true);
+            } else {
+                state.release(handle.key, len);
+            }
             return Poll::Ready(Some(Ok(http_body::Frame::data(data))));
         }
         if let Some(trailers) = s.trailers.take() {

@@ -473,3 +473,39 @@ async fn the_connection_ends_when_the_pool_lets_go_and_its_last_stream_is_over()
         .await
         .expect("the connection closes");
 }
+
+#[tokio::test]
+async fn a_body_read_to_its_end_lets_go_of_its_stream_and_dropping_it_later_touches_no_other() {
+    let (link, mut peer, _) = connect(Settings::default()).await;
+    let (response, _) = link.send_request(get("/a"), true).expect("sent");
+    let id = match peer.next_on_stream().await {
+        Frame::Headers(h) => h.stream_id(),
+        other => panic!("expected HEADERS, got {other:?}"),
+    };
+    peer.respond(id, 200, false).await;
+    peer.data(id, b"{}", true).await;
+    let (_, mut body) = response.await.expect("head");
+    let data = body_frame(&mut body)
+        .await
+        .expect("data")
+        .expect("no error");
+    assert_eq!(data.into_data().expect("data").as_ref(), b"{}");
+    assert!(body.is_end_stream());
+    assert_eq!(
+        link.shared.lock().streams.len(),
+        0,
+        "given up with its last frame"
+    );
+    assert!(body_frame(&mut body).await.is_none());
+    // The next stream may take the same slot; the old body, dropped now, leaves it alone.
+    let (next, _) = link.send_request(get("/b"), true).expect("sent");
+    let next_id = match peer.next_on_stream().await {
+        Frame::Headers(h) => h.stream_id(),
+        other => panic!("expected HEADERS, got {other:?}"),
+    };
+    drop(body);
+    assert!(peer.quiet().await, "no RST_STREAM for either stream");
+    peer.respond(next_id, 200, true).await;
+    let (head, _) = next.await.expect("the next stream's head");
+    assert_eq!(head.status, StatusCode::OK);
+}
