@@ -87,26 +87,52 @@ pub fn classify<'a>(method: &str, path: &'a str, query: Option<&'a str>) -> Requ
 /// The most path segments that can matter: `apis/{group}/{version}/watch/namespaces/{ns}/{resource}/{name}/{sub}`.
 const MAX_SEGMENTS: usize = 9;
 
-/// The first `MAX_SEGMENTS` segments of `path` between slashes, and how many there are. A loop over
-/// bytes: `str::split('/')` searched for each slash with a general character searcher, about 150
-/// instructions a segment, and every request's path goes through here.
+/// The first `MAX_SEGMENTS` segments of `path` between slashes, and how many there are. Every
+/// request's path goes through here: `str::split('/')` searched for each slash with a general
+/// character searcher (about 150 instructions a segment), a loop over bytes took 400 for a typical
+/// path, and this looks at eight bytes at a time (`slashes`), about half that.
 fn split_segments(path: &str) -> ([&str; MAX_SEGMENTS], usize) {
     let mut segments = [""; MAX_SEGMENTS];
     let mut n = 0;
     let mut start = 0;
-    for (i, &b) in path.as_bytes().iter().enumerate() {
-        if b == b'/' {
-            // A slash is one byte, never inside a character: `start..i` are boundaries.
-            segments[n] = &path[start..i];
-            n += 1;
-            start = i + 1;
-            if n == MAX_SEGMENTS {
+    let mut cut = |i: usize| {
+        // A slash is one byte, never inside a character: `start..i` are boundaries.
+        segments[n] = path.get(start..i).unwrap_or_default();
+        n += 1;
+        start = i + 1;
+        n == MAX_SEGMENTS
+    };
+    let bytes = path.as_bytes();
+    let mut words = bytes.chunks_exact(8);
+    let mut base = 0;
+    for word in &mut words {
+        let mut found = slashes(word);
+        while found != 0 {
+            if cut(base + (found.trailing_zeros() / 8) as usize) {
                 return (segments, n);
             }
+            found &= found - 1;
+        }
+        base += 8;
+    }
+    for (i, &b) in words.remainder().iter().enumerate() {
+        if b == b'/' && cut(base + i) {
+            return (segments, n);
         }
     }
-    segments[n] = &path[start..];
+    segments[n] = path.get(start..).unwrap_or_default();
     (segments, n + 1)
+}
+
+/// The slashes among eight bytes: the high bit of each byte that is `/`, little-endian (the first
+/// byte lowest). Exact per byte: `(x & 0x7f) + 0x7f` carries into the high bit for every byte but
+/// zero and never into the next byte.
+fn slashes(word: &[u8]) -> u64 {
+    const LOW7: u64 = 0x7f7f_7f7f_7f7f_7f7f;
+    let mut bytes = [0u8; 8];
+    bytes.copy_from_slice(word);
+    let x = u64::from_le_bytes(bytes) ^ 0x2f2f_2f2f_2f2f_2f2f;
+    !(((x & LOW7) + LOW7) | x | LOW7)
 }
 
 /// The apiserver's algorithm on an already decoded path. `keep` turns a slice of that path into a field:

@@ -17,12 +17,16 @@ pub struct IdentityHeaders {
     pub extra_prefixes: Vec<String>,
     /// UID headers (`X-Remote-Uid`).
     pub uid: Vec<HeaderName>,
-    /// The first bytes any of them (or an extra prefix) can begin with, spelt with underscores too,
-    /// one bit per ASCII byte: a name beginning otherwise (most of a request's) is none of them,
-    /// found with one test instead of a comparison with each. Derived from the lists above when
-    /// they are built (`new`, `default`); they are not changed after.
-    first_bytes: u128,
+    /// The bytes any of them (or an extra prefix) can have at each of its first `LEAD` places,
+    /// spelt with underscores too, one bit per ASCII byte: a name that differs there (most of a
+    /// request's, `X-Forwarded-For` among them) is none of them, found with a few tests instead of
+    /// a comparison with each. Derived from the lists above when they are built (`new`,
+    /// `default`); they are not changed after.
+    lead: [u128; LEAD],
 }
+
+/// How many leading bytes of a header name `IdentityHeaders::lead` looks at.
+const LEAD: usize = 3;
 
 impl Default for IdentityHeaders {
     fn default() -> Self {
@@ -31,9 +35,9 @@ impl Default for IdentityHeaders {
             group: vec![HeaderName::from_static("x-remote-group")],
             extra_prefixes: vec!["x-remote-extra-".to_owned()],
             uid: vec![HeaderName::from_static("x-remote-uid")],
-            first_bytes: 0,
+            lead: [0; LEAD],
         }
-        .with_first_bytes()
+        .with_lead()
     }
 }
 
@@ -78,37 +82,44 @@ impl IdentityHeaders {
             } else {
                 names(uid)?
             },
-            first_bytes: 0,
+            lead: [0; LEAD],
         }
-        .with_first_bytes())
+        .with_lead())
     }
 
-    /// Sets `first_bytes` from the names and prefixes.
-    fn with_first_bytes(mut self) -> Self {
+    /// Sets `lead` from the names and prefixes.
+    fn with_lead(mut self) -> Self {
         let names = self.user.iter().chain(&self.group).chain(&self.uid);
-        let starts = names
+        let all = names
             .map(HeaderName::as_str)
-            .chain(self.extra_prefixes.iter().map(String::as_str))
-            .map(|n| n.as_bytes().first().copied());
-        let mut bits = 0u128;
-        for first in starts {
-            match first {
-                // An empty prefix: every name has it.
-                None => bits = u128::MAX,
-                // A dash may come spelt as an underscore.
-                Some(b'-') => bits |= 1 << b'-' | 1 << b'_',
-                Some(b) if b < 128 => bits |= 1 << b,
-                Some(_) => {}
+            .chain(self.extra_prefixes.iter().map(String::as_str));
+        let mut lead = [0u128; LEAD];
+        for name in all {
+            for (at, bits) in lead.iter_mut().enumerate() {
+                match name.as_bytes().get(at) {
+                    // A short name or prefix (an empty prefix: every name has it).
+                    None => *bits = u128::MAX,
+                    // A dash may come spelt as an underscore.
+                    Some(b'-') => *bits |= 1 << b'-' | 1 << b'_',
+                    Some(&b) if b < 128 => *bits |= 1 << b,
+                    Some(_) => {}
+                }
             }
         }
-        self.first_bytes = bits;
+        self.lead = lead;
         self
     }
 
     /// Whether `name` can be one of them, or one spelt with underscores, or an extra header.
     fn may_be_identity(&self, name: &HeaderName) -> bool {
-        let first = name.as_str().as_bytes().first().copied().unwrap_or(0);
-        first < 128 && self.first_bytes & (1 << first) != 0
+        let name = name.as_str().as_bytes();
+        self.lead
+            .iter()
+            .enumerate()
+            .all(|(at, bits)| match name.get(at) {
+                Some(&b) => b < 128 && bits & (1 << b) != 0,
+                None => true,
+            })
     }
 
     /// Removes every identity header (every value of each), whatever the client sent, and every
@@ -293,6 +304,20 @@ mod tests {
         h.insert("x-auth-extra-foo", HeaderValue::from_static("1"));
         names.strip(&mut h);
         assert!(h.is_empty());
+    }
+
+    #[test]
+    fn names_shorter_than_the_quick_test_are_stripped() {
+        // The quick test looks at three bytes: names and prefixes shorter than that must pass it.
+        let names = IdentityHeaders::new(&["U".into()], &[], &["Q-".into()], &[]).unwrap();
+        for k in ["u", "q-", "q-anything", "q_anything"] {
+            let mut h = HeaderMap::new();
+            h.insert(HeaderName::from_static(k), HeaderValue::from_static("evil"));
+            h.insert("x-forwarded-for", HeaderValue::from_static("10.0.0.1"));
+            names.strip(&mut h);
+            let left: Vec<&str> = h.keys().map(|k| k.as_str()).collect();
+            assert_eq!(left, ["x-forwarded-for"], "{k}");
+        }
     }
 
     #[test]

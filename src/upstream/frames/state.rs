@@ -45,7 +45,8 @@ pub(super) struct Stream {
     head_seen: bool,
     /// Response data not yet taken by the request's body.
     pub(super) data: VecDeque<Bytes>,
-    pub(super) trailers: Option<HeaderMap>,
+    /// Boxed: few responses have trailers, and every stream would carry an inline map's size.
+    pub(super) trailers: Option<Box<HeaderMap>>,
     /// END_STREAM received.
     pub(super) recv_closed: bool,
     /// END_STREAM (or RST_STREAM) sent.
@@ -260,7 +261,7 @@ impl State {
             }
             // Trailers end the stream; a second head that does not is malformed.
             (false, None) if end => {
-                s.trailers = Some(fields);
+                s.trailers = Some(Box::new(fields));
                 true
             }
             _ => false,
