@@ -3,8 +3,10 @@
 # change of a few tenths of a microsecond per request (the load bench, unpinned, moves by ±0.7 µs
 # from run to run on two cores).
 #
-#   bench/ab.sh OLD_SKEWGATE NEW_SKEWGATE [...]
+#   bench/ab.sh OLD_SKEWGATE NEW_SKEWGATE [...] [haproxy]
 #
+# `haproxy` (when installed) is measured the same way beside the builds: one thread on CPU 1, h2 to
+# the simulator, connections reused. The first argument must be a build (its simulator is used).
 # The simulator and h2load share CPU 0; each proxy serves with one worker on CPU 1, all at once
 # behind one simulator, measured one after the other in each round. Each round measures every build
 # with an h2c client (4 connections, 16 streams each) and an HTTP/1.1 client (64 connections), for
@@ -14,7 +16,7 @@ set -euo pipefail
 ROUNDS=${ROUNDS:-5}
 SECONDS_EACH=${AB_SECONDS:-4}
 SIM_PORT=${SIM_PORT:-18381}
-[ $# -ge 1 ] || { sed -n '2,12p' "$0"; exit 2; }
+[ $# -ge 1 ] || { sed -n '2,15p' "$0"; exit 2; }
 for tool in h2load taskset curl; do
     command -v "$tool" >/dev/null || { echo "ab.sh: $tool is not installed" >&2; exit 2; }
 done
@@ -26,9 +28,13 @@ serving=()
 for i in $(seq 1 $#); do
     bin=${!i}
     port=$((SIM_PORT + 10 * i))
-    taskset -c 1 "$bin" serve --routes "$work/routes.yaml" --listen "127.0.0.1:$port" \
-        --admin-listen "127.0.0.1:$((port + 1))" --no-access-log --goaway-chance=0 \
-        --workers 1 >"$work/serve$i.log" 2>&1 &
+    if [ "$bin" = haproxy ]; then
+        taskset -c 1 haproxy -db -f "$(haproxy_cfg "$port")" >"$work/serve$i.log" 2>&1 &
+    else
+        taskset -c 1 "$bin" serve --routes "$work/routes.yaml" --listen "127.0.0.1:$port" \
+            --admin-listen "127.0.0.1:$((port + 1))" --no-access-log --goaway-chance=0 \
+            --workers 1 >"$work/serve$i.log" 2>&1 &
+    fi
     pids+=($!)
     serving+=($!)
     ports+=("$port")

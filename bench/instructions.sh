@@ -39,13 +39,7 @@ serve_cmd() {
         esac
         echo "$LOAD_BIN" "${mode[@]}" --relay-upstream "127.0.0.1:$SIM_PORT"
     elif [ "$1" = haproxy ]; then
-        # HTTP/1.1 and h2c on one port (HAProxy tells h2c by its preface), as skewgate serves them.
-        printf '%s\n' global '  nbthread 1' defaults '  mode http' '  timeout connect 5s' \
-            '  timeout client 60s' '  timeout server 60s' '  http-reuse always' frontend\ fe \
-            "  bind 127.0.0.1:$PORT" \
-            '  default_backend be' backend\ be "  server sim 127.0.0.1:$SIM_PORT proto h2" \
-            >"$work/haproxy.cfg"
-        echo haproxy -db -f "$work/haproxy.cfg"
+        echo haproxy -db -f "$(haproxy_cfg "$PORT")"
     else
         echo "$1" serve --routes "$work/routes.yaml" --listen "127.0.0.1:$PORT" \
             --admin-listen "127.0.0.1:$((PORT + 1))" --no-access-log --goaway-chance=0 --workers 1

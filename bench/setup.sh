@@ -39,3 +39,15 @@ start_sim() {
         -d '{"metadata":{"name":"small"},"data":{"k":"v"}}' \
         "http://127.0.0.1:$SIM_PORT/api/v1/namespaces/default/configmaps" >/dev/null
 }
+
+# Writes HAProxy's configuration for port $1 to $work/haproxy$1.cfg and prints its path: one thread,
+# HTTP/1.1 and h2c on one port (HAProxy tells h2c by its preface, as skewgate does), h2 to the
+# simulator, connections reused (as the load bench configures it).
+haproxy_cfg() {
+    local cfg="$work/haproxy$1.cfg"
+    printf '%s\n' global '  nbthread 1' defaults '  mode http' '  timeout connect 5s' \
+        '  timeout client 60s' '  timeout server 60s' '  http-reuse always' frontend\ fe \
+        "  bind 127.0.0.1:$1" \
+        '  default_backend be' backend\ be "  server sim 127.0.0.1:$SIM_PORT proto h2" >"$cfg"
+    echo "$cfg"
+}
