@@ -8,12 +8,12 @@
 //! runs everything (a `LocalSet`, so that nothing needs to be `Send`), with one upstream
 //! connection shared by every request.
 //!
-//! - `bare`: requests go upstream through h2's client, as in skewgate's pool. The gap from skewgate
-//!   to `bare` is what skewgate's own work and its way of wiring hyper and h2 cost.
+//! - `bare`: requests go upstream through h2's client, as skewgate's pool did until 2026-11-25.
 //! - `bare+frames`: requests go upstream as frames through h2's codec, each response delivered to
-//!   its request through a slot of its own, with no h2 stream store on the upstream side. The gap
-//!   from `bare` to `bare+frames` is what a frame-level upstream connection would save while
-//!   hyper keeps serving clients.
+//!   its request through a slot of its own, with no h2 stream store on the upstream side, as
+//!   skewgate's pool does since (src/upstream/frames, which adds flow control, PING and GOAWAY).
+//!   The gap from skewgate to `bare+frames` is what skewgate's own work and its wiring of hyper
+//!   cost; from `bare` to `bare+frames`, what the frame-level upstream connection saved.
 //! - `bare-h2` (`--bare-server h2`, h2c only, counted by bench/instructions.sh): `bare` with h2's
 //!   server in place of hyper's on the client side, each connection's streams polled by the
 //!   connection's own task (no task per stream) and no keep-alive PINGs. The gap from `bare` is what
