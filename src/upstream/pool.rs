@@ -411,7 +411,8 @@ impl EndpointPool {
     where
         T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
     {
-        match frames::handshake(io, self.settings.initial_max_streams, hooks).await {
+        let max_streams = self.settings.initial_max_streams;
+        match frames::handshake(io, &self.authority, max_streams, hooks).await {
             Ok((link, task)) => Ok((link, Box::pin(task))),
             Err(e) => Err(self.connect_failed(DialError::Handshake {
                 url: self.url(),

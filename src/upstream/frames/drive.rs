@@ -42,6 +42,7 @@ pub(crate) struct Hooks {
 /// the connection ends (or the pool lets go of it and its last stream has ended).
 pub(crate) async fn handshake<T>(
     mut io: T,
+    authority: &http::uri::Authority,
     max_streams: usize,
     hooks: Hooks,
 ) -> io::Result<(Link, impl Future<Output = ()> + Send + 'static)>
@@ -60,8 +61,11 @@ where
         max_streams: AtomicUsize::new(max_streams),
         pong: tokio::sync::Notify::new(),
     });
+    let made = h2::BytesStr::try_from(Bytes::copy_from_slice(authority.as_str().as_bytes()))
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
     let link = Link {
         shared: shared.clone(),
+        authority: (authority.clone(), made),
     };
     let mut conn = Connection {
         wire: Wire {

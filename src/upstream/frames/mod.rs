@@ -75,6 +75,9 @@ pub(crate) enum OpenError {
 /// has ended.
 pub(crate) struct Link {
     shared: Arc<Shared>,
+    /// The endpoint's authority, and the same as the `:authority` of every request to it, made
+    /// once: h2 would copy it into a new buffer for each request.
+    authority: (http::uri::Authority, h2::BytesStr),
 }
 
 impl Link {
@@ -104,7 +107,13 @@ impl Link {
         }
         let (parts, ()) = head.into_parts();
         let key = state.open(|id| {
-            let pseudo = Pseudo::request(parts.method, parts.uri, None);
+            // Compared as written (the pool wrote both), not case-insensitively as `Authority`.
+            let same = parts.uri.authority().map(|a| a.as_str()) == Some(self.authority.0.as_str());
+            let pseudo = if same {
+                Pseudo::request_to(parts.method, parts.uri, self.authority.1.clone())
+            } else {
+                Pseudo::request(parts.method, parts.uri, None)
+            };
             let mut frame = Headers::new(id, pseudo, parts.headers);
             if end_of_stream {
                 frame.set_end_stream();

@@ -44,7 +44,7 @@ pub(super) struct Stream {
     /// Whether the (final) response head has come.
     head_seen: bool,
     /// Response data not yet taken by the request's body.
-    pub(super) data: VecDeque<Bytes>,
+    pub(super) data: Chunks,
     /// Boxed: few responses have trailers, and every stream would carry an inline map's size.
     pub(super) trailers: Option<Box<HeaderMap>>,
     /// END_STREAM received.
@@ -156,7 +156,7 @@ impl State {
             id: StreamId::from(id),
             head: None,
             head_seen: false,
-            data: VecDeque::new(),
+            data: Chunks::default(),
             trailers: None,
             recv_closed: false,
             send_closed: end,
@@ -369,6 +369,37 @@ impl State {
             wake(&mut s.recv_task);
             wake(&mut s.send_task);
         }
+    }
+}
+
+/// A stream's response data not yet taken, oldest first. The first chunk is held inline: most
+/// responses are one DATA frame, and a queue would allocate for it.
+#[derive(Default)]
+pub(super) struct Chunks {
+    first: Option<Bytes>,
+    more: VecDeque<Bytes>,
+}
+
+impl Chunks {
+    pub(super) fn push_back(&mut self, chunk: Bytes) {
+        if self.first.is_none() && self.more.is_empty() {
+            self.first = Some(chunk);
+        } else {
+            self.more.push_back(chunk);
+        }
+    }
+
+    pub(super) fn pop_front(&mut self) -> Option<Bytes> {
+        self.first.take().or_else(|| self.more.pop_front())
+    }
+
+    pub(super) fn is_empty(&self) -> bool {
+        self.first.is_none() && self.more.is_empty()
+    }
+
+    fn clear(&mut self) {
+        self.first = None;
+        self.more.clear();
     }
 }
 

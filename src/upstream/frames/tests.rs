@@ -109,7 +109,10 @@ async fn connect(settings: Settings) -> (Link, Peer, Learned) {
         settled: learned.settled.clone(),
         on_go_away: Box::new(move || went_away.store(true, Ordering::SeqCst)),
     };
-    let (link, task) = handshake(ours, 100, hooks).await.expect("handshake");
+    let authority = http::uri::Authority::from_static("apiserver:6443");
+    let (link, task) = handshake(ours, &authority, 100, hooks)
+        .await
+        .expect("handshake");
     tokio::spawn(task);
     let mut theirs = theirs;
     let mut preface = [0u8; 24];
@@ -281,6 +284,9 @@ async fn a_request_body_is_sent_within_the_apiservers_windows_and_frame_size() {
     };
     assert!(!head.is_end_stream());
     let id = head.stream_id();
+    // Another authority than the connection's own: sent as the request names it.
+    let (pseudo, _) = head.into_parts();
+    assert_eq!(pseudo.authority.as_deref(), Some("apiserver"));
     let sender = tokio::spawn(async move {
         let mut data = Bytes::from_static(b"0123456789abcdefghijklmno");
         poll_fn(|cx| body.poll_send(cx, &mut data, true))
@@ -508,4 +514,21 @@ async fn a_body_read_to_its_end_lets_go_of_its_stream_and_dropping_it_later_touc
     peer.respond(next_id, 200, true).await;
     let (head, _) = next.await.expect("the next stream's head");
     assert_eq!(head.status, StatusCode::OK);
+}
+
+#[test]
+fn response_chunks_come_out_in_the_order_they_came_in() {
+    let mut chunks = state::Chunks::default();
+    let mut out = Vec::new();
+    for step in ["a", "b", "-", "c", "-", "-", "d", "-", "-"] {
+        if step == "-" {
+            out.push(chunks.pop_front());
+        } else {
+            chunks.push_back(Bytes::from_static(step.as_bytes()));
+        }
+    }
+    let out: Vec<Option<&[u8]>> = out.iter().map(|c| c.as_deref()).collect();
+    let expected: Vec<Option<&[u8]>> = vec![Some(b"a"), Some(b"b"), Some(b"c"), Some(b"d"), None];
+    assert_eq!(out, expected);
+    assert!(chunks.is_empty());
 }

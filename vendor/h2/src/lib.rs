@@ -143,6 +143,10 @@ pub use crate::share::{FlowControl, Ping, PingPong, Pong, RecvStream, SendStream
 
 #[cfg(any(feature = "unstable", feature = "frame-codec"))]
 pub use codec::{Codec, SendError, UserError};
+// skewgate patch: the string type of pseudo-headers, so that a connection can make its
+// `:authority` once (`Pseudo::request_to`).
+#[cfg(any(feature = "unstable", feature = "frame-codec"))]
+pub use hpack::BytesStr;
 // skewgate patch: literal header encoding.
 pub use hpack::set_literal_header_encoding;
 

@@ -609,6 +609,31 @@ impl Pseudo {
         pseudo
     }
 
+    // skewgate patch: a request's pseudo-headers with an `:authority` made beforehand, for a
+    // connection whose every request names the same authority (skewgate's upstream connections):
+    // `request` copies the URI's authority into a new buffer for every request.
+    // Not for CONNECT, which has no `:path`.
+    pub fn request_to(method: Method, uri: Uri, authority: BytesStr) -> Self {
+        let parts = uri::Parts::from(uri);
+        let path = match parts.path_and_query {
+            Some(path) if !path.as_str().is_empty() => BytesStr::from(path.as_str()),
+            _ if method == Method::OPTIONS => BytesStr::from_static("*"),
+            _ => BytesStr::from_static("/"),
+        };
+        let mut pseudo = Pseudo {
+            method: Some(method),
+            scheme: None,
+            authority: Some(authority),
+            path: Some(path),
+            protocol: None,
+            status: None,
+        };
+        if let Some(scheme) = parts.scheme {
+            pseudo.set_scheme(scheme);
+        }
+        pseudo
+    }
+
     pub fn response(status: StatusCode) -> Self {
         Pseudo {
             method: None,
