@@ -40,6 +40,14 @@ for i in $(seq 1 $#); do
     ports+=("$port")
 done
 for port in "${ports[@]}"; do wait_port "$port"; done
+# A port still held by the processes of a run just ended answers too: each proxy must be alive.
+for i in "${!serving[@]}"; do
+    kill -0 "${serving[i]}" 2>/dev/null || {
+        echo "ab.sh: proxy $((i + 1)) did not start:" >&2
+        cat "$work/serve$((i + 1)).log" >&2
+        exit 1
+    }
+done
 
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 
@@ -53,6 +61,7 @@ measure() {
         "http://127.0.0.1:$port/api/v1/namespaces/default/configmaps/small" >"$work/h2load.txt" 2>&1
     t1=$(cpu_ticks "$pid")
     done_=$(grep -oP 'requests: \d+ total, \d+ started, \K\d+(?= done)' "$work/h2load.txt")
+    [ "${done_:-0}" -gt 0 ] || { echo "ab.sh: no request done on port $port" >&2; exit 1; }
     awk -v t="$((t1 - t0))" -v n="$done_" -v hz="$(getconf CLK_TCK)" \
         'BEGIN { printf "%.2f", t / hz * 1e6 / n }'
 }
