@@ -16,7 +16,8 @@ use h2::Reason;
 use h2::frame::{Frame, GoAway, Ping, Settings, StreamId, WindowUpdate};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 
-use super::state::{Failure, State};
+use super::state::State;
+use super::stream::Failure;
 use super::{CONNECTION_WINDOW, Link, STREAM_WINDOW, Shared};
 
 const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";

@@ -9,7 +9,7 @@
 //! HPACK, unchanged), a slab of streams keyed by stream id, one queue of frames to write, and flow
 //! control by two numbers per stream. That is this module.
 //!
-//! - `state`: the streams and windows, under the connection's one lock.
+//! - `state`: the streams and windows, under the connection's one lock; `stream`: one stream.
 //! - `drive`: the connection's task: frames in to the state, frames out to the socket, SETTINGS,
 //!   PING and GOAWAY.
 //! - here: the handles the pool and a request hold (`Link`, `ResponseFuture`, `RecvBody`,
@@ -22,6 +22,7 @@
 
 mod drive;
 mod state;
+mod stream;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};

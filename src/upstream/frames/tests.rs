@@ -518,7 +518,7 @@ async fn a_body_read_to_its_end_lets_go_of_its_stream_and_dropping_it_later_touc
 
 #[test]
 fn response_chunks_come_out_in_the_order_they_came_in() {
-    let mut chunks = state::Chunks::default();
+    let mut chunks = stream::Chunks::default();
     let mut out = Vec::new();
     for step in ["a", "b", "-", "c", "-", "-", "d", "-", "-"] {
         if step == "-" {
