@@ -203,7 +203,14 @@ impl State {
         }
         let (pseudo, fields) = frame.into_parts();
         let wellformed = match (!s.head_seen, pseudo.status) {
-            (true, Some(status)) if status.is_informational() => return,
+            // An informational head is skipped; one that ends the stream is malformed (RFC 9113,
+            // 8.1), and no client is to take it for the final answer.
+            (true, Some(status)) if status.is_informational() => {
+                if !end {
+                    return;
+                }
+                false
+            }
             (true, Some(status)) => {
                 s.head = Some(response_head(status, fields));
                 s.head_seen = true;

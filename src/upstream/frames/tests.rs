@@ -532,3 +532,20 @@ fn response_chunks_come_out_in_the_order_they_came_in() {
     assert_eq!(out, expected);
     assert!(chunks.is_empty());
 }
+
+#[tokio::test]
+async fn an_informational_head_that_ends_the_stream_is_no_answer() {
+    let (link, mut peer, _) = connect(Settings::default()).await;
+    let (response, _) = link.send_request(get("/a"), true).expect("sent");
+    let id = match peer.next_on_stream().await {
+        Frame::Headers(h) => h.stream_id(),
+        other => panic!("expected HEADERS, got {other:?}"),
+    };
+    peer.respond(id, 103, true).await;
+    let error = response.await.expect_err("no final head");
+    assert_eq!(error.reason(), Some(Reason::PROTOCOL_ERROR));
+    match peer.next_on_stream().await {
+        Frame::Reset(r) => assert_eq!(r.reason(), Reason::PROTOCOL_ERROR),
+        other => panic!("expected RST_STREAM, got {other:?}"),
+    }
+}
