@@ -10,7 +10,7 @@
 //! connections, so a request and its upstream stream never hop between threads. Work off the
 //! workers (health checks) uses one more shard.
 
-use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
 use std::time::Duration;
 
@@ -20,7 +20,6 @@ use prometheus::IntGauge;
 use super::UpstreamError;
 use super::dial::{DialError, Dialed};
 use super::frames::{self, Link};
-use super::settings::HeaderListLimit;
 use crate::config::Endpoint;
 use crate::identity::{Alpn, UpstreamTls};
 
@@ -101,8 +100,6 @@ pub(crate) struct Conn {
     link: Link,
     /// The shard (worker) whose connection it is.
     shard: usize,
-    /// The header list size the apiserver accepts on this connection.
-    header_limit: HeaderListLimit,
     active: AtomicUsize,
     closed: AtomicBool,
     /// Whether it joined the pool (and the connections gauge).
@@ -172,7 +169,7 @@ impl StreamSlot {
 
     /// The largest header list the slot's connection accepts (`u32::MAX` until the peer says).
     pub(crate) fn header_list_limit(&self) -> usize {
-        self.conn.header_limit.load(Ordering::Relaxed) as usize
+        self.conn.link.header_list_limit()
     }
 
     /// Marks the slot's connection as unusable for new streams (after GOAWAY or a send failure).
@@ -364,12 +361,10 @@ impl EndpointPool {
     /// the TCP connection never gets there.
     async fn connect(self: &Arc<Self>, credential: Credential) -> Result<Arc<Conn>, UpstreamError> {
         let connect = async {
-            let limit = HeaderListLimit::new(AtomicU32::new(u32::MAX));
             let settled = Arc::new(tokio::sync::Notify::new());
             // The connection, once adopted: a GOAWAY takes it out of the pool at once.
             let adopted = Arc::new(OnceLock::<Weak<Conn>>::new());
             let hooks = frames::Hooks {
-                header_limit: limit.clone(),
                 settled: settled.clone(),
                 on_go_away: {
                     let (pool, adopted) = (Arc::downgrade(self), adopted.clone());
@@ -385,7 +380,7 @@ impl EndpointPool {
                 Dialed::Plain(tcp) => self.h2_handshake(tcp, hooks).await?,
                 Dialed::Tls(tls) => self.h2_handshake(*tls, hooks).await?,
             };
-            let conn = self.adopt(link, connection, limit, credential, settled.clone());
+            let conn = self.adopt(link, connection, credential, settled.clone());
             let _ = adopted.set(Arc::downgrade(&conn));
             settled.notified().await;
             Ok(conn)
@@ -427,7 +422,6 @@ impl EndpointPool {
         self: &Arc<Self>,
         link: Link,
         mut connection: ConnectionTask,
-        header_limit: HeaderListLimit,
         credential: Credential,
         settled: Arc<tokio::sync::Notify>,
     ) -> Arc<Conn> {
@@ -435,7 +429,6 @@ impl EndpointPool {
         let conn = Arc::new(Conn {
             link,
             shard: self.shard_index(credential),
-            header_limit,
             active: AtomicUsize::new(0),
             closed: AtomicBool::new(false),
             counted: AtomicBool::new(false),

@@ -86,6 +86,7 @@ where
         }
     }
 }
+
 /// Waits for the response head on `slot`'s stream, within `deadline`.
 async fn receive(
     slot: StreamSlot,

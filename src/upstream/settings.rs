@@ -1,16 +1,10 @@
-//! The request header list's size as HTTP/2 counts it, and the limit the apiserver advertises.
+//! The request header list's size as HTTP/2 counts it, to hold it against the limit the apiserver
+//! advertises (`frames::Link::header_list_limit`).
 //!
 //! h2's codec does not enforce the limit the peer advertises for the header lists it accepts
 //! (`SETTINGS_MAX_HEADER_LIST_SIZE`). A request whose header list is larger makes the apiserver
 //! fail the stream or the whole connection, and with it every other client's stream on it; so
-//! skewgate answers such a request 431 itself, before sending it. The connection's task records
-//! the limit when the apiserver's SETTINGS come (`frames::drive`).
-
-use std::sync::Arc;
-use std::sync::atomic::AtomicU32;
-
-/// The limit one connection's peer advertised; `u32::MAX` until it says.
-pub(super) type HeaderListLimit = Arc<AtomicU32>;
+//! skewgate answers such a request 431 itself, before sending it.
 
 /// The size of a header list as HTTP/2 counts it (RFC 9113 6.5.2): each field's name and value
 /// plus 32, pseudo-headers included.

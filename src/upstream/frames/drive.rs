@@ -30,8 +30,6 @@ const READ_BATCH: usize = 32;
 
 /// What the connection reports to its pool as the apiserver speaks.
 pub(crate) struct Hooks {
-    /// Set to the apiserver's SETTINGS_MAX_HEADER_LIST_SIZE when it comes.
-    pub header_limit: Arc<AtomicU32>,
     /// Notified at the apiserver's first SETTINGS frame.
     pub settled: Arc<tokio::sync::Notify>,
     /// Called once, at GOAWAY from the apiserver: the connection takes no new streams.
@@ -60,13 +58,14 @@ where
     let shared = Arc::new(Shared {
         state: Mutex::new(state),
         max_streams: AtomicUsize::new(max_streams),
+        header_list_limit: AtomicU32::new(u32::MAX),
         pong: tokio::sync::Notify::new(),
     });
     let made = h2::BytesStr::try_from(Bytes::copy_from_slice(authority.as_str().as_bytes()))
         .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
     let link = Link {
         shared: shared.clone(),
-        authority: (authority.clone(), made),
+        authority: made,
     };
     let mut conn = Connection {
         wire: Wire {
@@ -257,8 +256,8 @@ impl<T: AsyncRead + AsyncWrite + Unpin> Wire<T> {
         if let Some(max) = settings.max_concurrent_streams() {
             shared.max_streams.store(max as usize, Ordering::Relaxed);
         }
-        if let (Some(limit), Some(hooks)) = (settings.max_header_list_size(), &self.hooks) {
-            hooks.header_limit.store(limit, Ordering::Relaxed);
+        if let Some(limit) = settings.max_header_list_size() {
+            shared.header_list_limit.store(limit, Ordering::Relaxed);
         }
         state.push_answer(Settings::ack().into());
         if !std::mem::replace(&mut self.settled, true)

@@ -24,7 +24,7 @@ mod drive;
 mod state;
 mod stream;
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll};
 
@@ -53,6 +53,8 @@ struct Shared {
     state: Mutex<State>,
     /// The apiserver's SETTINGS_MAX_CONCURRENT_STREAMS (the pool's initial guess until it comes).
     max_streams: AtomicUsize,
+    /// The apiserver's SETTINGS_MAX_HEADER_LIST_SIZE (`u32::MAX` until it says).
+    header_list_limit: AtomicU32,
     /// Notified when the apiserver acknowledges skewgate's PING.
     pong: tokio::sync::Notify,
 }
@@ -76,15 +78,22 @@ pub(crate) enum OpenError {
 /// has ended.
 pub(crate) struct Link {
     shared: Arc<Shared>,
-    /// The endpoint's authority, and the same as the `:authority` of every request to it, made
-    /// once: h2 would copy it into a new buffer for each request.
-    authority: (http::uri::Authority, h2::BytesStr),
+    /// The endpoint's authority, the `:authority` of every request to it, made once: h2 would copy
+    /// it into a new buffer for each request.
+    authority: h2::BytesStr,
 }
 
 impl Link {
     /// The most streams the apiserver allows open at once.
     pub(crate) fn max_streams(&self) -> usize {
         self.shared.max_streams.load(Ordering::Relaxed)
+    }
+
+    /// The largest header list the apiserver accepts (`u32::MAX` until it says). h2's codec does
+    /// not enforce it, and a larger list makes the apiserver fail the stream or the whole
+    /// connection; the pool refuses such a request before it is sent.
+    pub(crate) fn header_list_limit(&self) -> usize {
+        self.shared.header_list_limit.load(Ordering::Relaxed) as usize
     }
 
     /// Sends `head` as a new stream, with END_STREAM when `end_of_stream`; the response to come,
@@ -109,9 +118,9 @@ impl Link {
         let (parts, ()) = head.into_parts();
         let key = state.open(|id| {
             // Compared as written (the pool wrote both), not case-insensitively as `Authority`.
-            let same = parts.uri.authority().map(|a| a.as_str()) == Some(self.authority.0.as_str());
+            let same = parts.uri.authority().map(|a| a.as_str()) == Some(&*self.authority);
             let pseudo = if same {
-                Pseudo::request_to(parts.method, parts.uri, self.authority.1.clone())
+                Pseudo::request_to(parts.method, parts.uri, self.authority.clone())
             } else {
                 Pseudo::request(parts.method, parts.uri, None)
             };

@@ -5,7 +5,7 @@
 use std::future::poll_fn;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -68,6 +68,14 @@ impl Peer {
             .is_err()
     }
 
+    /// The stream id of skewgate's next HEADERS frame, which must come next.
+    async fn next_headers(&mut self) -> StreamId {
+        match self.next_on_stream().await {
+            Frame::Headers(h) => h.stream_id(),
+            other => panic!("expected HEADERS, got {other:?}"),
+        }
+    }
+
     async fn respond(&mut self, id: StreamId, status: u16, end: bool) {
         let mut head = Headers::new(
             id,
@@ -89,7 +97,6 @@ impl Peer {
 
 /// What the pool learns from the connection.
 struct Learned {
-    header_limit: Arc<AtomicU32>,
     settled: Arc<tokio::sync::Notify>,
     went_away: Arc<AtomicBool>,
 }
@@ -99,13 +106,11 @@ struct Learned {
 async fn connect(settings: Settings) -> (Link, Peer, Learned) {
     let (ours, theirs) = tokio::io::duplex(1 << 20);
     let learned = Learned {
-        header_limit: Arc::new(AtomicU32::new(u32::MAX)),
         settled: Arc::new(tokio::sync::Notify::new()),
         went_away: Arc::new(AtomicBool::new(false)),
     };
     let went_away = learned.went_away.clone();
     let hooks = Hooks {
-        header_limit: learned.header_limit.clone(),
         settled: learned.settled.clone(),
         on_go_away: Box::new(move || went_away.store(true, Ordering::SeqCst)),
     };
@@ -158,9 +163,9 @@ async fn a_get_goes_out_as_one_headers_frame_and_its_response_streams_back() {
     let mut settings = Settings::default();
     settings.set_max_concurrent_streams(Some(7));
     settings.set_max_header_list_size(Some(4096));
-    let (link, mut peer, learned) = connect(settings).await;
+    let (link, mut peer, _) = connect(settings).await;
     assert_eq!(link.max_streams(), 7);
-    assert_eq!(learned.header_limit.load(Ordering::Relaxed), 4096);
+    assert_eq!(link.header_list_limit(), 4096);
     let (response, body) = link
         .send_request(get("/api/v1/pods?limit=1"), true)
         .expect("sent");
@@ -219,10 +224,7 @@ async fn a_get_goes_out_as_one_headers_frame_and_its_response_streams_back() {
 async fn a_response_is_held_to_its_window_until_the_client_reads_it() {
     let (link, mut peer, _) = connect(Settings::default()).await;
     let (response, _) = link.send_request(get("/big"), true).expect("sent");
-    let id = match peer.next_on_stream().await {
-        Frame::Headers(h) => h.stream_id(),
-        other => panic!("expected HEADERS, got {other:?}"),
-    };
+    let id = peer.next_headers().await;
     peer.respond(id, 200, false).await;
     let (_, mut body) = response.await.expect("head");
     // The whole window, unread: no grant comes back.
@@ -313,10 +315,7 @@ async fn a_request_body_is_sent_within_the_apiservers_windows_and_frame_size() {
 async fn a_response_dropped_before_its_end_resets_the_stream() {
     let (link, mut peer, _) = connect(Settings::default()).await;
     let (response, _) = link.send_request(get("/watch"), true).expect("sent");
-    let id = match peer.next_on_stream().await {
-        Frame::Headers(h) => h.stream_id(),
-        other => panic!("expected HEADERS, got {other:?}"),
-    };
+    let id = peer.next_headers().await;
     peer.respond(id, 200, false).await;
     let (_, body) = response.await.expect("head");
     drop(body);
@@ -331,10 +330,7 @@ async fn a_response_dropped_before_its_end_resets_the_stream() {
     // Data the apiserver had in flight for it is dropped, and the connection goes on.
     peer.data(id, b"late", false).await;
     let (response, _) = link.send_request(get("/"), true).expect("sent");
-    let id = match peer.next_on_stream().await {
-        Frame::Headers(h) => h.stream_id(),
-        other => panic!("expected HEADERS, got {other:?}"),
-    };
+    let id = peer.next_headers().await;
     peer.respond(id, 200, true).await;
     let (head, _) = response.await.expect("head");
     assert_eq!(head.status, StatusCode::OK);
@@ -345,10 +341,7 @@ async fn goaway_refuses_the_streams_it_did_not_take_and_the_connection_takes_no_
     let (link, mut peer, learned) = connect(Settings::default()).await;
     let (taken, _) = link.send_request(get("/a"), true).expect("sent");
     let (refused, _) = link.send_request(get("/b"), true).expect("sent");
-    let first = match peer.next_on_stream().await {
-        Frame::Headers(h) => h.stream_id(),
-        other => panic!("expected HEADERS, got {other:?}"),
-    };
+    let first = peer.next_headers().await;
     let _second = peer.next_on_stream().await;
     peer.send(GoAway::new(first, Reason::NO_ERROR)).await;
     let error = refused.await.expect_err("refused");
@@ -418,10 +411,7 @@ async fn a_closed_connection_fails_the_open_streams_and_refuses_new_ones() {
 async fn a_reset_from_the_apiserver_fails_the_response() {
     let (link, mut peer, _) = connect(Settings::default()).await;
     let (response, _) = link.send_request(get("/a"), true).expect("sent");
-    let id = match peer.next_on_stream().await {
-        Frame::Headers(h) => h.stream_id(),
-        other => panic!("expected HEADERS, got {other:?}"),
-    };
+    let id = peer.next_headers().await;
     peer.send(Reset::new(id, Reason::INTERNAL_ERROR)).await;
     let error = response.await.expect_err("reset");
     assert_eq!(error.reason(), Some(Reason::INTERNAL_ERROR));
@@ -460,10 +450,7 @@ async fn connection_specific_headers_are_refused_unsent() {
 async fn the_connection_ends_when_the_pool_lets_go_and_its_last_stream_is_over() {
     let (link, mut peer, _) = connect(Settings::default()).await;
     let (response, _) = link.send_request(get("/a"), true).expect("sent");
-    let id = match peer.next_on_stream().await {
-        Frame::Headers(h) => h.stream_id(),
-        other => panic!("expected HEADERS, got {other:?}"),
-    };
+    let id = peer.next_headers().await;
     drop(link);
     // Still open for the stream in flight.
     assert!(peer.quiet().await);
@@ -484,10 +471,7 @@ async fn the_connection_ends_when_the_pool_lets_go_and_its_last_stream_is_over()
 async fn a_body_read_to_its_end_lets_go_of_its_stream_and_dropping_it_later_touches_no_other() {
     let (link, mut peer, _) = connect(Settings::default()).await;
     let (response, _) = link.send_request(get("/a"), true).expect("sent");
-    let id = match peer.next_on_stream().await {
-        Frame::Headers(h) => h.stream_id(),
-        other => panic!("expected HEADERS, got {other:?}"),
-    };
+    let id = peer.next_headers().await;
     peer.respond(id, 200, false).await;
     peer.data(id, b"{}", true).await;
     let (_, mut body) = response.await.expect("head");
@@ -505,10 +489,7 @@ async fn a_body_read_to_its_end_lets_go_of_its_stream_and_dropping_it_later_touc
     assert!(body_frame(&mut body).await.is_none());
     // The next stream may take the same slot; the old body, dropped now, leaves it alone.
     let (next, _) = link.send_request(get("/b"), true).expect("sent");
-    let next_id = match peer.next_on_stream().await {
-        Frame::Headers(h) => h.stream_id(),
-        other => panic!("expected HEADERS, got {other:?}"),
-    };
+    let next_id = peer.next_headers().await;
     drop(body);
     assert!(peer.quiet().await, "no RST_STREAM for either stream");
     peer.respond(next_id, 200, true).await;
@@ -537,10 +518,7 @@ fn response_chunks_come_out_in_the_order_they_came_in() {
 async fn an_informational_head_that_ends_the_stream_is_no_answer() {
     let (link, mut peer, _) = connect(Settings::default()).await;
     let (response, _) = link.send_request(get("/a"), true).expect("sent");
-    let id = match peer.next_on_stream().await {
-        Frame::Headers(h) => h.stream_id(),
-        other => panic!("expected HEADERS, got {other:?}"),
-    };
+    let id = peer.next_headers().await;
     peer.respond(id, 103, true).await;
     let error = response.await.expect_err("no final head");
     assert_eq!(error.reason(), Some(Reason::PROTOCOL_ERROR));
