@@ -3,41 +3,15 @@
 //! string is Huffman-coded, request after request, so a block can be read byte by byte here.
 
 mod common;
+#[path = "common/frames.rs"]
+mod frames;
 
 use std::time::Duration;
 
 use common::*;
+use frames::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
-
-const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
-const HEADERS: u8 = 0x1;
-const SETTINGS: u8 = 0x4;
-const CONTINUATION: u8 = 0x9;
-const END_STREAM: u8 = 0x1;
-const END_HEADERS: u8 = 0x4;
-const ACK: u8 = 0x1;
-
-fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
-    let len = u32::try_from(payload.len())
-        .expect("small frame")
-        .to_be_bytes();
-    let mut f = vec![len[1], len[2], len[3], kind, flags];
-    f.extend_from_slice(&stream.to_be_bytes());
-    f.extend_from_slice(payload);
-    f
-}
-
-/// A GET of `path` as a header block of its own: static indices and raw literals.
-fn get(path: &str) -> Vec<u8> {
-    let mut block = vec![0x82, 0x86]; // :method GET, :scheme http
-    for (name_index, value) in [(4u8, path), (1, "skewgate.test")] {
-        block.push(name_index); // literal without indexing, name :path / :authority
-        block.push(u8::try_from(value.len()).expect("short value"));
-        block.extend_from_slice(value.as_bytes());
-    }
-    block
-}
 
 /// Reads frames until the stream `id` ends; returns the header blocks sent on it (HEADERS with its
 /// CONTINUATIONs joined).

@@ -9,10 +9,9 @@ use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
 use futures_util::FutureExt;
-use http::Response;
-use hyper::server::conn::{http1, http2};
+use http::{Request, Response};
+use hyper::server::conn::http1;
 use hyper::service::service_fn;
-use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::graceful::{GracefulShutdown, Watcher};
 use tokio_util::sync::CancellationToken;
 
@@ -24,6 +23,7 @@ use super::forwarding::forwarded_for;
 use super::keepalive::{self, Exchange, Exchanges, Readiness};
 use super::limits::ClientKey;
 use super::rebalance::Goaway;
+use super::request_body::Incoming;
 use super::resets::{ResetBudget, StreamGuard};
 use super::service::{self, Peer};
 use super::signals::unless;
@@ -74,7 +74,7 @@ pub(crate) async fn serve(proxy: Arc<Proxy>, mut intake: Intake, stop: Cancellat
 /// The HTTP servers' settings, shared by every connection of a worker.
 struct Builders {
     h1: http1::Builder,
-    h2: http2::Builder<TokioExecutor>,
+    h2: super::http2::Config,
 }
 
 /// HTTP/1.1, served in bursts by `keepalive`, upgradeable (exec, attach, port-forward); and HTTP/2.
@@ -87,20 +87,23 @@ fn builders(proxy: &Proxy) -> Builders {
     h1.timer(WheelTimer)
         .header_read_timeout(Duration::from_secs(30))
         .max_buf_size(head_bound.max(16 << 10));
-    let mut h2 = http2::Builder::new(TokioExecutor::new());
-    h2.timer(WheelTimer)
-        .max_concurrent_streams(1000)
-        .keep_alive_interval(Duration::from_secs(30))
-        .keep_alive_timeout(Duration::from_secs(15))
-        .initial_stream_window_size(1 << 20)
+    let h2 = super::http2::builder(
+        1000,
+        1 << 20,
+        8 << 20,
         // What a response may hold in skewgate for a client that reads it slower than the
-        // apiserver sends (hyper's default is 400 KiB); with the upstream stream's window, the most
-        // one slow stream costs (`cargo bench --bench large`).
-        .max_send_buf_size(SEND_BUFFER)
-        .initial_connection_window_size(8 << 20)
+        // apiserver sends (hyper's default was 400 KiB); with the upstream stream's window, the
+        // most one slow stream costs (`cargo bench --bench large`).
+        SEND_BUFFER,
         // What skewgate and the apiserver behind accept is checked per request, and answered 431
         // with a Status rather than a GOAWAY.
-        .max_header_list_size(u32::try_from(head_bound.max(16 << 10)).unwrap_or(u32::MAX));
+        u32::try_from(head_bound.max(16 << 10)).unwrap_or(u32::MAX),
+    );
+    let h2 = super::http2::Config {
+        builder: h2,
+        ping_every: proxy.settings.client_ping_every,
+        ping_timeout: proxy.settings.client_ping_timeout,
+    };
     Builders { h1, h2 }
 }
 
@@ -230,26 +233,31 @@ impl Connection {
             service::handle(peer, req, start).map(move |resp| finish(resp, stream, exchange))
         };
         // Each branch boxed, so that a connection holds only its own protocol's state. The request's
-        // future (about 2.4 KiB) is boxed per request in both: hyper's HTTP/2 server spawns a task
-        // per stream that keeps a slot the size of that future until the response's body ends
-        // (a watch: for hours), and moves it twice on the way; its HTTP/1.1 server keeps such a
-        // slot for as long as it serves.
+        // future (about 2.4 KiB) is boxed per request in both: an HTTP/2 stream frees it when the
+        // response's head is sent, not when its body ends (a watch: hours later); hyper's HTTP/1.1
+        // server would keep a slot of that size for as long as it serves.
         let served: Served<'_> = if is_h2 {
             Box::pin(async move {
                 // Kept until the connection ends: the server's shutdown waits for it.
                 let _watcher = watcher;
-                let conn = builders.h2.serve_connection(
-                    TokioIo::new(io),
-                    service_fn(move |req| Box::pin(handle(req, None))),
-                );
-                let conn = std::pin::pin!(conn);
-                until_closed(conn, stop, drawn).await.map_err(Into::into)
+                let shutdown = std::pin::pin!(shutdown_signal(stop, drawn));
+                super::http2::serve(
+                    io,
+                    &builders.h2,
+                    |req| Box::pin(handle(req, None)),
+                    shutdown,
+                )
+                .await
+                .map_err(Into::into)
             })
         } else {
             let exchanges = Arc::new(Exchanges::default());
             let idle_timeout = proxy.settings.idle_timeout;
             let begun = exchanges.clone();
-            let boxed = service_fn(move |req| Box::pin(handle(req, Some(begun.begin()))));
+            let boxed = service_fn(move |req: Request<hyper::body::Incoming>| {
+                let req = req.map(Incoming::Http1);
+                Box::pin(handle(req, Some(begun.begin())).map(Ok::<_, Infallible>))
+            });
             Box::pin(async move {
                 let _watcher = watcher;
                 keepalive::serve(io, &builders.h1, boxed, exchanges, idle_timeout, &stop).await
@@ -266,13 +274,13 @@ fn finish(
     resp: Response<ProxyBody>,
     stream: StreamGuard,
     exchange: Option<Exchange>,
-) -> Result<Response<ProxyBody>, Infallible> {
+) -> Response<ProxyBody> {
     if let Some(e) = &exchange
         && resp.status() == http::StatusCode::SWITCHING_PROTOCOLS
     {
         e.upgraded();
     }
-    Ok(resp.map(|body| body.with_stream(stream).with_exchange(exchange)))
+    resp.map(|body| body.with_stream(stream).with_exchange(exchange))
 }
 
 /// A connection being served, either protocol.
@@ -333,37 +341,40 @@ fn ended_with_error(
     }
 }
 
-/// Serves an HTTP/2 connection until it closes: sent GOAWAY (its open streams finish) when the
-/// server shuts down or one of its requests drew the rebalancing GOAWAY.
+/// Serves a connection until it closes: sent GOAWAY, or its HTTP/1.1 equivalent (its open
+/// requests finish), when the server shuts down.
 ///
 /// The connection is borrowed pinned, not moved in: moved, it would be held twice in this future's
-/// state (as the argument and as the pinned local), about 1.6 KiB more per h2 connection.
+/// state (as the argument and as the pinned local).
 pub(super) async fn until_closed<C, E>(
     mut conn: Pin<&mut C>,
     stop: CancellationToken,
-    goaway: Option<Arc<Goaway>>,
 ) -> Result<(), E>
 where
     C: Future<Output = Result<(), E>> + GracefulShutdownable + ?Sized,
 {
-    let signal = std::pin::pin!(async {
-        let drawn = async {
-            match &goaway {
-                Some(g) => g.drawn().await,
-                None => std::future::pending().await,
-            }
-        };
-        tokio::select! {
-            _ = stop.cancelled() => {}
-            () = drawn => {}
-        }
-    });
+    let signal = std::pin::pin!(stop.cancelled());
     match unless(conn.as_mut(), signal).await {
         Ok(r) => r,
         Err(()) => {
             conn.as_mut().shut_down_gracefully();
             conn.await
         }
+    }
+}
+
+/// When an HTTP/2 connection is to be sent GOAWAY: the server shuts down, or one of its requests
+/// drew the rebalancing GOAWAY.
+async fn shutdown_signal(stop: CancellationToken, goaway: Option<Arc<Goaway>>) {
+    let drawn = async {
+        match &goaway {
+            Some(g) => g.drawn().await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        _ = stop.cancelled() => {}
+        () = drawn => {}
     }
 }
 
@@ -378,19 +389,6 @@ where
     S::ResBody: http_body::Body + 'static,
     <S::ResBody as http_body::Body>::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
     I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
-{
-    fn shut_down_gracefully(self: Pin<&mut Self>) {
-        self.graceful_shutdown();
-    }
-}
-
-impl<I, S, E> GracefulShutdownable for hyper::server::conn::http2::Connection<I, S, E>
-where
-    I: hyper::rt::Read + hyper::rt::Write + Unpin,
-    S: hyper::service::HttpService<hyper::body::Incoming>,
-    S::ResBody: http_body::Body + Send + 'static,
-    <S::ResBody as http_body::Body>::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
-    E: hyper::rt::bounds::Http2ServerConnExec<S::Future, S::ResBody>,
 {
     fn shut_down_gracefully(self: Pin<&mut Self>) {
         self.graceful_shutdown();

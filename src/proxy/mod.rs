@@ -10,6 +10,7 @@ mod detect;
 mod discovery;
 mod forwarding;
 mod guard;
+mod http2;
 mod keepalive;
 mod limits;
 mod listener;
@@ -89,6 +90,10 @@ pub struct ProxySettings {
     pub publish: Option<PublishSettings>,
     /// Write an access-log line (target `skewgate::access`, at info) as each request ends.
     pub access_log: bool,
+    /// An HTTP/2 client connection is sent PING this often, and closed when its answer has not come
+    /// within `client_ping_timeout`.
+    pub client_ping_every: Duration,
+    pub client_ping_timeout: Duration,
 }
 
 impl Default for ProxySettings {
@@ -112,6 +117,8 @@ impl Default for ProxySettings {
             goaway_chance: 0.0,
             publish: None,
             access_log: false,
+            client_ping_every: Duration::from_secs(30),
+            client_ping_timeout: Duration::from_secs(15),
         }
     }
 }

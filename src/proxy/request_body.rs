@@ -10,7 +10,6 @@ use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
-use hyper::body::Incoming;
 
 use crate::identity::IdentityHeaders;
 
@@ -32,6 +31,68 @@ pub(super) enum WholeBody {
     TooLarge,
     /// The client's body failed (malformed, reset, gone).
     Failed,
+}
+
+/// A request body as the client's connection delivers it: hyper's over HTTP/1.1, h2's over HTTP/2.
+pub(crate) enum Incoming {
+    Http1(hyper::body::Incoming),
+    Http2(h2::RecvStream),
+}
+
+/// Why a client's body could not be read.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum IncomingError {
+    #[error(transparent)]
+    Http1(#[from] hyper::Error),
+    #[error(transparent)]
+    Http2(#[from] h2::Error),
+}
+
+impl Incoming {
+    /// Whether the body is at its end (most requests bring none).
+    pub(crate) fn is_end_stream(&self) -> bool {
+        match self {
+            Incoming::Http1(b) => b.is_end_stream(),
+            Incoming::Http2(b) => b.is_end_stream(),
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self {
+            Incoming::Http1(b) => b.size_hint(),
+            // h2 checks the data against the request's `content-length` itself.
+            Incoming::Http2(_) => SizeHint::default(),
+        }
+    }
+
+    /// The next frame; over HTTP/2 the window its data took is given back to the client as it is
+    /// taken (the upstream stream's window is what holds a client that sends faster than the
+    /// apiserver reads).
+    fn poll_frame(
+        &mut self,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, IncomingError>>> {
+        match self {
+            Incoming::Http1(b) => Pin::new(b).poll_frame(cx).map_err(Into::into),
+            Incoming::Http2(b) => {
+                if !b.is_end_stream() {
+                    match std::task::ready!(b.poll_data(cx)) {
+                        Some(Ok(data)) => {
+                            let _ = b.flow_control().release_capacity(data.len());
+                            return Poll::Ready(Some(Ok(Frame::data(data))));
+                        }
+                        Some(Err(e)) => return Poll::Ready(Some(Err(e.into()))),
+                        None => {}
+                    }
+                }
+                match std::task::ready!(b.poll_trailers(cx)) {
+                    Ok(Some(trailers)) => Poll::Ready(Some(Ok(Frame::trailers(trailers)))),
+                    Ok(None) => Poll::Ready(None),
+                    Err(e) => Poll::Ready(Some(Err(e.into()))),
+                }
+            }
+        }
+    }
 }
 
 /// A client's request body, forwarded.
@@ -74,7 +135,7 @@ impl ClientBody {
     /// broken in what came with the head (bad chunked framing sent at once) fails here, before the
     /// request is sent upstream: the apiserver never starts work on it. The frames that arrived
     /// are kept and sent first; a body in one frame (most writes) allocates nothing more.
-    pub(super) async fn check_arrived(&mut self) -> Result<(), hyper::Error> {
+    pub(super) async fn check_arrived(&mut self) -> Result<(), IncomingError> {
         if self.at_end || self.inner.is_end_stream() {
             return Ok(());
         }
@@ -148,8 +209,8 @@ impl ClientBody {
     fn poll_cleaned(
         &mut self,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
-        match Pin::new(&mut self.inner).poll_frame(cx) {
+    ) -> Poll<Option<Result<Frame<Bytes>, IncomingError>>> {
+        match self.inner.poll_frame(cx) {
             Poll::Ready(Some(Ok(frame))) => {
                 let frame = match frame.into_trailers() {
                     Ok(mut trailers) => {
@@ -173,12 +234,12 @@ impl ClientBody {
 
 impl Body for ClientBody {
     type Data = Bytes;
-    type Error = hyper::Error;
+    type Error = IncomingError;
 
     fn poll_frame(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+    ) -> Poll<Option<Result<Frame<Bytes>, IncomingError>>> {
         let this = &mut *self;
         match this.first.take().or_else(|| this.more.pop_front()) {
             Some(frame) => Poll::Ready(Some(Ok(frame))),

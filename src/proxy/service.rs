@@ -8,7 +8,6 @@ use std::time::{Duration, Instant};
 
 use http::header::{self, HeaderValue};
 use http::{Method, Request, Response};
-use hyper::body::Incoming;
 
 use super::Proxy;
 use super::access_log::AccessRecord;
@@ -20,7 +19,7 @@ use super::guard;
 use super::limits::ClientKey;
 use super::listener::note_client_fault;
 use super::rebalance::Goaway;
-use super::request_body::{ClientBody, ClientFault};
+use super::request_body::{ClientBody, ClientFault, Incoming};
 use super::routing::{RequestTracker, Routing};
 use super::status::ProxyError;
 use super::upgrade::{Upgrade, forward_upgrade};

@@ -15,11 +15,11 @@ use hyper_util::rt::TokioIo;
 use super::Proxy;
 use super::access_log::AccessRecord;
 use super::body::ProxyBody;
+use super::request_body::Incoming;
 use super::routing::RequestTracker;
 use super::status::ProxyError;
 use crate::identity::Alpn;
 use crate::upstream::{BackendPool, Credential, DialError, Dialed, EndpointPool, UpstreamError};
-use hyper::body::Incoming;
 
 /// Largest body of an upstream answer that refuses the upgrade.
 const MAX_REFUSAL: usize = 1 << 20;
@@ -188,7 +188,7 @@ pub(super) async fn forward_upgrade(
     session: (RequestTracker, &mut Option<Box<AccessRecord>>),
 ) -> Result<Response<ProxyBody>, ProxyError> {
     // The tunnel carries no request body: one announced would leave the apiserver waiting.
-    if !http_body::Body::is_end_stream(&body) {
+    if !body.is_end_stream() {
         return Err(ProxyError::UpgradeWithBody);
     }
     let head_timeout = proxy.settings.response_timeout;

@@ -97,7 +97,7 @@ where
         let lent = TokioIo::new(Lent::new(io, exchanges.clone(), back));
         // Boxed: the connection's task holds hyper's state only while a burst is served.
         let mut conn = Box::pin(h1.serve_connection(lent, service.clone()).with_upgrades());
-        until_closed(conn.as_mut(), stop.clone(), None).await?;
+        until_closed(conn.as_mut(), stop.clone()).await?;
         // hyper's state (its buffers) goes now, not when the next request comes.
         drop(conn);
         // Not handed back: the client closed, hyper closed, or the stream was upgraded.

@@ -437,18 +437,27 @@ where
             return Poll::Ready(None);
         }
 
-        if let Some(inner) = self.connection.next_incoming() {
-            tracing::trace!("received incoming");
-            let (head, _) = inner.take_request().into_parts();
-            let body = RecvStream::new(FlowControl::new(inner.clone_to_opaque()));
-
-            let request = Request::from_parts(head, body);
-            let respond = SendResponse { inner };
-
-            return Poll::Ready(Some(Ok((request, respond))));
+        if let Some(accepted) = self.next_received() {
+            return Poll::Ready(Some(Ok(accepted)));
         }
 
         Poll::Pending
+    }
+
+    /// skewgate patch: the next request already received by the last `poll_accept`, without
+    /// driving the connection again. A `poll_accept` that returns a request has read and decoded
+    /// all there was to read, and registered for more; taking the others it received with it
+    /// through `poll_accept` would drive the whole connection once more for each of them.
+    #[doc(hidden)]
+    pub fn next_received(&mut self) -> Option<(Request<RecvStream>, SendResponse<B>)> {
+        let inner = self.connection.next_incoming()?;
+        tracing::trace!("received incoming");
+        let (head, _) = inner.take_request().into_parts();
+        let body = RecvStream::new(FlowControl::new(inner.clone_to_opaque()));
+
+        let request = Request::from_parts(head, body);
+        let respond = SendResponse { inner };
+        Some((request, respond))
     }
 
     /// Sets the target window size for the whole connection.

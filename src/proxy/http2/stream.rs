@@ -1,0 +1,171 @@
+//! One HTTP/2 client stream: its request's answer awaited (and dropped if the client resets the
+//! stream first), the response head sent, its body piped within the client's flow-control window.
+
+use std::cell::RefCell;
+use std::future::{Future, poll_fn};
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use h2::server::SendResponse;
+use h2::{Reason, SendStream};
+use http::header::{self, HeaderValue};
+use http::{HeaderMap, Response};
+use http_body::Body;
+
+use crate::proxy::body::ProxyBody;
+
+/// Serves one stream: `answer` (skewgate's handling of the request) raced against the client's
+/// reset, then the response sent.
+///
+/// A reset drops the answer, and with it the request's upstream stream and its accounting, as a
+/// closed HTTP/1.1 connection does.
+pub(super) async fn serve<F>(mut answer: Pin<Box<F>>, mut respond: SendResponse<Bytes>)
+where
+    F: Future<Output = Response<ProxyBody>>,
+{
+    let resp = poll_fn(|cx| {
+        if let Poll::Ready(resp) = answer.as_mut().poll(cx) {
+            return Poll::Ready(Some(resp));
+        }
+        respond.poll_reset(cx).map(|_| None)
+    })
+    .await;
+    // The request's future is freed here: a watch streams for hours with only what follows.
+    drop(answer);
+    let Some(resp) = resp else {
+        return;
+    };
+    let (mut parts, body) = resp.into_parts();
+    complete_head(&mut parts.headers, &body);
+    let end = body.is_end_stream();
+    // A response's head carries no connection-specific field: the apiserver's would have been
+    // refused as malformed by the upstream connection's codec, and skewgate adds none.
+    let out = match respond.send_response(Response::from_parts(parts, ()), end) {
+        Ok(out) => out,
+        Err(e) => {
+            tracing::debug!(error = %e, "cannot send a response head to an HTTP/2 client");
+            respond.send_reset(Reason::INTERNAL_ERROR);
+            return;
+        }
+    };
+    if !end {
+        let pipe = Pipe {
+            out,
+            body,
+            held: None,
+        };
+        if let Err(e) = pipe.await {
+            tracing::debug!(error = %e, "response body to an HTTP/2 client ended early");
+        }
+    }
+}
+
+/// What hyper added to a response head: its `Date` (a response of skewgate's own has none; the
+/// apiserver's has one), and the `Content-Length` of a body whose length is known.
+fn complete_head(headers: &mut HeaderMap, body: &ProxyBody) {
+    if !headers.contains_key(header::DATE) {
+        headers.insert(header::DATE, date());
+    }
+    if !body.is_end_stream()
+        && let Some(len) = body.size_hint().exact()
+    {
+        headers
+            .entry(header::CONTENT_LENGTH)
+            .or_insert_with(|| HeaderValue::from(len));
+    }
+}
+
+/// Now as an HTTP date, made once a second per worker.
+fn date() -> HeaderValue {
+    thread_local! {
+        static NOW: RefCell<(u64, HeaderValue)> =
+            const { RefCell::new((u64::MAX, HeaderValue::from_static(""))) };
+    }
+    let now = SystemTime::now();
+    let secs = now.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    NOW.with_borrow_mut(|(at, value)| {
+        if *at != secs {
+            *at = secs;
+            *value = HeaderValue::try_from(httpdate::fmt_http_date(now))
+                .unwrap_or_else(|_| HeaderValue::from_static(""));
+        }
+        value.clone()
+    })
+}
+
+/// A response body sent as the client's window allows: a chunk waits for a window of at least one
+/// byte, and h2 holds what does not fit, up to the connection's send buffer (`SEND_BUFFER` in
+/// listener.rs) before the next chunk is taken. As hyper's pipe does (hyper #4003: no window is
+/// claimed before there is a chunk to send, so a body with nothing to send holds none).
+struct Pipe {
+    out: SendStream<Bytes>,
+    body: ProxyBody,
+    /// A chunk taken from the body, waiting for a window, and whether it ends the body.
+    held: Option<(Bytes, bool)>,
+}
+
+impl Future for Pipe {
+    type Output = Result<(), h2::Error>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let me = &mut *self;
+        loop {
+            // The client's reset wakes this task whatever it waits for.
+            if let Poll::Ready(reason) = me.out.poll_reset(cx) {
+                return Poll::Ready(Err(reason.map_or_else(|e| e, h2::Error::from)));
+            }
+            if me.held.is_some() {
+                while me.out.capacity() == 0 {
+                    match std::task::ready!(me.out.poll_capacity(cx)) {
+                        Some(Ok(0)) => {}
+                        Some(Ok(_)) => break,
+                        Some(Err(e)) => return Poll::Ready(Err(e)),
+                        None => return Poll::Ready(Err(h2::Error::from(Reason::CANCEL))),
+                    }
+                }
+                let Some((chunk, end)) = me.held.take() else {
+                    continue;
+                };
+                me.out.send_data(chunk, end)?;
+                if end {
+                    return Poll::Ready(Ok(()));
+                }
+                continue;
+            }
+            match std::task::ready!(Pin::new(&mut me.body).poll_frame(cx)) {
+                Some(Ok(frame)) => match frame.into_data() {
+                    Ok(chunk) => {
+                        let end = me.body.is_end_stream();
+                        if chunk.is_empty() {
+                            me.out.send_data(chunk, end)?;
+                            if end {
+                                return Poll::Ready(Ok(()));
+                            }
+                            continue;
+                        }
+                        me.out.reserve_capacity(1);
+                        me.held = Some((chunk, end));
+                    }
+                    Err(frame) => {
+                        if let Ok(trailers) = frame.into_trailers() {
+                            me.out.reserve_capacity(0);
+                            me.out.send_trailers(trailers)?;
+                            return Poll::Ready(Ok(()));
+                        }
+                    }
+                },
+                Some(Err(e)) => {
+                    me.out
+                        .send_reset(e.reason().unwrap_or(Reason::INTERNAL_ERROR));
+                    return Poll::Ready(Err(e));
+                }
+                None => {
+                    me.out.send_data(Bytes::new(), true)?;
+                    return Poll::Ready(Ok(()));
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,35 @@
+//! HTTP/2 spoken frame by frame, for tests that must see or send exactly what is on the wire.
+
+#![allow(dead_code)]
+
+pub const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+pub const HEADERS: u8 = 0x1;
+pub const SETTINGS: u8 = 0x4;
+pub const PING: u8 = 0x6;
+pub const GOAWAY: u8 = 0x7;
+pub const CONTINUATION: u8 = 0x9;
+pub const END_STREAM: u8 = 0x1;
+pub const END_HEADERS: u8 = 0x4;
+pub const ACK: u8 = 0x1;
+
+/// One frame: its 9-byte head and `payload`.
+pub fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
+    let len = u32::try_from(payload.len())
+        .expect("small frame")
+        .to_be_bytes();
+    let mut f = vec![len[1], len[2], len[3], kind, flags];
+    f.extend_from_slice(&stream.to_be_bytes());
+    f.extend_from_slice(payload);
+    f
+}
+
+/// A GET of `path` as a header block of its own: static indices and raw literals.
+pub fn get(path: &str) -> Vec<u8> {
+    let mut block = vec![0x82, 0x86]; // :method GET, :scheme http
+    for (name_index, value) in [(4u8, path), (1, "skewgate.test")] {
+        block.push(name_index); // literal without indexing, name :path / :authority
+        block.push(u8::try_from(value.len()).expect("short value"));
+        block.extend_from_slice(value.as_bytes());
+    }
+    block
+}

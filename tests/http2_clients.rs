@@ -1,0 +1,198 @@
+//! What an HTTP/2 client's connection gets from skewgate's own HTTP/2 server (src/proxy/http2):
+//! keep-alive PINGs that close a connection whose client no longer answers, and a stream the client
+//! resets ending its request at once, before or after the response's head, while the connection's
+//! other streams go on.
+
+mod common;
+#[path = "common/frames.rs"]
+mod frames;
+
+use std::time::Duration;
+
+use common::*;
+use frames::*;
+use skewgate::proxy::ProxySettings;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+/// What a raw client saw on its connection.
+#[derive(Debug, Default)]
+struct Seen {
+    pings: usize,
+    goaway: bool,
+    /// Streams answered (a HEADERS frame received on them).
+    answered: Vec<u32>,
+    closed: bool,
+}
+
+/// Speaks HTTP/2 frame by frame for `secs`: acknowledges SETTINGS, answers PINGs when `answer_pings`,
+/// and sends a GET on stream 1 after the first PING it saw.
+async fn raw_client(addr: std::net::SocketAddr, answer_pings: bool, secs: u64) -> Seen {
+    let mut conn = TcpStream::connect(addr).await.expect("connect");
+    let mut hello = PREFACE.to_vec();
+    hello.extend(frame(SETTINGS, 0, 0, &[]));
+    conn.write_all(&hello).await.expect("preface");
+    let mut seen = Seen::default();
+    let until = tokio::time::Instant::now() + Duration::from_secs(secs);
+    loop {
+        let mut head = [0u8; 9];
+        let read = tokio::time::timeout_at(until, conn.read_exact(&mut head)).await;
+        let Ok(read) = read else {
+            return seen;
+        };
+        if read.is_err() {
+            seen.closed = true;
+            return seen;
+        }
+        let len = usize::from(head[0]) << 16 | usize::from(head[1]) << 8 | usize::from(head[2]);
+        let (kind, flags) = (head[3], head[4]);
+        let stream = u32::from_be_bytes([head[5], head[6], head[7], head[8]]) & 0x7fff_ffff;
+        let mut payload = vec![0u8; len];
+        if conn.read_exact(&mut payload).await.is_err() {
+            seen.closed = true;
+            return seen;
+        }
+        let reply = match kind {
+            SETTINGS if flags & ACK == 0 => frame(SETTINGS, ACK, 0, &[]),
+            PING if flags & ACK == 0 => {
+                seen.pings += 1;
+                let mut out = Vec::new();
+                if answer_pings {
+                    out = frame(PING, ACK, 0, &payload);
+                }
+                if seen.pings == 1 {
+                    out.extend(frame(
+                        HEADERS,
+                        END_STREAM | END_HEADERS,
+                        1,
+                        &get("/api/v1/namespaces/default/configmaps"),
+                    ));
+                }
+                out
+            }
+            GOAWAY => {
+                seen.goaway = true;
+                Vec::new()
+            }
+            HEADERS => {
+                seen.answered.push(stream);
+                Vec::new()
+            }
+            _ => Vec::new(),
+        };
+        if !reply.is_empty() && conn.write_all(&reply).await.is_err() {
+            seen.closed = true;
+            return seen;
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_stops_answering_pings_is_closed_and_one_that_answers_is_served_on() {
+    let sims = sims().await;
+    let dir = temp_dir("h2-ping");
+    let file = dir.join("routes.yaml");
+    std::fs::write(
+        &file,
+        routes(&sims, "writes:\n  default: old\nreads:\n  default: old\n"),
+    )
+    .expect("routes");
+    let settings = ProxySettings {
+        client_ping_every: Duration::from_millis(200),
+        client_ping_timeout: Duration::from_millis(300),
+        ..ProxySettings::default()
+    };
+    let gate = gate_on(&file, settings).await;
+    let addr = gate.server.addr;
+    let (answering, silent) = tokio::join!(raw_client(addr, true, 3), raw_client(addr, false, 3));
+    // PINGed every 200 ms for 3 s and answering: open to the end, and its GET answered.
+    assert!(answering.pings >= 5, "{answering:?}");
+    assert!(!answering.closed && !answering.goaway, "{answering:?}");
+    assert_eq!(answering.answered, vec![1], "{answering:?}");
+    // Silent: one PING, unanswered for 300 ms, and the connection is closed (its request was
+    // answered before that: a connection is judged by its PINGs, not its requests).
+    assert_eq!(silent.pings, 1, "{silent:?}");
+    assert!(silent.closed, "{silent:?}");
+}
+
+/// Requests being served now through `gate`, by the in-flight gauge.
+async fn inflight(gate: &Gate) -> f64 {
+    let m = gate.metrics().await;
+    m.lines()
+        .filter(|l| l.starts_with("skewgate_inflight_requests{"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+/// An endpoint that accepts connections and never answers, as a frozen apiserver.
+async fn black_hole() -> String {
+    let listener = tokio::net::TcpListener::bind(loopback())
+        .await
+        .expect("bind");
+    let url = format!("http://{}", listener.local_addr().expect("addr"));
+    tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((s, _)) = listener.accept().await {
+            held.push(s);
+        }
+    });
+    url
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reset_stream_ends_its_request_at_once_and_the_connections_other_streams_go_on() {
+    let sims = sims().await;
+    let frozen = black_hole().await;
+    let text = routes(
+        &sims,
+        "writes:\n  default: old\n  pins:\n    - {name: frozen-ns, namespaces: [frozen], backend: frozen}\nreads:\n  default: old\n",
+    )
+    .replace(
+        "backends:\n",
+        &format!("backends:\n  - {{name: frozen, endpoints: [\"{frozen}\"]}}\n"),
+    );
+    let gate = gate(&text).await;
+    let addr = gate.server.addr;
+    let tcp = TcpStream::connect(addr).await.expect("connect");
+    let (send, conn) = h2::client::handshake(tcp).await.expect("handshake");
+    tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    let mut send = send.ready().await.expect("ready");
+    let request = |path: &str| {
+        http::Request::get(format!("http://{addr}{path}"))
+            .body(())
+            .expect("request")
+    };
+    // Before its head: a GET waiting on a frozen apiserver (70 s before it would time out).
+    let (waiting, mut waiting_stream) = send
+        .send_request(request("/api/v1/namespaces/frozen/configmaps/x"), true)
+        .expect("send");
+    // After its head: a watch, its events still to come.
+    let (watch, _) = send
+        .send_request(
+            request("/api/v1/namespaces/default/configmaps?watch=true"),
+            true,
+        )
+        .expect("send");
+    let watch = watch.await.expect("watch head");
+    assert_eq!(watch.status(), 200);
+    assert!(
+        eventually(5, || async { inflight(&gate).await == 2.0 }).await,
+        "both requests in flight"
+    );
+    waiting_stream.send_reset(h2::Reason::CANCEL);
+    drop(waiting);
+    drop(watch);
+    assert!(
+        eventually(5, || async { inflight(&gate).await == 0.0 }).await,
+        "reset requests still in flight: {}",
+        inflight(&gate).await
+    );
+    // The connection serves on.
+    let mut send = send.ready().await.expect("ready");
+    let (ok, _) = send
+        .send_request(request("/api/v1/namespaces/default/configmaps"), true)
+        .expect("send");
+    assert_eq!(ok.await.expect("answer").status(), 200);
+}
