@@ -69,6 +69,12 @@ impl ProxyBody {
         }
     }
 
+    /// Whether the body is skewgate's own (an error's `Status`, a merged discovery document), not
+    /// the apiserver's.
+    pub(crate) fn is_own(&self) -> bool {
+        matches!(self.inner, Inner::Full(_))
+    }
+
     /// Attaches the client stream's guard, which learns whether the client waited for the end.
     pub(crate) fn with_stream(mut self, stream: StreamGuard) -> ProxyBody {
         self.stream = Some(stream);

@@ -38,7 +38,9 @@ where
         return;
     };
     let (mut parts, body) = resp.into_parts();
-    complete_head(&mut parts.headers, &body);
+    if body.is_own() {
+        complete_head(&mut parts.headers, &body);
+    }
     let end = body.is_end_stream();
     // A response's head carries no connection-specific field: the apiserver's would have been
     // refused as malformed by the upstream connection's codec, and skewgate adds none.
@@ -62,8 +64,8 @@ where
     }
 }
 
-/// What hyper added to a response head: its `Date` (a response of skewgate's own has none; the
-/// apiserver's has one), and the `Content-Length` of a body whose length is known.
+/// What hyper added to the head of a response of skewgate's own: its `Date` and `Content-Length`.
+/// The apiserver's responses carry their own (a relayed body's length is not known beforehand).
 fn complete_head(headers: &mut HeaderMap, body: &ProxyBody) {
     if !headers.contains_key(header::DATE) {
         headers.insert(header::DATE, date());
@@ -96,8 +98,8 @@ fn date() -> HeaderValue {
 }
 
 /// A response body sent as the client's window allows: a chunk waits for a window of at least one
-/// byte, and h2 holds what does not fit, up to the connection's send buffer (`SEND_BUFFER` in
-/// listener.rs) before the next chunk is taken. As hyper's pipe does (hyper #4003: no window is
+/// byte (the last is handed over at once), and h2 holds what does not fit, up to the connection's
+/// send buffer (`SEND_BUFFER` in listener.rs) before the next chunk is taken. As hyper's pipe does (hyper #4003: no window is
 /// claimed before there is a chunk to send, so a body with nothing to send holds none).
 struct Pipe {
     out: SendStream<Bytes>,
@@ -111,11 +113,23 @@ impl Future for Pipe {
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let me = &mut *self;
+        match me.advance(cx) {
+            // Waiting, for the client's window or for the apiserver: the client's reset wakes it
+            // too. (A reset that came while it went on fails its next send.)
+            Poll::Pending => match me.out.poll_reset(cx) {
+                Poll::Ready(reason) => Poll::Ready(Err(reason.map_or_else(|e| e, h2::Error::from))),
+                Poll::Pending => Poll::Pending,
+            },
+            done => done,
+        }
+    }
+}
+
+impl Pipe {
+    /// Sends what the body has and the window allows.
+    fn advance(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), h2::Error>> {
+        let me = self;
         loop {
-            // The client's reset wakes this task whatever it waits for.
-            if let Poll::Ready(reason) = me.out.poll_reset(cx) {
-                return Poll::Ready(Err(reason.map_or_else(|e| e, h2::Error::from)));
-            }
             if me.held.is_some() {
                 while me.out.capacity() == 0 {
                     match std::task::ready!(me.out.poll_capacity(cx)) {
@@ -138,7 +152,9 @@ impl Future for Pipe {
                 Some(Ok(frame)) => match frame.into_data() {
                     Ok(chunk) => {
                         let end = me.body.is_end_stream();
-                        if chunk.is_empty() {
+                        // An empty chunk needs no window; nor does the last one wait for it: h2
+                        // holds it until the window opens, and nothing is taken after it.
+                        if chunk.is_empty() || end {
                             me.out.send_data(chunk, end)?;
                             if end {
                                 return Poll::Ready(Ok(()));
