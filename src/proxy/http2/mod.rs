@@ -13,6 +13,8 @@
 
 mod stream;
 
+use stream::Stream;
+
 use std::future::{Future, poll_fn};
 use std::pin::Pin;
 use std::sync::Arc;
@@ -113,11 +115,11 @@ where
             }
             match conn.poll_accept(&mut conn_cx) {
                 Poll::Ready(Some(Ok((req, respond)))) => {
-                    streams.push(stream::serve(handle(req.map(Incoming::Http2)), respond));
+                    streams.push(Stream::new(handle(req.map(Incoming::Http2)), respond));
                     // What else came with it: the connection has read all there was, and waits
                     // for more.
                     while let Some((req, respond)) = conn.next_received() {
-                        streams.push(stream::serve(handle(req.map(Incoming::Http2)), respond));
+                        streams.push(Stream::new(handle(req.map(Incoming::Http2)), respond));
                     }
                 }
                 Poll::Ready(Some(Err(e))) => return Poll::Ready(Err(e)),
