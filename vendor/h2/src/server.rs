@@ -1674,7 +1674,9 @@ impl proto::Peer for Peer {
     ) -> Result<Self::Poll, Error> {
         use http::{uri, Version};
 
-        let mut b = Request::builder();
+        // skewgate patch: the request is made in place, not through `Request::builder()`, whose
+        // every call moved the whole builder (eleven `memcpy`s per request).
+        let mut request = Request::new(());
 
         macro_rules! malformed {
             ($($arg:tt)*) => {{
@@ -1683,12 +1685,12 @@ impl proto::Peer for Peer {
             }}
         }
 
-        b = b.version(Version::HTTP_2);
+        *request.version_mut() = Version::HTTP_2;
 
         let is_connect;
         if let Some(method) = pseudo.method {
             is_connect = method == Method::CONNECT;
-            b = b.method(method);
+            *request.method_mut() = method;
         } else {
             malformed!("malformed headers: missing method");
         }
@@ -1697,7 +1699,9 @@ impl proto::Peer for Peer {
         if has_protocol {
             if is_connect {
                 // Assert that we have the right type.
-                b = b.extension::<crate::ext::Protocol>(pseudo.protocol.unwrap());
+                request
+                    .extensions_mut()
+                    .insert::<crate::ext::Protocol>(pseudo.protocol.unwrap());
             } else {
                 malformed!("malformed headers: :protocol on non-CONNECT request");
             }
@@ -1765,17 +1769,15 @@ impl proto::Peer for Peer {
             malformed!("malformed headers: missing path in extended CONNECT");
         }
 
-        b = b.uri(parts);
-
-        let mut request = match b.body(()) {
-            Ok(request) => request,
+        match uri::Uri::from_parts(parts) {
+            Ok(uri) => *request.uri_mut() = uri,
             Err(e) => {
                 // TODO: Should there be more specialized handling for different
                 // kinds of errors
                 proto_err!(stream: "error building request: {}; stream={:?}", e, stream_id);
                 return Err(Error::library_reset(stream_id, Reason::PROTOCOL_ERROR));
             }
-        };
+        }
 
         *request.headers_mut() = fields;
 
