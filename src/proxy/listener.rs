@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use futures_util::FutureExt;
 use http::{Request, Response};
@@ -20,8 +20,10 @@ use super::balance::{Intake, Place};
 use super::body::ProxyBody;
 use super::detect::detect_h2;
 use super::forwarding::forwarded_for;
+use super::handshake::{handshake_failed, reason_of};
 use super::keepalive::{self, Exchange, Exchanges, Readiness};
 use super::limits::ClientKey;
+use super::offenders::{cut_off_for_resets, is_client_fault, note_client_fault, wait_if_held_back};
 use super::rebalance::Goaway;
 use super::request_body::Incoming;
 use super::resets::{ResetBudget, StreamGuard};
@@ -400,91 +402,5 @@ async fn no_request_within(deadline: Duration, first_request: &AtomicBool) {
     tokio::time::sleep(deadline).await;
     if first_request.load(std::sync::atomic::Ordering::Relaxed) {
         std::future::pending::<()>().await;
-    }
-}
-
-/// A client held back (cut off for resets, or sending malformed requests) waits before this
-/// connection of its is served.
-async fn wait_if_held_back(proxy: &Proxy, client: u64, remote: SocketAddr) {
-    if let Some(hold) = proxy.offenders.hold(client, Instant::now()) {
-        tracing::debug!(%remote, ?hold, "holding back a client that misbehaved");
-        proxy.metrics.client_connections_delayed.inc();
-        tokio::time::sleep(hold).await;
-    }
-}
-
-/// A connection that reset most of its streams as soon as it opened them is closed (by the caller),
-/// and its client held back.
-fn cut_off_for_resets(proxy: &Proxy, client: u64, remote: SocketAddr) {
-    let hold = proxy.offenders.strike(client, Instant::now());
-    tracing::warn!(%remote, ?hold, "closing a client connection that reset most of its streams as soon as it opened them (HTTP/2 rapid reset); its next connections wait");
-    let metrics = &proxy.metrics;
-    metrics
-        .client_connections_closed
-        .with_label_values(&["premature_resets"])
-        .inc();
-    if hold.is_some() {
-        metrics
-            .clients_held_back
-            .with_label_values(&["premature_resets"])
-            .inc();
-    }
-}
-
-/// A request or connection failed by its client's fault: counted towards holding the client back.
-pub(super) fn note_client_fault(proxy: &Proxy, client: u64, remote: SocketAddr) {
-    if let Some(hold) = proxy.offenders.fault(client, Instant::now()) {
-        tracing::warn!(%remote, ?hold, "a client keeps sending malformed requests; its next connections wait");
-        proxy
-            .metrics
-            .clients_held_back
-            .with_label_values(&["malformed_requests"])
-            .inc();
-    }
-}
-
-/// Whether a connection ended by its client's fault: a malformed or oversized head, or one not sent
-/// in time.
-fn is_client_fault(e: &(dyn std::error::Error + 'static)) -> bool {
-    e.downcast_ref::<hyper::Error>()
-        .is_some_and(|e| e.is_parse() || e.is_parse_too_large() || e.is_timeout())
-}
-
-/// Logs and counts a failed handshake; the connection is dropped, other clients are not affected.
-fn handshake_failed(proxy: &Proxy, remote: SocketAddr, reason: &'static str, detail: &str) {
-    tracing::info!(%remote, reason, detail, "TLS handshake failed");
-    proxy
-        .metrics
-        .tls_handshake_errors
-        .with_label_values(&[reason])
-        .inc();
-}
-
-/// A bounded reason label for a failed handshake, from rustls's error inside tokio-rustls's.
-fn reason_of(e: &std::io::Error) -> &'static str {
-    use rustls::{AlertDescription as A, Error as E};
-    let Some(tls) = e.get_ref().and_then(|i| i.downcast_ref::<E>()) else {
-        return if e.kind() == std::io::ErrorKind::UnexpectedEof {
-            "eof"
-        } else {
-            "protocol"
-        };
-    };
-    match tls {
-        // Not TLS at all: plain HTTP, or bytes that are no TLS record.
-        E::InvalidMessage(_) => "not_tls",
-        E::InvalidCertificate(_) | E::NoCertificatesPresented | E::InvalidCertRevocationList(_) => {
-            "bad_certificate"
-        }
-        E::AlertReceived(
-            A::BadCertificate
-            | A::UnsupportedCertificate
-            | A::CertificateRevoked
-            | A::CertificateExpired
-            | A::CertificateUnknown
-            | A::CertificateRequired
-            | A::UnknownCA,
-        ) => "bad_certificate",
-        _ => "protocol",
     }
 }

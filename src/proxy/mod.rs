@@ -10,6 +10,7 @@ mod detect;
 mod discovery;
 mod forwarding;
 mod guard;
+mod handshake;
 mod http2;
 mod keepalive;
 mod limits;

@@ -15,9 +15,12 @@
 //! either trigger.
 
 use foldhash::HashMap;
+use std::net::SocketAddr;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
+
+use super::Proxy;
 
 /// The hold after a client's first strike; it doubles with each further strike.
 const FIRST_HOLD: Duration = Duration::from_secs(1);
@@ -149,6 +152,55 @@ impl Offenders {
         }
         out
     }
+}
+
+// ===== What the listener does with a client's record =====
+
+/// A client held back (cut off for resets, or sending malformed requests) waits before this
+/// connection of its is served.
+pub(super) async fn wait_if_held_back(proxy: &Proxy, client: u64, remote: SocketAddr) {
+    if let Some(hold) = proxy.offenders.hold(client, Instant::now()) {
+        tracing::debug!(%remote, ?hold, "holding back a client that misbehaved");
+        proxy.metrics.client_connections_delayed.inc();
+        tokio::time::sleep(hold).await;
+    }
+}
+
+/// A connection that reset most of its streams as soon as it opened them is closed (by the caller),
+/// and its client held back.
+pub(super) fn cut_off_for_resets(proxy: &Proxy, client: u64, remote: SocketAddr) {
+    let hold = proxy.offenders.strike(client, Instant::now());
+    tracing::warn!(%remote, ?hold, "closing a client connection that reset most of its streams as soon as it opened them (HTTP/2 rapid reset); its next connections wait");
+    let metrics = &proxy.metrics;
+    metrics
+        .client_connections_closed
+        .with_label_values(&["premature_resets"])
+        .inc();
+    if hold.is_some() {
+        metrics
+            .clients_held_back
+            .with_label_values(&["premature_resets"])
+            .inc();
+    }
+}
+
+/// A request or connection failed by its client's fault: counted towards holding the client back.
+pub(super) fn note_client_fault(proxy: &Proxy, client: u64, remote: SocketAddr) {
+    if let Some(hold) = proxy.offenders.fault(client, Instant::now()) {
+        tracing::warn!(%remote, ?hold, "a client keeps sending malformed requests; its next connections wait");
+        proxy
+            .metrics
+            .clients_held_back
+            .with_label_values(&["malformed_requests"])
+            .inc();
+    }
+}
+
+/// Whether a connection ended by its client's fault: a malformed or oversized head, or one not sent
+/// in time.
+pub(super) fn is_client_fault(e: &(dyn std::error::Error + 'static)) -> bool {
+    e.downcast_ref::<hyper::Error>()
+        .is_some_and(|e| e.is_parse() || e.is_parse_too_large() || e.is_timeout())
 }
 
 #[cfg(test)]

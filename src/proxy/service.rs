@@ -17,7 +17,7 @@ use super::discovery::{Merge, MergedAnswer, discovery_path, merged_discovery};
 use super::forwarding::{credential_of, prepare_headers, strip_hop_by_hop, upstream_uri};
 use super::guard;
 use super::limits::ClientKey;
-use super::listener::note_client_fault;
+use super::offenders::note_client_fault;
 use super::rebalance::Goaway;
 use super::request_body::{ClientBody, ClientFault, Incoming};
 use super::routing::{RequestTracker, Routing};
