@@ -90,19 +90,13 @@ async fn raw_client(addr: std::net::SocketAddr, answer_pings: bool, secs: u64) -
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_that_stops_answering_pings_is_closed_and_one_that_answers_is_served_on() {
     let sims = sims().await;
-    let dir = temp_dir("h2-ping");
-    let file = dir.join("routes.yaml");
-    std::fs::write(
-        &file,
-        routes(&sims, "writes:\n  default: old\nreads:\n  default: old\n"),
-    )
-    .expect("routes");
     let settings = ProxySettings {
         client_ping_every: Duration::from_millis(200),
         client_ping_timeout: Duration::from_secs(1),
         ..ProxySettings::default()
     };
-    let gate = gate_on(&file, settings).await;
+    let text = routes(&sims, "writes:\n  default: old\nreads:\n  default: old\n");
+    let gate = gate_with(&text, settings).await;
     let addr = gate.server.addr;
     let (answering, silent) = tokio::join!(raw_client(addr, true, 4), raw_client(addr, false, 4));
     // PINGed every 200 ms for 4 s and answering: open to the end, and its GET answered.

@@ -343,8 +343,9 @@ fn ended_with_error(
     }
 }
 
-/// Serves a connection until it closes: sent GOAWAY, or its HTTP/1.1 equivalent (its open
-/// requests finish), when the server shuts down.
+/// Serves an HTTP/1.1 connection until it closes; when the server shuts down, the request under
+/// way finishes and the connection is closed after it. (An HTTP/2 connection's GOAWAY is
+/// `http2::serve`'s.)
 ///
 /// The connection is borrowed pinned, not moved in: moved, it would be held twice in this future's
 /// state (as the argument and as the pinned local).

@@ -125,10 +125,15 @@ impl Gate {
 }
 
 pub async fn gate(routes_text: &str) -> Gate {
+    gate_with(routes_text, ProxySettings::default()).await
+}
+
+/// skewgate serving `routes_text` from a temporary directory, with `settings`.
+pub async fn gate_with(routes_text: &str, settings: ProxySettings) -> Gate {
     let dir = temp_dir("gate");
     let routes = dir.join("routes.yaml");
     std::fs::write(&routes, routes_text).expect("write routes");
-    gate_on(&routes, ProxySettings::default()).await
+    gate_on(&routes, settings).await
 }
 
 /// skewgate serving the route file at `routes` (which may be shared with other instances).

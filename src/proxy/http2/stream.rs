@@ -138,13 +138,14 @@ fn date() -> HeaderValue {
 
 /// A response body sent as the client's window allows: a chunk waits for a window of at least one
 /// byte (the last is handed over at once), and h2 holds what does not fit, up to the connection's
-/// send buffer (`SEND_BUFFER` in listener.rs) before the next chunk is taken. As hyper's pipe does (hyper #4003: no window is
-/// claimed before there is a chunk to send, so a body with nothing to send holds none).
+/// send buffer (`SEND_BUFFER` in listener.rs) before the next chunk is taken. As hyper's pipe does
+/// (hyper #4003: no window is claimed before there is a chunk to send, so a body with nothing to
+/// send holds none).
 pub(super) struct Pipe {
     out: SendStream<Bytes>,
     body: ProxyBody,
-    /// A chunk taken from the body, waiting for a window, and whether it ends the body.
-    held: Option<(Bytes, bool)>,
+    /// A chunk taken from the body, waiting for a window (never the last: that one is sent at once).
+    held: Option<Bytes>,
 }
 
 impl Future for Pipe {
@@ -167,57 +168,52 @@ impl Future for Pipe {
 impl Pipe {
     /// Sends what the body has and the window allows.
     fn advance(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), h2::Error>> {
-        let me = self;
         loop {
-            if me.held.is_some() {
-                while me.out.capacity() == 0 {
-                    match std::task::ready!(me.out.poll_capacity(cx)) {
+            if self.held.is_some() {
+                while self.out.capacity() == 0 {
+                    match std::task::ready!(self.out.poll_capacity(cx)) {
                         Some(Ok(0)) => {}
                         Some(Ok(_)) => break,
                         Some(Err(e)) => return Poll::Ready(Err(e)),
                         None => return Poll::Ready(Err(h2::Error::from(Reason::CANCEL))),
                     }
                 }
-                let Some((chunk, end)) = me.held.take() else {
-                    continue;
-                };
-                me.out.send_data(chunk, end)?;
-                if end {
-                    return Poll::Ready(Ok(()));
+                if let Some(chunk) = self.held.take() {
+                    self.out.send_data(chunk, false)?;
                 }
                 continue;
             }
-            match std::task::ready!(Pin::new(&mut me.body).poll_frame(cx)) {
+            match std::task::ready!(Pin::new(&mut self.body).poll_frame(cx)) {
                 Some(Ok(frame)) => match frame.into_data() {
                     Ok(chunk) => {
-                        let end = me.body.is_end_stream();
+                        let end = self.body.is_end_stream();
                         // An empty chunk needs no window; nor does the last one wait for it: h2
                         // holds it until the window opens, and nothing is taken after it.
                         if chunk.is_empty() || end {
-                            me.out.send_data(chunk, end)?;
+                            self.out.send_data(chunk, end)?;
                             if end {
                                 return Poll::Ready(Ok(()));
                             }
                             continue;
                         }
-                        me.out.reserve_capacity(1);
-                        me.held = Some((chunk, end));
+                        self.out.reserve_capacity(1);
+                        self.held = Some(chunk);
                     }
                     Err(frame) => {
                         if let Ok(trailers) = frame.into_trailers() {
-                            me.out.reserve_capacity(0);
-                            me.out.send_trailers(trailers)?;
+                            self.out.reserve_capacity(0);
+                            self.out.send_trailers(trailers)?;
                             return Poll::Ready(Ok(()));
                         }
                     }
                 },
                 Some(Err(e)) => {
-                    me.out
+                    self.out
                         .send_reset(e.reason().unwrap_or(Reason::INTERNAL_ERROR));
                     return Poll::Ready(Err(e));
                 }
                 None => {
-                    me.out.send_data(Bytes::new(), true)?;
+                    self.out.send_data(Bytes::new(), true)?;
                     return Poll::Ready(Ok(()));
                 }
             }
