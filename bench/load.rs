@@ -414,11 +414,29 @@ fn main() {
         bare_path::run(addr(listen), addr(upstream), how, direct);
         return;
     }
-    tokio::runtime::Builder::new_current_thread()
+    let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-        .expect("runtime")
-        .block_on(bench());
+        .expect("runtime");
+    if let Some(addr) = targets::arg("--client") {
+        // The bench's own client alone, against any address: for perf or strace on one target.
+        let addr: SocketAddr = addr.parse().expect("--client: ip:port");
+        let proto = if std::env::args().any(|a| a == "--h1") {
+            Proto::H1
+        } else {
+            Proto::H2
+        };
+        let o = options();
+        let (ok, err, lat, elapsed) =
+            runtime.block_on(load(addr, proto, None, o.concurrency, o.seconds));
+        let rps = ok as f64 / elapsed.as_secs_f64();
+        println!(
+            "{ok} ok, {err} errors, {rps:.0} req/s, p50 {} µs",
+            percentile(&lat, 0.5)
+        );
+        return;
+    }
+    runtime.block_on(bench());
 }
 
 /// Starts one of this bench's own yardsticks in front of the simulator: this binary, run again

@@ -3,28 +3,32 @@
 //! object has no writes in flight on another backend. Each refusal is a `ProxyError`.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 
 use super::Proxy;
-use super::limits::{ClientKey, ClientPermit};
+use super::limits::{ClientKey, ClientLimit, ClientPermit};
 use super::routing::Routing;
 use super::status::ProxyError;
 use crate::identity::Identity;
 use crate::steer::{Decision, Reason, Refused, WriteAdmission, WriteTicket};
 
 /// The client's place among its requests in flight (after waiting its turn when it has too many),
-/// or why there is none.
+/// or why there is none; `None` when there is no limit.
 pub(super) async fn admit_client(
     proxy: &Proxy,
+    limit: Option<&Arc<ClientLimit>>,
     identity: Option<&Identity>,
     remote: SocketAddr,
 ) -> Result<Option<ClientPermit>, ProxyError> {
-    let client = ClientKey::of(identity, remote);
-    proxy
-        .limits
-        .acquire(client)
+    let Some(client) = limit else {
+        return Ok(None);
+    };
+    client
+        .acquire()
         .await
+        .map(Some)
         .map_err(|_| ProxyError::ClientBusy {
-            client: client.to_string(),
+            client: ClientKey::of(identity, remote).to_string(),
             limit: proxy.limits.limit(),
         })
 }

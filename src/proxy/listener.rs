@@ -223,6 +223,7 @@ impl Connection {
             client: identity,
             forwarded_for: forwarded_for(remote),
             goaway,
+            limit: proxy.limits.client(client),
         });
         let handle = move |req, exchange: Option<Exchange>| {
             let peer = peer.clone();

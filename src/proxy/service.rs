@@ -16,7 +16,7 @@ use super::body::ProxyBody;
 use super::discovery::{Merge, MergedAnswer, discovery_path, merged_discovery};
 use super::forwarding::{credential_of, prepare_headers, strip_hop_by_hop, upstream_uri};
 use super::guard;
-use super::limits::ClientKey;
+use super::limits::{ClientKey, ClientLimit};
 use super::offenders::note_client_fault;
 use super::rebalance::Goaway;
 use super::request_body::{ClientBody, ClientFault, Incoming};
@@ -37,6 +37,8 @@ pub(super) struct Peer {
     /// The client's address as an X-Forwarded-For value, formatted once.
     pub forwarded_for: HeaderValue,
     pub goaway: Option<Arc<Goaway>>,
+    /// Where the client's requests in flight are counted (`None`: no limit).
+    pub limit: Option<Arc<ClientLimit>>,
 }
 
 /// Serves one request, begun at `start`.
@@ -59,6 +61,7 @@ pub(super) fn handle(
             identity: peer.client.as_deref().map(|c| &c.identity),
             forwarded: peer.client.as_deref().map(|c| &c.forwarded),
             forwarded_for: &peer.forwarded_for,
+            limit: peer.limit.as_ref(),
         };
         let mut request = decide(proxy, &routing, caller, &mut parts, start);
         let mut access = AccessRecord::start(
@@ -104,6 +107,7 @@ struct Caller<'a> {
     forwarded: Option<&'a ForwardedIdentity>,
     /// Its address as an X-Forwarded-For value.
     forwarded_for: &'a HeaderValue,
+    limit: Option<&'a Arc<ClientLimit>>,
 }
 
 /// What the request is and where it goes.
@@ -290,7 +294,7 @@ async fn admit<'r>(
 ) -> Result<(&'r Arc<EndpointPool>, Option<WriteTicket>), ProxyError> {
     let backend = &routing.backends[request.decision.backend.index()];
     if !request.long_running {
-        tracker.hold(admit_client(proxy, caller.identity, caller.remote).await?);
+        tracker.hold(admit_client(proxy, caller.limit, caller.identity, caller.remote).await?);
     }
     let endpoint = backend.pick().ok_or_else(|| ProxyError::NoEndpoint {
         backend: backend.name.clone(),
