@@ -1,7 +1,8 @@
 //! What an HTTP/2 client's connection gets from skewgate's own HTTP/2 server (src/proxy/http2):
 //! keep-alive PINGs that close a connection whose client no longer answers, and a stream the client
 //! resets ending its request at once, before or after the response's head, while the connection's
-//! other streams go on.
+//! other streams go on; frames read whole however the client's writes cut them, and a frame over
+//! the size skewgate accepts ending its own connection alone.
 
 mod common;
 #[path = "common/frames.rs"]
@@ -189,4 +190,95 @@ async fn a_reset_stream_ends_its_request_at_once_and_the_connections_other_strea
         .send_request(request("/api/v1/namespaces/default/configmaps"), true)
         .expect("send");
     assert_eq!(ok.await.expect("answer").status(), 200);
+}
+
+/// Sends `bytes` one byte per write, with a pause between, so that every frame arrives cut.
+async fn dribble(conn: &mut TcpStream, bytes: &[u8]) {
+    conn.set_nodelay(true).expect("nodelay");
+    for b in bytes {
+        conn.write_all(std::slice::from_ref(b))
+            .await
+            .expect("write");
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+}
+
+/// Reads frames (acknowledging SETTINGS) until a GOAWAY or the end of the stream `id`; returns
+/// the GOAWAY's error code, or `None` when the stream ended.
+async fn until_goaway_or_end_of(conn: &mut TcpStream, id: u32) -> Option<u32> {
+    while let Some(f) = read_frame(conn).await {
+        if f.kind == SETTINGS && f.flags & ACK == 0 {
+            let _ = conn.write_all(&frame(SETTINGS, ACK, 0, &[])).await;
+        }
+        if f.kind == GOAWAY {
+            return Some(u32::from_be_bytes([
+                f.payload[4],
+                f.payload[5],
+                f.payload[6],
+                f.payload[7],
+            ]));
+        }
+        if f.stream == id && f.flags & END_STREAM != 0 {
+            return None;
+        }
+    }
+    panic!("the connection ended without GOAWAY and without the stream's end");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn frames_cut_anywhere_are_read_whole_and_an_oversized_frame_ends_its_own_connection_alone() {
+    let sims = sims().await;
+    let text = routes(&sims, "writes:\n  default: old\nreads:\n  default: old\n");
+    let gate = gate_with(&text, ProxySettings::default()).await;
+    let addr = gate.server.addr;
+    let get_frame = |id| {
+        frame(
+            HEADERS,
+            END_STREAM | END_HEADERS,
+            id,
+            &get("/api/v1/namespaces/default/configmaps"),
+        )
+    };
+    // One client writes byte by byte: heads and payloads arrive in pieces.
+    let cut = async {
+        let mut conn = TcpStream::connect(addr).await.expect("connect");
+        let mut hello = PREFACE.to_vec();
+        hello.extend(frame(SETTINGS, 0, 0, &[]));
+        hello.extend(get_frame(1));
+        hello.extend(get_frame(3));
+        dribble(&mut conn, &hello).await;
+        let first = until_goaway_or_end_of(&mut conn, 1).await;
+        let second = until_goaway_or_end_of(&mut conn, 3).await;
+        (first, second)
+    };
+    // Another announces a frame one byte over the 16 KiB every HTTP/2 peer accepts by default.
+    let oversized = async {
+        let mut conn = TcpStream::connect(addr).await.expect("connect");
+        let mut hello = PREFACE.to_vec();
+        hello.extend(frame(SETTINGS, 0, 0, &[]));
+        hello.extend(get_frame(1));
+        conn.write_all(&hello).await.expect("preface");
+        let served = until_goaway_or_end_of(&mut conn, 1).await;
+        let mut big = frame(
+            HEADERS,
+            END_STREAM | END_HEADERS,
+            3,
+            &get("/api/v1/namespaces"),
+        );
+        let len = (16_384u32 + 1).to_be_bytes();
+        big[..3].copy_from_slice(&len[1..]);
+        conn.write_all(&big).await.expect("oversized head");
+        (served, until_goaway_or_end_of(&mut conn, 3).await)
+    };
+    let both = tokio::time::timeout(Duration::from_secs(20), async {
+        tokio::join!(cut, oversized)
+    });
+    let ((first, second), (served, refused)) = both.await.expect("both clients answered");
+    assert_eq!(
+        (first, second),
+        (None, None),
+        "the cut client's two GETs are answered"
+    );
+    assert_eq!(served, None, "a GET before the oversized frame is answered");
+    assert_eq!(refused, Some(0x6), "GOAWAY with FRAME_SIZE_ERROR");
 }

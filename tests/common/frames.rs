@@ -33,3 +33,27 @@ pub fn get(path: &str) -> Vec<u8> {
     }
     block
 }
+
+/// One frame as read: kind, flags, stream and payload.
+pub struct Frame {
+    pub kind: u8,
+    pub flags: u8,
+    pub stream: u32,
+    pub payload: Vec<u8>,
+}
+
+/// The next frame on `conn`, or `None` once the connection ends.
+pub async fn read_frame(conn: &mut tokio::net::TcpStream) -> Option<Frame> {
+    use tokio::io::AsyncReadExt;
+    let mut head = [0u8; 9];
+    conn.read_exact(&mut head).await.ok()?;
+    let len = usize::from(head[0]) << 16 | usize::from(head[1]) << 8 | usize::from(head[2]);
+    let mut payload = vec![0u8; len];
+    conn.read_exact(&mut payload).await.ok()?;
+    Some(Frame {
+        kind: head[3],
+        flags: head[4],
+        stream: u32::from_be_bytes([head[5], head[6], head[7], head[8]]) & 0x7fff_ffff,
+        payload,
+    })
+}

@@ -16,7 +16,6 @@ use futures_sink::Sink;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 use tokio::io::{AsyncRead, AsyncWrite};
-use tokio_util::codec::length_delimited;
 
 use std::io;
 
@@ -42,12 +41,10 @@ where
         let framed_write = FramedWrite::new(io);
 
         // Delimit the frames
-        let delimited = length_delimited::Builder::new()
-            .big_endian()
-            .length_field_length(3)
-            .length_adjustment(9)
-            .num_skip(0) // Don't skip the header
-            .new_read(framed_write);
+        let delimited = tokio_util::codec::FramedRead::new(
+            framed_write,
+            framed_read::FrameSplitter::new(frame::DEFAULT_MAX_FRAME_SIZE as usize),
+        );
 
         let mut inner = FramedRead::new(delimited);
 

@@ -66,10 +66,21 @@ impl Head {
     pub fn encode<T: BufMut>(&self, payload_len: usize, dst: &mut T) {
         debug_assert!(self.encode_len() <= dst.remaining_mut());
 
-        dst.put_uint(payload_len as u64, 3);
-        dst.put_u8(self.kind as u8);
-        dst.put_u8(self.flag);
-        dst.put_u32(self.stream_id.into());
+        // skewgate patch: the head written at once, not in four pieces (each a call to memcpy
+        // through the generic `BufMut`).
+        let len = (payload_len as u32).to_be_bytes();
+        let id = u32::from(self.stream_id).to_be_bytes();
+        dst.put_slice(&[
+            len[1],
+            len[2],
+            len[3],
+            self.kind as u8,
+            self.flag,
+            id[0],
+            id[1],
+            id[2],
+            id[3],
+        ]);
     }
 }
 

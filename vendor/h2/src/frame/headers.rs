@@ -128,7 +128,8 @@ impl Headers {
             stream_id,
             stream_dep: None,
             header_block: Box::new(HeaderBlock {
-                field_size: calculate_headermap_size(&fields),
+                // skewgate patch: only a received block's size is ever read.
+                field_size: 0,
                 fields,
                 is_over_size: false,
                 pseudo,
@@ -145,7 +146,8 @@ impl Headers {
             stream_id,
             stream_dep: None,
             header_block: Box::new(HeaderBlock {
-                field_size: calculate_headermap_size(&fields),
+                // skewgate patch: only a received block's size is ever read.
+                field_size: 0,
                 fields,
                 is_over_size: false,
                 pseudo: Pseudo::default(),
@@ -370,7 +372,8 @@ impl PushPromise {
         PushPromise {
             flags: PushPromiseFlag::default(),
             header_block: Box::new(HeaderBlock {
-                field_size: calculate_headermap_size(&fields),
+                // skewgate patch: only a received block's size is ever read.
+                field_size: 0,
                 fields,
                 is_over_size: false,
                 pseudo,
@@ -1069,12 +1072,6 @@ impl HeaderBlock {
             + pseudo_size!(path)
             + self.field_size
     }
-}
-
-fn calculate_headermap_size(map: &HeaderMap) -> usize {
-    map.iter()
-        .map(|(name, value)| decoded_header_size(name.as_str().len(), value.len()))
-        .sum::<usize>()
 }
 
 fn decoded_header_size(name: usize, value: usize) -> usize {
