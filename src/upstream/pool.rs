@@ -100,6 +100,8 @@ pub(crate) struct Conn {
     link: Link,
     /// The shard (worker) whose connection it is.
     shard: usize,
+    /// Its pool's streams, by shard (this connection's streams count in `streams[shard]`).
+    streams: Arc<[StreamCount]>,
     active: AtomicUsize,
     closed: AtomicBool,
     /// Whether it joined the pool (and the connections gauge).
@@ -125,6 +127,12 @@ impl Conn {
     }
 }
 
+/// The streams open on one shard's connections, on a cache line of its own: each worker counts
+/// its own streams, and a request touches no line another worker's requests write.
+#[repr(align(64))]
+#[derive(Default)]
+struct StreamCount(AtomicUsize);
+
 /// A connection's task, driving its frames.
 type ConnectionTask = std::pin::Pin<Box<dyn Future<Output = ()> + Send>>;
 
@@ -143,7 +151,10 @@ pub(crate) struct EndpointPool {
     connect_rate: std::sync::Mutex<ConnectRate>,
     /// Why the endpoint was last found down: what the apiserver answered, or the connect error.
     failure: arc_swap::ArcSwapOption<String>,
-    streams: AtomicUsize,
+    /// Streams open, by shard; summed when read. (One count for the pool, with the gauge beside
+    /// it and a reference to the pool per stream, were three cache lines both workers wrote on
+    /// every request.)
+    streams: Arc<[StreamCount]>,
     connections_gauge: IntGauge,
     streams_gauge: IntGauge,
     ready_gauge: IntGauge,
@@ -157,7 +168,6 @@ struct Shard {
 
 /// A stream slot on one connection; freeing it is dropping it.
 pub(crate) struct StreamSlot {
-    pool: Arc<EndpointPool>,
     conn: Arc<Conn>,
 }
 
@@ -172,17 +182,19 @@ impl StreamSlot {
         self.conn.link.header_list_limit()
     }
 
-    /// Marks the slot's connection as unusable for new streams (after GOAWAY or a send failure).
-    pub(crate) fn retire_connection(&self) {
-        self.pool.retire(&self.conn);
+    /// Marks the slot's connection, one of `pool`'s, as unusable for new streams (after GOAWAY or
+    /// a send failure).
+    pub(crate) fn retire_connection(&self, pool: &EndpointPool) {
+        pool.retire(&self.conn);
     }
 }
 
 impl Drop for StreamSlot {
     fn drop(&mut self) {
         self.conn.active.fetch_sub(1, Ordering::AcqRel);
-        self.pool.streams.fetch_sub(1, Ordering::Relaxed);
-        self.pool.streams_gauge.dec();
+        self.conn.streams[self.conn.shard]
+            .0
+            .fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -199,20 +211,21 @@ impl EndpointPool {
             .authority()
             .parse()
             .unwrap_or_else(|_| http::uri::Authority::from_static("invalid.invalid"));
+        let shards = 2 * (super::worker::count() + 1);
         EndpointPool {
             authority,
             endpoint,
             settings,
             failure: arc_swap::ArcSwapOption::empty(),
             connect_rate: std::sync::Mutex::new(ConnectRate::default()),
-            shards: (0..2 * (super::worker::count() + 1))
+            shards: (0..shards)
                 .map(|_| Shard {
                     conns: ArcSwap::from_pointee(Vec::new()),
                     connecting: tokio::sync::Mutex::new(()),
                 })
                 .collect(),
             state: AtomicU8::new(EndpointState::Unknown as u8),
-            streams: AtomicUsize::new(0),
+            streams: (0..shards).map(|_| StreamCount::default()).collect(),
             connections_gauge,
             streams_gauge,
             ready_gauge,
@@ -221,7 +234,16 @@ impl EndpointPool {
 
     /// Streams open now.
     pub(crate) fn active_streams(&self) -> usize {
-        self.streams.load(Ordering::Relaxed)
+        self.streams
+            .iter()
+            .map(|s| s.0.load(Ordering::Relaxed))
+            .sum()
+    }
+
+    /// Sets the gauges counted when read (before /metrics is rendered): the streams open.
+    pub(crate) fn refresh_gauges(&self) {
+        self.streams_gauge
+            .set(i64::try_from(self.active_streams()).unwrap_or(i64::MAX));
     }
 
     /// The pool's settings.
@@ -269,13 +291,9 @@ impl EndpointPool {
         self.ready_gauge.set(i64::from(s == EndpointState::Ready));
     }
 
-    fn slot(self: &Arc<Self>, conn: Arc<Conn>) -> StreamSlot {
-        self.streams.fetch_add(1, Ordering::Relaxed);
-        self.streams_gauge.inc();
-        StreamSlot {
-            pool: self.clone(),
-            conn,
-        }
+    fn slot(conn: Arc<Conn>) -> StreamSlot {
+        conn.streams[conn.shard].0.fetch_add(1, Ordering::Relaxed);
+        StreamSlot { conn }
     }
 
     /// This thread's shard of connections presenting `credential`, by index.
@@ -297,7 +315,7 @@ impl EndpointPool {
         conns
             .iter()
             .find(|c| c.try_reserve())
-            .map(|c| self.slot(c.clone()))
+            .map(|c| Self::slot(c.clone()))
     }
 
     /// A stream slot on a connection presenting `credential`: on an open connection with room, or
@@ -353,7 +371,7 @@ impl EndpointPool {
             list.push(conn.clone());
             list
         });
-        Ok(self.slot(conn))
+        Ok(Self::slot(conn))
     }
 
     /// Opens an HTTP/2 connection: dialed, handshaken, and open once the apiserver's SETTINGS (its
@@ -429,6 +447,7 @@ impl EndpointPool {
         let conn = Arc::new(Conn {
             link,
             shard: self.shard_index(credential),
+            streams: self.streams.clone(),
             active: AtomicUsize::new(0),
             closed: AtomicBool::new(false),
             counted: AtomicBool::new(false),

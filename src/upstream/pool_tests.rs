@@ -95,7 +95,7 @@ async fn a_retired_connection_takes_no_new_stream() {
     let (addr, accepted) = server(100).await;
     let pool = pool(addr);
     let a = pool.acquire(Credential::FrontProxy).await.expect("slot");
-    a.retire_connection();
+    a.retire_connection(&pool);
     assert_eq!(pool.connections(), 0);
     let b = pool.acquire(Credential::FrontProxy).await.expect("slot");
     assert_eq!(

@@ -74,7 +74,7 @@ where
                     ));
                 }
                 Err((OpenError::Closing(e), returned_head)) => {
-                    slot.retire_connection();
+                    slot.retire_connection(pool);
                     attempt += 1;
                     if attempt == 2 {
                         return Err(UpstreamError::from_h2(e));

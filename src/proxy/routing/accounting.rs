@@ -79,8 +79,11 @@ impl Routing {
     }
 
     /// Sets the gauges of the state at `now` (before /metrics is rendered): each rollout's percent,
-    /// abort and error ratio, and the backend each pin sends its writes to.
+    /// abort and error ratio, the backend each pin sends its writes to, and each endpoint's streams.
     pub(crate) fn refresh_gauges(&self, now: SystemTime) {
+        for endpoint in self.backends.iter().flat_map(|b| &b.endpoints) {
+            endpoint.refresh_gauges();
+        }
         let m = &self.metrics;
         for (i, r) in self.table().reads.rollouts.iter().enumerate() {
             let name = [r.name.as_str()];
