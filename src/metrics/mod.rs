@@ -6,9 +6,11 @@
 //! path never takes the registry's lock after the first request of a label set: `Slots` caches each
 //! child handle in a `OnceLock`.
 
+mod per_worker;
 mod prune;
 mod resources;
 
+pub(crate) use per_worker::PerWorker;
 pub(crate) use prune::TableLabels;
 pub(crate) use resources::ResourceIndex;
 
@@ -23,15 +25,15 @@ use prometheus::{
 pub(crate) struct Metrics {
     registry: Registry,
     /// `skewgate_requests_total{backend,class,verb,group,resource,code}`.
-    pub requests: IntCounterVec,
+    pub requests: PerWorker<IntCounterVec>,
     /// `skewgate_request_duration_seconds{backend,class,verb}`, not for long-running requests.
-    pub request_duration: HistogramVec,
+    pub request_duration: PerWorker<HistogramVec>,
     /// `skewgate_inflight_requests{backend,class}`.
-    pub inflight: IntGaugeVec,
+    pub inflight: PerWorker<IntGaugeVec>,
     /// `skewgate_watches{backend}`.
     pub watches: IntGaugeVec,
     /// `skewgate_decisions_total{class,rule}`.
-    pub decisions: IntCounterVec,
+    pub decisions: PerWorker<IntCounterVec>,
     /// `skewgate_client_connections{protocol}`.
     pub client_connections: IntGaugeVec,
     /// `skewgate_worker_connections{worker}`.
@@ -110,31 +112,46 @@ impl Metrics {
                 IntGaugeVec::new(Opts::new(name, help), labels).unwrap_or_else(|_| unreachable!()),
             )
         };
+        // The request path's families: a copy per worker, added up when read.
+        let worker_counter = |name: &str, help: &str, labels: &[&str]| {
+            register(
+                &r,
+                PerWorker::new(|| {
+                    IntCounterVec::new(Opts::new(name, help), labels)
+                        .unwrap_or_else(|_| unreachable!())
+                }),
+            )
+        };
         let buckets = vec![
             0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
             30.0, 60.0,
         ];
         Metrics {
-            requests: counter(
+            requests: worker_counter(
                 "skewgate_requests_total",
                 "Requests answered, by the backend that served them, class (write for create, update, patch, delete and deletecollection, else read), Kubernetes verb, API group and resource (those discovery found; others are other, non-resource paths empty) and HTTP status code.",
                 &["backend", "class", "verb", "group", "resource", "code"],
             ),
-            request_duration: register(
-                &r,
+            request_duration: register(&r, PerWorker::new(|| {
                 HistogramVec::new(
                     HistogramOpts::new(
                         "skewgate_request_duration_seconds",
                         "Time from receiving a request to the end of its response, for requests that are not long-running (watches, exec, logs and proxy are left out).",
                     )
-                    .buckets(buckets),
+                    .buckets(buckets.clone()),
                     &["backend", "class", "verb"],
                 )
-                .unwrap_or_else(|_| unreachable!()),
-            ),
-            inflight: gauge("skewgate_inflight_requests", "Requests being served now, long-running ones included.", &["backend", "class"]),
+                .unwrap_or_else(|_| unreachable!())
+            })),
+            inflight: register(&r, PerWorker::new(|| {
+                IntGaugeVec::new(
+                    Opts::new("skewgate_inflight_requests", "Requests being served now, long-running ones included."),
+                    &["backend", "class"],
+                )
+                .unwrap_or_else(|_| unreachable!())
+            })),
             watches: gauge("skewgate_watches", "Watches open now.", &["backend"]),
-            decisions: counter(
+            decisions: worker_counter(
                 "skewgate_decisions_total",
                 "Steering decisions, by class and the rule that decided (a pin or rollout name, writes.default or reads.default).",
                 &["class", "rule"],
@@ -309,19 +326,40 @@ impl Default for Metrics {
 /// pointer instead of hashing labels under the registry's lock.
 pub(crate) struct Slots<T> {
     cells: Box<[OnceLock<T>]>,
+    /// Copies of each slot: one per worker (and one shared) for a `PerWorker` family's children,
+    /// else one.
+    copies: usize,
 }
 
 impl<T> Slots<T> {
     /// A table of `n` empty slots.
     pub(crate) fn new(n: usize) -> Slots<T> {
+        Slots::with_copies(n, 1)
+    }
+
+    /// A table of `n` empty slots for the children of a `PerWorker` family: each worker makes and
+    /// finds its own.
+    pub(crate) fn per_worker(n: usize) -> Slots<T> {
+        Slots::with_copies(n, crate::upstream::worker::count() + 1)
+    }
+
+    fn with_copies(n: usize, copies: usize) -> Slots<T> {
         Slots {
-            cells: (0..n).map(|_| OnceLock::new()).collect(),
+            cells: (0..n * copies).map(|_| OnceLock::new()).collect(),
+            copies,
         }
     }
 
-    /// The child in slot `i`, created by `make` on first use; `None` when `i` is out of range.
+    /// The child in slot `i` (the current worker's, in a per-worker table), created by `make` on
+    /// first use; `None` when `i` is out of range.
     pub(crate) fn get(&self, i: usize, make: impl FnOnce() -> T) -> Option<&T> {
-        self.cells.get(i).map(|c| c.get_or_init(make))
+        let copy = if self.copies == 1 {
+            0
+        } else {
+            per_worker::own_index(self.copies)
+        };
+        let at = i.checked_mul(self.copies)?.checked_add(copy)?;
+        self.cells.get(at).map(|c| c.get_or_init(make))
     }
 }
 

@@ -83,9 +83,15 @@ impl Metrics {
     /// longer has, and starts the counters of the ones it has at 0.
     pub(crate) fn follow(&self, table: &RouteTable, keep: &TableLabels) {
         let backend = |l: &Labels<'_>| keep.backend(l, "backend");
-        prune(&self.requests, backend);
-        prune(&self.request_duration, backend);
-        prune(&self.inflight, backend);
+        for v in self.requests.all() {
+            prune(v, backend);
+        }
+        for v in self.request_duration.all() {
+            prune(v, backend);
+        }
+        for v in self.inflight.all() {
+            prune(v, backend);
+        }
         prune(&self.watches, backend);
         prune(&self.upstream_errors, backend);
         let endpoint = |l: &Labels<'_>| match (l.get("backend"), l.get("endpoint")) {
@@ -98,7 +104,9 @@ impl Metrics {
         prune(&self.fallbacks, |l| {
             keep.backend(l, "from") && keep.backend(l, "to")
         });
-        prune(&self.decisions, |l| keep.rule(l, "rule"));
+        for v in self.decisions.all() {
+            prune(v, |l| keep.rule(l, "rule"));
+        }
         prune(&self.pin_moves, |l| keep.rule(l, "pin"));
         prune(&self.writes_held, |l| keep.rule(l, "pin"));
         prune(&self.pin_backend, |l| {
@@ -126,15 +134,22 @@ impl Metrics {
             self.pin_moves.with_label_values(&[p.name.as_str()]);
             self.writes_held.with_label_values(&[p.name.as_str()]);
             for class in ["write", "read"] {
-                self.decisions.with_label_values(&[class, p.name.as_str()]);
+                self.decisions
+                    .shared()
+                    .with_label_values(&[class, p.name.as_str()]);
             }
         }
         self.pin_moves.with_label_values(&["writes.default"]);
         self.decisions
+            .shared()
             .with_label_values(&["write", "writes.default"]);
-        self.decisions.with_label_values(&["read", "reads.default"]);
+        self.decisions
+            .shared()
+            .with_label_values(&["read", "reads.default"]);
         for r in &table.reads.rollouts {
-            self.decisions.with_label_values(&["read", r.name.as_str()]);
+            self.decisions
+                .shared()
+                .with_label_values(&["read", r.name.as_str()]);
         }
     }
 }

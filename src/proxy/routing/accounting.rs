@@ -43,6 +43,7 @@ impl Routing {
         if let Some(c) = self.decisions.get(slot, || {
             self.metrics
                 .decisions
+                .mine()
                 .with_label_values(&[d.class.as_str(), d.rule_name(t)])
         }) {
             c.inc();
@@ -58,7 +59,7 @@ impl Routing {
         let labels = |code: &str| {
             let resources = self.resources.load();
             let (group, resource) = resources.labels(resource);
-            self.metrics.requests.with_label_values(&[
+            self.metrics.requests.mine().with_label_values(&[
                 self.backend_name(d),
                 class.as_str(),
                 verb_label(verb),
@@ -69,7 +70,7 @@ impl Routing {
         };
         let counter = code_slot(code).and_then(|c| {
             self.requests
-                .get(row, || Box::new(Slots::new(COMMON_CODES.len())))?
+                .get(row, || Box::new(Slots::per_worker(COMMON_CODES.len())))?
                 .get(c, || labels(&code.to_string()))
         });
         match counter {
@@ -147,6 +148,7 @@ impl Routing {
             .get(d.backend.index() * CLASSES + class, || {
                 self.metrics
                     .inflight
+                    .mine()
                     .with_label_values(&[backend, class_name.as_str()])
             })
             .cloned();
@@ -167,7 +169,7 @@ impl Routing {
                 .get(
                     (d.backend.index() * CLASSES + class) * VERBS + verb as usize,
                     || {
-                        self.metrics.request_duration.with_label_values(&[
+                        self.metrics.request_duration.mine().with_label_values(&[
                             backend,
                             class_name.as_str(),
                             verb_label(verb),

@@ -140,10 +140,10 @@ impl Routing {
             metrics,
             resources: arc_swap::ArcSwap::new(resources),
             requests: Slots::new(n * CLASSES * VERBS * ResourceIndex::SLOTS),
-            durations: Slots::new(n * CLASSES * VERBS),
-            inflight: Slots::new(n * CLASSES),
+            durations: Slots::per_worker(n * CLASSES * VERBS),
+            inflight: Slots::per_worker(n * CLASSES),
             watches: Slots::new(n),
-            decisions: Slots::new(rules * CLASSES),
+            decisions: Slots::per_worker(rules * CLASSES),
         };
         routing.refresh_discovery(now);
         routing
