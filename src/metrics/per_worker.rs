@@ -1,10 +1,11 @@
 //! Metric families each worker writes on its own: the request path's counters, gauges and
 //! histograms, which every request updates. One family shared by all workers put the same cache
-//! lines under both workers' writes on every request, and moving a line between cores cost more
-//! than the rest of the request's bookkeeping (0.45 µs of CPU per GET with two workers). Each
-//! worker (and one more, shared, for any other thread) has its own unregistered copy of the family;
-//! the registry sees one collector that adds the copies' series up, label set by label set, when
-//! /metrics is read.
+//! lines under every worker's writes on every request; each worker (and one more, shared, for any
+//! other thread) now has its own unregistered copy of the family, and the registry sees one
+//! collector that adds the copies' series up, label set by label set, when /metrics is read.
+//! Measured with two workers (the load bench's client, four rounds): 4.19 µs of user time per h2c
+//! GET with shared families, 4.10 with copies, 4.02 with no request metrics at all; more workers
+//! share a line among more cores.
 
 use std::collections::HashMap;
 
