@@ -13,7 +13,7 @@ use std::time::Duration;
 use common::*;
 use frames::*;
 use skewgate::proxy::ProxySettings;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
 /// What a raw client saw on its connection.
@@ -36,23 +36,20 @@ async fn raw_client(addr: std::net::SocketAddr, answer_pings: bool, secs: u64) -
     let mut seen = Seen::default();
     let until = tokio::time::Instant::now() + Duration::from_secs(secs);
     loop {
-        let mut head = [0u8; 9];
-        let read = tokio::time::timeout_at(until, conn.read_exact(&mut head)).await;
+        let read = tokio::time::timeout_at(until, read_frame(&mut conn)).await;
         let Ok(read) = read else {
             return seen;
         };
-        if read.is_err() {
+        let Some(Frame {
+            kind,
+            flags,
+            stream,
+            payload,
+        }) = read
+        else {
             seen.closed = true;
             return seen;
-        }
-        let len = usize::from(head[0]) << 16 | usize::from(head[1]) << 8 | usize::from(head[2]);
-        let (kind, flags) = (head[3], head[4]);
-        let stream = u32::from_be_bytes([head[5], head[6], head[7], head[8]]) & 0x7fff_ffff;
-        let mut payload = vec![0u8; len];
-        if conn.read_exact(&mut payload).await.is_err() {
-            seen.closed = true;
-            return seen;
-        }
+        };
         let reply = match kind {
             SETTINGS if flags & ACK == 0 => frame(SETTINGS, ACK, 0, &[]),
             PING if flags & ACK == 0 => {

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use common::*;
 use frames::*;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
 /// Reads frames until the stream `id` ends; returns the header blocks sent on it (HEADERS with its
@@ -18,13 +18,12 @@ use tokio::net::TcpStream;
 async fn blocks_of(conn: &mut TcpStream, id: u32) -> Vec<Vec<u8>> {
     let mut blocks = Vec::new();
     loop {
-        let mut head = [0u8; 9];
-        conn.read_exact(&mut head).await.expect("frame head");
-        let len = usize::from(head[0]) << 16 | usize::from(head[1]) << 8 | usize::from(head[2]);
-        let (kind, flags) = (head[3], head[4]);
-        let stream = u32::from_be_bytes([head[5], head[6], head[7], head[8]]) & 0x7fff_ffff;
-        let mut payload = vec![0u8; len];
-        conn.read_exact(&mut payload).await.expect("frame payload");
+        let Frame {
+            kind,
+            flags,
+            stream,
+            payload,
+        } = read_frame(conn).await.expect("a frame");
         if kind == SETTINGS && flags & ACK == 0 {
             conn.write_all(&frame(SETTINGS, ACK, 0, &[]))
                 .await

@@ -95,172 +95,129 @@ fn register<C: prometheus::core::Collector + Clone + 'static>(registry: &Registr
     c
 }
 
+/// The families' constructors fail only on invalid names or labels, which are constants here.
+fn valid<T, E>(made: Result<T, E>) -> T {
+    made.unwrap_or_else(|_| unreachable!())
+}
+
+fn counter(r: &Registry, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
+    register(r, valid(IntCounterVec::new(Opts::new(name, help), labels)))
+}
+
+fn gauge(r: &Registry, name: &str, help: &str, labels: &[&str]) -> IntGaugeVec {
+    register(r, valid(IntGaugeVec::new(Opts::new(name, help), labels)))
+}
+
+fn float_gauge(r: &Registry, name: &str, help: &str, labels: &[&str]) -> GaugeVec {
+    register(r, valid(GaugeVec::new(Opts::new(name, help), labels)))
+}
+
+/// A request-path counter family: a copy per worker, added up when read (`PerWorker`).
+fn worker_counter(
+    r: &Registry,
+    name: &str,
+    help: &str,
+    labels: &[&str],
+) -> PerWorker<IntCounterVec> {
+    register(
+        r,
+        PerWorker::new(|| valid(IntCounterVec::new(Opts::new(name, help), labels))),
+    )
+}
+
+/// `skewgate_request_duration_seconds`, a copy per worker.
+fn request_duration(r: &Registry) -> PerWorker<HistogramVec> {
+    let buckets = vec![
+        0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+        60.0,
+    ];
+    let opts = HistogramOpts::new(
+        "skewgate_request_duration_seconds",
+        "Time from receiving a request to the end of its response, for requests that are not long-running (watches, exec, logs and proxy are left out).",
+    )
+    .buckets(buckets);
+    register(
+        r,
+        PerWorker::new(|| {
+            valid(HistogramVec::new(
+                opts.clone(),
+                &["backend", "class", "verb"],
+            ))
+        }),
+    )
+}
+
+/// `skewgate_inflight_requests`, a copy per worker.
+fn inflight(r: &Registry) -> PerWorker<IntGaugeVec> {
+    let opts = Opts::new(
+        "skewgate_inflight_requests",
+        "Requests being served now, long-running ones included.",
+    );
+    register(
+        r,
+        PerWorker::new(|| valid(IntGaugeVec::new(opts.clone(), &["backend", "class"]))),
+    )
+}
+
+/// `skewgate_pin_move_wait_seconds`.
+fn pin_move_wait(r: &Registry) -> prometheus::Histogram {
+    let opts = HistogramOpts::new(
+        "skewgate_pin_move_wait_seconds",
+        "How long writes waited for the same object's in-flight writes on the previous backend to finish.",
+    )
+    .buckets(vec![0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0]);
+    register(r, valid(prometheus::Histogram::with_opts(opts)))
+}
+
 impl Metrics {
     /// A fresh registry with every family registered.
     pub(crate) fn new() -> Metrics {
         let r = Registry::new();
-        let counter = |name: &str, help: &str, labels: &[&str]| {
-            register(
-                &r,
-                IntCounterVec::new(Opts::new(name, help), labels)
-                    .unwrap_or_else(|_| unreachable!()),
-            )
-        };
-        let gauge = |name: &str, help: &str, labels: &[&str]| {
-            register(
-                &r,
-                IntGaugeVec::new(Opts::new(name, help), labels).unwrap_or_else(|_| unreachable!()),
-            )
-        };
-        // The request path's families: a copy per worker, added up when read.
-        let worker_counter = |name: &str, help: &str, labels: &[&str]| {
-            register(
-                &r,
-                PerWorker::new(|| {
-                    IntCounterVec::new(Opts::new(name, help), labels)
-                        .unwrap_or_else(|_| unreachable!())
-                }),
-            )
-        };
-        let buckets = vec![
-            0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
-            30.0, 60.0,
-        ];
         Metrics {
             requests: worker_counter(
+                &r,
                 "skewgate_requests_total",
                 "Requests answered, by the backend that served them, class (write for create, update, patch, delete and deletecollection, else read), Kubernetes verb, API group and resource (those discovery found; others are other, non-resource paths empty) and HTTP status code.",
                 &["backend", "class", "verb", "group", "resource", "code"],
             ),
-            request_duration: register(&r, PerWorker::new(|| {
-                HistogramVec::new(
-                    HistogramOpts::new(
-                        "skewgate_request_duration_seconds",
-                        "Time from receiving a request to the end of its response, for requests that are not long-running (watches, exec, logs and proxy are left out).",
-                    )
-                    .buckets(buckets.clone()),
-                    &["backend", "class", "verb"],
-                )
-                .unwrap_or_else(|_| unreachable!())
-            })),
-            inflight: register(&r, PerWorker::new(|| {
-                IntGaugeVec::new(
-                    Opts::new("skewgate_inflight_requests", "Requests being served now, long-running ones included."),
-                    &["backend", "class"],
-                )
-                .unwrap_or_else(|_| unreachable!())
-            })),
-            watches: gauge("skewgate_watches", "Watches open now.", &["backend"]),
+            request_duration: request_duration(&r),
+            inflight: inflight(&r),
+            watches: gauge(&r, "skewgate_watches", "Watches open now.", &["backend"]),
             decisions: worker_counter(
+                &r,
                 "skewgate_decisions_total",
                 "Steering decisions, by class and the rule that decided (a pin or rollout name, writes.default or reads.default).",
                 &["class", "rule"],
             ),
-            client_connections: gauge("skewgate_client_connections", "Client connections open now, by protocol (http1, http2).", &["protocol"]),
-            worker_connections: gauge("skewgate_worker_connections", "Client connections each worker serves now (each connection goes to the worker serving the fewest).", &["worker"]),
-            upstream_connections: gauge("skewgate_upstream_connections", "HTTP/2 connections open to each apiserver endpoint.", &["backend", "endpoint"]),
-            upstream_streams: gauge("skewgate_upstream_streams", "HTTP/2 streams open to each apiserver endpoint.", &["backend", "endpoint"]),
+            client_connections: gauge(&r, "skewgate_client_connections", "Client connections open now, by protocol (http1, http2).", &["protocol"]),
+            worker_connections: gauge(&r, "skewgate_worker_connections", "Client connections each worker serves now (each connection goes to the worker serving the fewest).", &["worker"]),
+            upstream_connections: gauge(&r, "skewgate_upstream_connections", "HTTP/2 connections open to each apiserver endpoint.", &["backend", "endpoint"]),
+            upstream_streams: gauge(&r, "skewgate_upstream_streams", "HTTP/2 streams open to each apiserver endpoint.", &["backend", "endpoint"]),
             upstream_errors: counter(
+                &r,
                 "skewgate_upstream_errors_total",
                 "Failures talking to apiservers, by backend and reason: connect (no connection could be made), reset (the connection or stream failed), timeout (no response head in time), headers_too_large (the apiserver refused the request head), unavailable (no endpoint of the backend was ready), health (a health check failed).",
                 &["backend", "reason"],
             ),
-            endpoint_ready: gauge("skewgate_endpoint_ready", "1 when the endpoint answers its health check and has a connection, else 0.", &["backend", "endpoint"]),
-            tls_handshake_errors: counter(
-                "skewgate_tls_handshake_errors_total",
-                "Client TLS handshakes that failed, by reason (timeout, not_tls, bad_certificate, eof, protocol).",
-                &["reason"],
-            ),
-            client_connections_closed: counter(
-                "skewgate_client_connections_closed_total",
-                "Client connections skewgate closed for misbehaving, by reason (premature_resets).",
-                &["reason"],
-            ),
-            client_goaways: counter(
-                "skewgate_client_goaways_total",
-                "Client HTTP/2 connections sent GOAWAY after a response so that clients reconnect and spread over the replicas (reason rebalance).",
-                &["reason"],
-            ),
-            guarded_updates: counter(
-                "skewgate_guarded_updates_total",
-                "Full-object updates from clients older than their backend that would have dropped fields the stored object has, by guard, action (reject, warn, preserve) and resource.",
-                &["guard", "action", "resource"],
-            ),
-            endpoint_reconciles: counter(
-                "skewgate_endpoint_reconciles_total",
-                "Rounds of renewing this replica's Lease and keeping the default/kubernetes endpoints naming the live replicas, by result (success, failure).",
-                &["result"],
-            ),
-            clients_held_back: counter(
-                "skewgate_clients_held_back_total",
-                "Holds put on a misbehaving client's next connections, by reason (premature_resets, malformed_requests).",
-                &["reason"],
-            ),
-            client_connections_delayed: register(
-                &r,
-                prometheus::IntCounter::new(
-                    "skewgate_client_connections_delayed_total",
-                    "Client connections that waited out their client's hold (skewgate_clients_held_back_total) before they were served.",
-                )
-                .unwrap_or_else(|_| unreachable!()),
-            ),
-            fallbacks: counter(
-                "skewgate_fallbacks_total",
-                "Requests sent to another backend because the one the rules chose does not serve their group/version/resource.",
-                &["from", "to"],
-            ),
-            pin_moves: counter("skewgate_pin_moves_total", "Reloads that moved a pin (or writes.default, as rule writes.default) to another backend.", &["pin"]),
-            pin_move_wait: register(
-                &r,
-                prometheus::Histogram::with_opts(
-                    HistogramOpts::new(
-                        "skewgate_pin_move_wait_seconds",
-                        "How long writes waited for the same object's in-flight writes on the previous backend to finish.",
-                    )
-                    .buckets(vec![0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0]),
-                )
-                .unwrap_or_else(|_| unreachable!()),
-            ),
-            writes_held: gauge("skewgate_writes_held", "Writes waiting now for in-flight writes of the same object on another backend, by the rule that sends them.", &["pin"]),
-            rollout_percent: register(
-                &r,
-                GaugeVec::new(
-                    Opts::new("skewgate_rollout_percent", "The share of keys each rollout sends to its `to` backend now (0 while aborted)."),
-                    &["rollout"],
-                )
-                .unwrap_or_else(|_| unreachable!()),
-            ),
-            rollout_aborted: gauge("skewgate_rollout_aborted", "1 while a rollout holds at 0 % after its error ratio broke the threshold.", &["rollout"]),
-            config_reloads: counter("skewgate_config_reloads_total", "Route file loads, by result (success, failure, unchanged).", &["result"]),
-            config_last_success: register(
-                &r,
-                Gauge::new(
-                    "skewgate_config_last_reload_success_timestamp_seconds",
-                    "Unix time of the last successful route file load.",
-                )
-                .unwrap_or_else(|_| unreachable!()),
-            ),
-            config_last_successful: register(
-                &r,
-                prometheus::IntGauge::new(
-                    "skewgate_config_last_reload_successful",
-                    "1 when the last load of the route file succeeded (or found it unchanged), 0 when it was rejected and an older table is in force.",
-                )
-                .unwrap_or_else(|_| unreachable!()),
-            ),
-            pin_backend: gauge(
-                "skewgate_pin_backend",
-                "1 for the backend each pin (and writes.default, reads.default) sends its writes to now: the previous backend until flipAt.",
-                &["pin", "backend"],
-            ),
-            rollout_error_ratio: register(
-                &r,
-                GaugeVec::new(
-                    Opts::new("skewgate_rollout_error_ratio", "The share of a rollout's requests to its `to` backend that failed (5xx or no answer) in its abort window now, for rollouts with abort."),
-                    &["rollout"],
-                )
-                .unwrap_or_else(|_| unreachable!()),
-            ),
+            endpoint_ready: gauge(&r, "skewgate_endpoint_ready", "1 when the endpoint answers its health check and has a connection, else 0.", &["backend", "endpoint"]),
+            tls_handshake_errors: counter(&r, "skewgate_tls_handshake_errors_total", "Client TLS handshakes that failed, by reason (timeout, not_tls, bad_certificate, eof, protocol).", &["reason"]),
+            client_connections_closed: counter(&r, "skewgate_client_connections_closed_total", "Client connections skewgate closed for misbehaving, by reason (premature_resets).", &["reason"]),
+            client_goaways: counter(&r, "skewgate_client_goaways_total", "Client HTTP/2 connections sent GOAWAY after a response so that clients reconnect and spread over the replicas (reason rebalance).", &["reason"]),
+            guarded_updates: counter(&r, "skewgate_guarded_updates_total", "Full-object updates from clients older than their backend that would have dropped fields the stored object has, by guard, action (reject, warn, preserve) and resource.", &["guard", "action", "resource"]),
+            endpoint_reconciles: counter(&r, "skewgate_endpoint_reconciles_total", "Rounds of renewing this replica's Lease and keeping the default/kubernetes endpoints naming the live replicas, by result (success, failure).", &["result"]),
+            clients_held_back: counter(&r, "skewgate_clients_held_back_total", "Holds put on a misbehaving client's next connections, by reason (premature_resets, malformed_requests).", &["reason"]),
+            client_connections_delayed: register(&r, valid(prometheus::IntCounter::new("skewgate_client_connections_delayed_total", "Client connections that waited out their client's hold (skewgate_clients_held_back_total) before they were served."))),
+            fallbacks: counter(&r, "skewgate_fallbacks_total", "Requests sent to another backend because the one the rules chose does not serve their group/version/resource.", &["from", "to"]),
+            pin_moves: counter(&r, "skewgate_pin_moves_total", "Reloads that moved a pin (or writes.default, as rule writes.default) to another backend.", &["pin"]),
+            pin_move_wait: pin_move_wait(&r),
+            writes_held: gauge(&r, "skewgate_writes_held", "Writes waiting now for in-flight writes of the same object on another backend, by the rule that sends them.", &["pin"]),
+            rollout_percent: float_gauge(&r, "skewgate_rollout_percent", "The share of keys each rollout sends to its `to` backend now (0 while aborted).", &["rollout"]),
+            rollout_aborted: gauge(&r, "skewgate_rollout_aborted", "1 while a rollout holds at 0 % after its error ratio broke the threshold.", &["rollout"]),
+            config_reloads: counter(&r, "skewgate_config_reloads_total", "Route file loads, by result (success, failure, unchanged).", &["result"]),
+            config_last_success: register(&r, valid(Gauge::new("skewgate_config_last_reload_success_timestamp_seconds", "Unix time of the last successful route file load."))),
+            config_last_successful: register(&r, valid(prometheus::IntGauge::new("skewgate_config_last_reload_successful", "1 when the last load of the route file succeeded (or found it unchanged), 0 when it was rejected and an older table is in force."))),
+            pin_backend: gauge(&r, "skewgate_pin_backend", "1 for the backend each pin (and writes.default, reads.default) sends its writes to now: the previous backend until flipAt.", &["pin", "backend"]),
+            rollout_error_ratio: float_gauge(&r, "skewgate_rollout_error_ratio", "The share of a rollout's requests to its `to` backend that failed (5xx or no answer) in its abort window now, for rollouts with abort.", &["rollout"]),
             registry: r,
         }
         .with_process_and_build_info()

@@ -7,7 +7,7 @@ use std::collections::{HashMap, HashSet};
 
 use prometheus::core::{Collector, MetricVec, MetricVecBuilder};
 
-use super::Metrics;
+use super::{Metrics, PerWorker};
 use crate::config::RouteTable;
 
 /// The reasons of `skewgate_upstream_errors_total`.
@@ -78,20 +78,24 @@ fn prune<B: MetricVecBuilder>(vec: &MetricVec<B>, keep: impl Fn(&Labels<'_>) -> 
     }
 }
 
+/// `prune` for each worker's copy of a family.
+fn prune_each<B: MetricVecBuilder>(
+    family: &PerWorker<MetricVec<B>>,
+    keep: impl Fn(&Labels<'_>) -> bool,
+) {
+    for vec in family.all() {
+        prune(vec, &keep);
+    }
+}
+
 impl Metrics {
     /// Makes the series follow `table`: removes those of backends, endpoints and rules it no
     /// longer has, and starts the counters of the ones it has at 0.
     pub(crate) fn follow(&self, table: &RouteTable, keep: &TableLabels) {
         let backend = |l: &Labels<'_>| keep.backend(l, "backend");
-        for v in self.requests.all() {
-            prune(v, backend);
-        }
-        for v in self.request_duration.all() {
-            prune(v, backend);
-        }
-        for v in self.inflight.all() {
-            prune(v, backend);
-        }
+        prune_each(&self.requests, backend);
+        prune_each(&self.request_duration, backend);
+        prune_each(&self.inflight, backend);
         prune(&self.watches, backend);
         prune(&self.upstream_errors, backend);
         let endpoint = |l: &Labels<'_>| match (l.get("backend"), l.get("endpoint")) {
@@ -104,9 +108,7 @@ impl Metrics {
         prune(&self.fallbacks, |l| {
             keep.backend(l, "from") && keep.backend(l, "to")
         });
-        for v in self.decisions.all() {
-            prune(v, |l| keep.rule(l, "rule"));
-        }
+        prune_each(&self.decisions, |l| keep.rule(l, "rule"));
         prune(&self.pin_moves, |l| keep.rule(l, "pin"));
         prune(&self.writes_held, |l| keep.rule(l, "pin"));
         prune(&self.pin_backend, |l| {
