@@ -112,3 +112,60 @@ async fn an_invalid_reload_keeps_the_running_table() {
         .await
     );
 }
+
+/// A TCP relay to `to` that counts the connections open through it.
+async fn counting_relay(to: std::net::SocketAddr) -> (String, Arc<AtomicUsize>) {
+    let listener = tokio::net::TcpListener::bind(loopback())
+        .await
+        .expect("bind");
+    let url = format!("http://{}", listener.local_addr().expect("addr"));
+    let open = Arc::new(AtomicUsize::new(0));
+    let count = open.clone();
+    tokio::spawn(async move {
+        while let Ok((mut client, _)) = listener.accept().await {
+            let count = count.clone();
+            count.fetch_add(1, Ordering::SeqCst);
+            tokio::spawn(async move {
+                if let Ok(mut server) = tokio::net::TcpStream::connect(to).await {
+                    let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
+                }
+                count.fetch_sub(1, Ordering::SeqCst);
+            });
+        }
+    });
+    (url, open)
+}
+
+/// Each worker's requests use the routing through a hold of the worker's own: a reload makes every
+/// worker let go of the old one, so the connections of an endpoint the new table no longer names
+/// close even when no request comes after the reload.
+#[tokio::test]
+async fn a_reload_closes_a_removed_endpoints_connections_without_another_request() {
+    let sims = sims().await;
+    let (relayed, open) = counting_relay(sims.old.addr).await;
+    let table = |old: &str| {
+        format!(
+            "apiVersion: skewgate.io/v1alpha1\nkind: RouteTable\nbackends:\n  - name: old\n    \
+             endpoints: [{old}]\n  - name: new\n    endpoints: [{}]\n{TO_OLD}",
+            sims.new.url()
+        )
+    };
+    let gate = gate(&table(&relayed)).await;
+    let url = format!("{}/api/v1/namespaces", gate.url());
+    // Connections of their own, so that both workers serve some and open an upstream connection.
+    for _ in 0..8 {
+        let r = h2().get(&url).send().await.expect("get");
+        assert_eq!(r.status(), 200);
+    }
+    assert!(
+        open.load(Ordering::SeqCst) >= 1,
+        "requests went through the relay"
+    );
+    gate.rewrite(&table(&sims.old.url()));
+    let gone = eventually(15, || async { open.load(Ordering::SeqCst) == 0 }).await;
+    assert!(
+        gone,
+        "{} connection(s) to the removed endpoint still open",
+        open.load(Ordering::SeqCst)
+    );
+}

@@ -43,6 +43,7 @@ pub(crate) async fn serve(proxy: Arc<Proxy>, mut intake: Intake, stop: Cancellat
     let graceful = GracefulShutdown::new();
     let builders = Arc::new(builders(&proxy));
     super::capacity::spawn_worker_trim(&proxy.connection_slots, stop.clone());
+    proxy.routing.spawn_worker_release(stop.clone());
     while let Some(client) = intake.next(&proxy.connection_slots, &stop).await {
         let accepted = Accepted {
             proxy: proxy.clone(),

@@ -31,7 +31,6 @@ use crate::cluster::PublishSettings;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use arc_swap::ArcSwap;
 use tokio_util::sync::CancellationToken;
 
 pub(crate) use listener::serve;
@@ -144,7 +143,7 @@ pub(crate) enum ReloadOutcome {
 
 /// The proxy's shared state.
 pub(crate) struct Proxy {
-    routing: ArcSwap<Routing>,
+    routing: routing::Current,
     upstreams: Upstreams,
     /// The metrics.
     pub metrics: Arc<Metrics>,
@@ -198,7 +197,7 @@ impl Proxy {
         metrics.config_reloads.with_label_values(&["success"]).inc();
         metrics.config_last_success.set(unix_now());
         Arc::new(Proxy {
-            routing: ArcSwap::from_pointee(routing),
+            routing: routing::Current::new(routing),
             upstreams,
             metrics,
             stop_long_running,
@@ -223,7 +222,12 @@ impl Proxy {
 
     /// The routing in force now.
     pub(crate) fn routing(&self) -> Arc<Routing> {
-        self.routing.load_full()
+        self.routing.load()
+    }
+
+    /// The routing in force, for one request (its worker's hold on it).
+    pub(crate) fn routing_for_request(&self) -> routing::InForce {
+        self.routing.for_request()
     }
 
     /// Applies the result of loading the route file: a valid table different from the running one
@@ -252,7 +256,7 @@ impl Proxy {
             Ok(table) => {
                 log_warnings(&table);
                 let name = table.name.clone().unwrap_or_default();
-                let old = self.routing.load_full();
+                let old = self.routing.load();
                 let routing = Arc::new(Routing::new(
                     table,
                     &self.upstreams,

@@ -55,7 +55,7 @@ pub(super) fn handle(
     async move {
         super::capacity::request_begun();
         let proxy = &*peer.proxy;
-        let routing = proxy.routing();
+        let routing = proxy.routing_for_request();
         let caller = Caller {
             remote: peer.remote,
             identity: peer.client.as_deref().map(|c| &c.identity),

@@ -5,6 +5,7 @@ mod dial;
 mod discovery;
 mod frames;
 mod health;
+mod interned;
 mod own;
 mod pool;
 mod send;

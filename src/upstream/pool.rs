@@ -207,9 +207,7 @@ impl EndpointPool {
     ) -> EndpointPool {
         let [connections_gauge, streams_gauge, ready_gauge] = gauges;
         // Validation parsed the URL, so its authority parses; a placeholder keeps this infallible.
-        let authority = endpoint
-            .authority()
-            .parse()
+        let authority = super::interned::static_authority(&endpoint.authority())
             .unwrap_or_else(|_| http::uri::Authority::from_static("invalid.invalid"));
         let shards = 2 * (super::worker::count() + 1);
         EndpointPool {

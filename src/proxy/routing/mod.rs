@@ -2,6 +2,7 @@
 //! the metric handles the request path uses. Swapped whole on reload.
 
 mod accounting;
+mod current;
 mod resources;
 
 use std::sync::Arc;
@@ -26,6 +27,7 @@ const CLASSES: usize = 2;
 
 /// One route table, ready to serve.
 pub(crate) use accounting::RequestTracker;
+pub(crate) use current::{Current, InForce};
 
 /// One route table, ready to serve.
 pub(crate) struct Routing {

@@ -61,7 +61,9 @@ where
         header_list_limit: AtomicU32::new(u32::MAX),
         pong: tokio::sync::Notify::new(),
     });
-    let made = h2::BytesStr::try_from(Bytes::copy_from_slice(authority.as_str().as_bytes()))
+    // Static, as the pool's: a request's `:authority` is cloned without a write (`interned`).
+    let made = super::super::interned::interned(authority.as_str());
+    let made = h2::BytesStr::try_from(Bytes::from_static(made.as_bytes()))
         .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
     let link = Link {
         shared: shared.clone(),
