@@ -31,7 +31,7 @@ use tokio::sync::oneshot;
 const SHARDS: usize = 64;
 
 /// One shard of the map: a client's key to its limit, while a connection or request holds it.
-type Shard = HashMap<u64, Weak<ClientLimit>>;
+type Shard = HashMap<u64, Weak<Places>>;
 
 /// The in-flight counts and queues of every client.
 #[derive(Debug)]
@@ -42,9 +42,9 @@ pub(crate) struct ClientLimits {
 }
 
 /// One client's requests: in flight, and waiting for a place (each is handed a place in turn).
-/// Held by the client's connections and by its requests' permits; leaves the map with the last.
+/// Held by the client's connections (through their `ClientLimit`); leaves the map with the last.
 #[derive(Debug)]
-pub(crate) struct ClientLimit {
+struct Places {
     limits: Arc<ClientLimits>,
     key: u64,
     in_flight: AtomicUsize,
@@ -52,6 +52,14 @@ pub(crate) struct ClientLimit {
     /// waiting takes no lock).
     waiters: AtomicUsize,
     queue: Mutex<VecDeque<oneshot::Sender<()>>>,
+}
+
+/// One connection's hold on its client's places. Each request's permit holds the connection's
+/// hold, not the client's: a client's connections on different workers would otherwise write the
+/// same reference count (beside the count of places) on every request.
+#[derive(Debug)]
+pub(crate) struct ClientLimit {
+    places: Arc<Places>,
 }
 
 /// A client's place among its requests in flight; freed when dropped (when the response ends).
@@ -62,7 +70,7 @@ pub(crate) struct ClientPermit {
 
 impl Drop for ClientPermit {
     fn drop(&mut self) {
-        self.client.release();
+        self.client.places.release();
     }
 }
 
@@ -143,18 +151,18 @@ impl ClientLimits {
             return None;
         }
         let mut shard = self.shard(key);
-        if let Some(client) = shard.get(&key).and_then(Weak::upgrade) {
-            return Some(client);
+        if let Some(places) = shard.get(&key).and_then(Weak::upgrade) {
+            return Some(Arc::new(ClientLimit { places }));
         }
-        let client = Arc::new(ClientLimit {
+        let places = Arc::new(Places {
             limits: self.clone(),
             key,
             in_flight: AtomicUsize::new(0),
             waiters: AtomicUsize::new(0),
             queue: Mutex::new(VecDeque::new()),
         });
-        shard.insert(key, Arc::downgrade(&client));
-        Some(client)
+        shard.insert(key, Arc::downgrade(&places));
+        Some(Arc::new(ClientLimit { places }))
     }
 
     #[cfg(test)]
@@ -172,21 +180,22 @@ impl ClientLimit {
     /// and none waiting, else after waiting its turn; `Err` when its queue is full or the wait ran
     /// out.
     pub(crate) async fn acquire(self: &Arc<Self>) -> Result<ClientPermit, Refused> {
+        let places = &*self.places;
         // SeqCst on `waiters` and `in_flight`, here and in `release`: a request that queues
         // announces itself before it looks at `in_flight`, and a release gives its place back
         // before it looks for waiters, so one of the two always sees the other.
-        if self.waiters.load(Ordering::SeqCst) == 0 && self.try_take() {
+        if places.waiters.load(Ordering::SeqCst) == 0 && places.try_take() {
             return Ok(self.permit());
         }
         let mut turn = {
-            let mut queue = lock(&self.queue);
-            self.waiters.store(queue.len() + 1, Ordering::SeqCst);
-            if queue.is_empty() && self.try_take() {
-                self.waiters.store(0, Ordering::SeqCst);
+            let mut queue = lock(&places.queue);
+            places.waiters.store(queue.len() + 1, Ordering::SeqCst);
+            if queue.is_empty() && places.try_take() {
+                places.waiters.store(0, Ordering::SeqCst);
                 return Ok(self.permit());
             }
-            if queue.len() >= self.limits.limit {
-                self.waiters.store(queue.len(), Ordering::SeqCst);
+            if queue.len() >= places.limits.limit {
+                places.waiters.store(queue.len(), Ordering::SeqCst);
                 return Err(Refused);
             }
             let (tx, rx) = oneshot::channel();
@@ -195,7 +204,7 @@ impl ClientLimit {
         };
         // A waiter that gives up closes its receiver: the place goes to the next one. One handed
         // over as the wait ran out is still this request's.
-        match tokio::time::timeout(self.limits.wait, &mut turn).await {
+        match tokio::time::timeout(places.limits.wait, &mut turn).await {
             Ok(Ok(())) => Ok(self.permit()),
             Ok(Err(_)) => Err(Refused),
             Err(_) => {
@@ -213,7 +222,9 @@ impl ClientLimit {
             client: self.clone(),
         }
     }
+}
 
+impl Places {
     /// Takes a place if one is free.
     fn try_take(&self) -> bool {
         let limit = self.limits.limit;
@@ -254,7 +265,7 @@ impl ClientLimit {
     }
 }
 
-impl Drop for ClientLimit {
+impl Drop for Places {
     fn drop(&mut self) {
         // The map's entry goes with the client's last connection and request, unless a new
         // connection of the same client already put a new one in its place.
@@ -365,8 +376,8 @@ mod tests {
             }
             assert_eq!(*lock(&order), [0, 1]);
             drop(permits);
-            assert_eq!(alice.in_flight.load(Ordering::SeqCst), 0);
-            assert_eq!(alice.waiters.load(Ordering::SeqCst), 0);
+            assert_eq!(alice.places.in_flight.load(Ordering::SeqCst), 0);
+            assert_eq!(alice.places.waiters.load(Ordering::SeqCst), 0);
         });
     }
 
@@ -402,7 +413,7 @@ mod tests {
         for t in threads {
             t.join().unwrap();
         }
-        assert_eq!(alice.in_flight.load(Ordering::SeqCst), 0);
-        assert_eq!(alice.waiters.load(Ordering::SeqCst), 0);
+        assert_eq!(alice.places.in_flight.load(Ordering::SeqCst), 0);
+        assert_eq!(alice.places.waiters.load(Ordering::SeqCst), 0);
     }
 }
