@@ -16,6 +16,9 @@ pub(crate) struct PingPong {
     pending_ping: Option<PendingPing>,
     pending_pong: Option<PingPayload>,
     user_pings: Option<UserPingsRx>,
+    /// The waker last registered as `ping_task`, while it is still there (skewgate patch: see
+    /// `send_pending_ping`).
+    ping_task_registered: Option<std::task::Waker>,
 }
 
 #[derive(Debug)]
@@ -66,6 +69,7 @@ impl PingPong {
             pending_ping: None,
             pending_pong: None,
             user_pings: None,
+            ping_task_registered: None,
         }
     }
 
@@ -189,8 +193,19 @@ impl PingPong {
                     .0
                     .state
                     .store(USER_STATE_PENDING_PONG, Ordering::Release);
-            } else {
+                // `send_ping` took the waker to wake this task (or is about to).
+                self.ping_task_registered = None;
+            } else if !self
+                .ping_task_registered
+                .as_ref()
+                .is_some_and(|w| w.will_wake(cx.waker()))
+            {
+                // skewgate patch: registered once, not at every poll of the connection (two atomic
+                // read-modify-writes each). Only `send_ping` takes the waker, after it sets
+                // PENDING_PING, which this task then sees at its next poll (the wake causes it),
+                // and registers again after.
                 users.0.ping_task.register(cx.waker());
+                self.ping_task_registered = Some(cx.waker().clone());
             }
         }
 
