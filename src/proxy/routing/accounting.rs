@@ -1,6 +1,7 @@
 //! The metric handles of one routing: decisions, answers by code and resource, requests in flight
 //! and their durations, and the gauges of the state at a moment (rollouts, where pins point).
 
+use std::sync::Arc;
 use std::time::{Instant, SystemTime};
 
 use prometheus::{Histogram, IntGauge};
@@ -143,17 +144,29 @@ impl Routing {
         let backend = self.backend_name(d);
         let class_name = metric_class(d, verb);
         let class = class_index(class_name);
-        let inflight = self
-            .inflight
-            .get(d.backend.index() * CLASSES + class, || {
-                self.metrics
-                    .inflight
-                    .mine()
-                    .with_label_values(&[backend, class_name.as_str()])
+        let slot = (d.backend.index() * CLASSES + class) * VERBS + verb as usize;
+        let tracked = self
+            .tracked
+            .get(slot, || {
+                let m = &self.metrics;
+                Arc::new(Tracked {
+                    inflight: m
+                        .inflight
+                        .mine()
+                        .with_label_values(&[backend, class_name.as_str()]),
+                    // Watches are never timed; other verbs may be long-running one request in
+                    // another (a log followed), whose durations are not observed either.
+                    duration: (verb != Verb::Watch).then(|| {
+                        m.request_duration.mine().with_label_values(&[
+                            backend,
+                            class_name.as_str(),
+                            verb_label(verb),
+                        ])
+                    }),
+                })
             })
             .cloned();
-        let is_watch = verb == Verb::Watch;
-        let watches = if is_watch {
+        let watches = if verb == Verb::Watch {
             self.watches
                 .get(d.backend.index(), || {
                     self.metrics.watches.with_label_values(&[backend])
@@ -162,43 +175,35 @@ impl Routing {
         } else {
             None
         };
-        let duration = if long_running {
-            None
-        } else {
-            self.durations
-                .get(
-                    (d.backend.index() * CLASSES + class) * VERBS + verb as usize,
-                    || {
-                        self.metrics.request_duration.mine().with_label_values(&[
-                            backend,
-                            class_name.as_str(),
-                            verb_label(verb),
-                        ])
-                    },
-                )
-                .cloned()
-        };
-        if let Some(g) = &inflight {
-            g.inc();
+        if let Some(t) = &tracked {
+            t.inflight.inc();
         }
         if let Some(g) = &watches {
             g.inc();
         }
         RequestTracker {
-            inflight,
+            tracked,
+            timed: !long_running,
             watches,
-            duration,
             start,
             permit: None,
         }
     }
 }
 
+/// The series one kind of request (backend, class, verb) is counted in while it runs, in one
+/// allocation: a request holds one reference, not one per series (each a count written twice).
+pub(crate) struct Tracked {
+    inflight: IntGauge,
+    duration: Option<Histogram>,
+}
+
 /// Ends a request's accounting when dropped (with its response body, or at an early error).
 pub(crate) struct RequestTracker {
-    inflight: Option<IntGauge>,
+    tracked: Option<Arc<Tracked>>,
+    /// Whether its duration is observed (not for long-running requests).
+    timed: bool,
     watches: Option<IntGauge>,
-    duration: Option<Histogram>,
     start: Instant,
     permit: Option<ClientPermit>,
 }
@@ -212,14 +217,14 @@ impl RequestTracker {
 
 impl Drop for RequestTracker {
     fn drop(&mut self) {
-        if let Some(g) = &self.inflight {
-            g.dec();
-        }
         if let Some(g) = &self.watches {
             g.dec();
         }
-        if let Some(h) = &self.duration {
-            h.observe(self.start.elapsed().as_secs_f64());
+        if let Some(t) = &self.tracked {
+            t.inflight.dec();
+            if let Some(h) = t.duration.as_ref().filter(|_| self.timed) {
+                h.observe(self.start.elapsed().as_secs_f64());
+            }
         }
     }
 }

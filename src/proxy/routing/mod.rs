@@ -8,7 +8,7 @@ mod resources;
 use std::sync::Arc;
 use std::time::SystemTime;
 
-use prometheus::{Histogram, IntCounter, IntGauge};
+use prometheus::{IntCounter, IntGauge};
 use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 
 use super::discovery::MergedDiscovery;
@@ -25,7 +25,6 @@ use crate::upstream::{BackendPool, Upstreams};
 const VERBS: usize = Verb::Other as usize + 1;
 const CLASSES: usize = 2;
 
-/// One route table, ready to serve.
 pub(crate) use accounting::RequestTracker;
 pub(crate) use current::{Current, InForce};
 
@@ -56,8 +55,8 @@ pub(crate) struct Routing {
     resources: arc_swap::ArcSwap<ResourceIndex>,
     /// By backend, class, verb and resource slot: by code.
     requests: Slots<Box<Slots<IntCounter>>>,
-    durations: Slots<Histogram>,
-    inflight: Slots<IntGauge>,
+    /// By backend, class and verb: what a request's tracker counts on.
+    tracked: Slots<Arc<accounting::Tracked>>,
     watches: Slots<IntGauge>,
     decisions: Slots<IntCounter>,
 }
@@ -142,8 +141,7 @@ impl Routing {
             metrics,
             resources: arc_swap::ArcSwap::new(resources),
             requests: Slots::new(n * CLASSES * VERBS * ResourceIndex::SLOTS),
-            durations: Slots::per_worker(n * CLASSES * VERBS),
-            inflight: Slots::per_worker(n * CLASSES),
+            tracked: Slots::per_worker(n * CLASSES * VERBS),
             watches: Slots::new(n),
             decisions: Slots::per_worker(rules * CLASSES),
         };
