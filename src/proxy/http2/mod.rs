@@ -105,7 +105,11 @@ where
         loop {
             // The streams first: what they queue on the connection is written below, in this
             // turn, not in one more turn of the task that their wake-up would cost.
-            wakes.conn.streams_polled.store(true, Ordering::SeqCst);
+            // Relaxed: a waker that does not see it yet wakes the task once more, no harm; one
+            // that sees it stored its `woken` before it looked, and that is seen by the swap
+            // below, which follows the sequentially consistent store of `false` (which a waker
+            // seeing `true` precedes).
+            wakes.conn.streams_polled.store(true, Ordering::Relaxed);
             while let Poll::Ready(Some(())) = streams.poll_next_unpin(cx) {}
             wakes.conn.streams_polled.store(false, Ordering::SeqCst);
             // The connection only when it has something to do: bytes came, or a stream queued a
