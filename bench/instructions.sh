@@ -14,13 +14,17 @@
 # (HAPROXY=0 leaves it out). LOAD_BIN=<the load bench's binary, target/release/deps/load-*> also
 # counts its yardsticks: `bare` (hyper and h2 only), `bare-h2` (h2's server instead of hyper's, h2c
 # only), `bare+frames` (frames upstream) and `floor` (the frame relay, h2c only).
-# Needs valgrind, h2load (nghttp2-client) and curl.
+# Beside each count, the locked instructions per GET (`lock`-prefixed and `xchg`: atomic
+# read-modify-writes, which callgrind counts as one instruction each but which cost a few
+# nanoseconds each here, more when another core wrote the line): found by objdump in the serving
+# binary, and counted by callgrind per instruction address.
+# Needs valgrind, h2load (nghttp2-client), curl and objdump (binutils).
 set -euo pipefail
 COUNT=${COUNT:-10000}
 SIM_PORT=${SIM_PORT:-18381}
 PORT=$((SIM_PORT + 20))
 [ $# -ge 1 ] || { sed -n '2,12p' "$0"; exit 2; }
-for tool in valgrind callgrind_control h2load curl; do
+for tool in valgrind callgrind_control h2load curl objdump; do
     command -v "$tool" >/dev/null || { echo "instructions.sh: $tool is not installed" >&2; exit 2; }
 done
 . "$(dirname "$0")/setup.sh"
@@ -56,6 +60,7 @@ count() {
     # Instrumented only while the counted requests run: start-up and warm-up are left out.
     # shellcheck disable=SC2046
     valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file="$out" \
+        --dump-instr=yes --compress-pos=no --compress-strings=no \
         $(serve_cmd "$bin") >"$work/serve.log" 2>&1 &
     local pid=$!
     # The floor and bare-h2 speak h2c only.
@@ -74,7 +79,32 @@ count() {
         [ -x "$bin" ] && name=$(basename "$(dirname "$bin")")
         for f in "$out"*; do cp "$f" "$KEEP/$name-$proto-$(basename "$f")"; done
     fi
-    grep -h '^totals:' "$out"* | awk -v n="$done_" '{ s += $2 } END { printf "%.0f", s / n }'
+    local total locked
+    total=$(grep -h '^totals:' "$out"* | awk -v n="$done_" '{ s += $2 } END { printf "%.0f", s / n }')
+    locked=$(locked_per_get "$(serve_cmd "$bin" | cut -d' ' -f1)" "$done_" "$out"*)
+    echo "$total (locked $locked)"
+}
+
+# Locked instructions per GET in binary $1 over $2 GETs, from callgrind files $3...: the count of
+# each instruction of $1 that objdump shows with a `lock` prefix or as `xchg`. Calls' lines (the
+# cost of the callee, after `calls=`) are not the caller's own instructions.
+locked_per_get() {
+    local bin n
+    bin=$(command -v "$1")
+    n=$2
+    shift 2
+    objdump -d --no-show-raw-insn "$bin" | awk '/^ *[0-9a-f]+:\t(lock|xchg)/ { sub(":", "", $1); print $1 }' \
+        >"$work/locked.txt"
+    awk -v obj="$(basename "$bin")" -v n="$n" '
+        FNR == NR { locked["0x" $1] = 1; next }
+        /^ob=/ { ours = index($0, obj) > 0; next }
+        /^calls=/ { skip = 1; next }
+        /^0x/ {
+            if (skip) { skip = 0; next }
+            if (ours && ($1 in locked)) s += $NF
+            next
+        }
+        END { printf "%.0f", s / n }' "$work/locked.txt" "$@"
 }
 
 targets=("$@")
