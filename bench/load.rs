@@ -1,7 +1,9 @@
 //! Small GETs against a simulated apiserver: directly, through skewgate, and through HAProxy and
 //! nginx when they are installed, all in the same run, over HTTP/2 (h2c) and HTTP/1.1.
 //!
-//! Run: `cargo bench --bench load` (options after `--`: `--seconds N`, `--concurrency N`).
+//! Run: `cargo bench --bench load` (options after `--`: `--seconds N`, `--concurrency N`,
+//! `--rounds N`: every target measured N times, the targets taking turns, and each figure the
+//! median of its rounds).
 //! Every target is a separate process; the load generator runs on one thread. It prints requests/s,
 //! latency percentiles, the proxy's CPU time per request (from /proc), the upstream connections the
 //! proxy held open, and each figure as a ratio to going direct.
@@ -54,12 +56,16 @@ const PATH: &str = "/api/v1/namespaces/default/configmaps/small";
 struct Options {
     seconds: u64,
     concurrency: usize,
+    /// Times each target is measured, in turns: the machine's noise then falls on every target
+    /// alike, and the median leaves out a round a neighbour's load spoilt.
+    rounds: usize,
 }
 
 fn options() -> Options {
     Options {
         seconds: targets::num_arg("--seconds", 5),
         concurrency: targets::num_arg("--concurrency", 64) as usize,
+        rounds: targets::num_arg("--rounds", 1).max(1) as usize,
     }
 }
 
@@ -127,7 +133,8 @@ async fn load(
     tls: Option<Arc<rustls::ClientConfig>>,
     concurrency: usize,
     secs: u64,
-) -> (u64, u64, Vec<u32>, Duration) {
+    proc_: Option<&Proc>,
+) -> (u64, u64, Vec<u32>, Duration, Option<f64>) {
     let stop = Arc::new(AtomicBool::new(false));
     let measuring = Arc::new(AtomicBool::new(false));
     let mut tasks = Vec::new();
@@ -203,11 +210,15 @@ async fn load(
         }
     }
     tokio::time::sleep(Duration::from_secs(1)).await;
+    // The proxy's CPU over the same window as the requests counted: not the warm-up's, nor the
+    // connections' set-up (which made 2 s runs cost 1.5 times what 5 s runs did per request).
+    let cpu0 = proc_.map(Proc::cpu_seconds);
     measuring.store(true, Ordering::Relaxed);
     let started = Instant::now();
     tokio::time::sleep(Duration::from_secs(secs)).await;
     measuring.store(false, Ordering::Relaxed);
     let elapsed = started.elapsed();
+    let cpu = proc_.map(Proc::cpu_seconds).zip(cpu0).map(|(a, b)| a - b);
     stop.store(true, Ordering::Relaxed);
     let (mut ok, mut err, mut lat) = (0, 0, Vec::new());
     for t in tasks {
@@ -221,7 +232,7 @@ async fn load(
     connections.abort_all();
     while connections.join_next().await.is_some() {}
     lat.sort_unstable();
-    (ok, err, lat, elapsed)
+    (ok, err, lat, elapsed, cpu)
 }
 
 fn percentile(sorted: &[u32], p: f64) -> f64 {
@@ -240,7 +251,6 @@ async fn measure(
     proc_: Option<&Proc>,
     sim_port: u16,
 ) -> Result1 {
-    let cpu0 = proc_.map(Proc::cpu_seconds);
     let mut upstream = None;
     let pid = proc_.map(|p| p.child.id());
     let probe = async {
@@ -248,12 +258,11 @@ async fn measure(
         tokio::time::sleep(Duration::from_millis(1000 + o.seconds * 500)).await;
         pid.map_or(0, |pid| connections_to(sim_port, pid))
     };
-    let ((ok, err, lat, elapsed), conns) =
-        tokio::join!(load(addr, proto, tls, o.concurrency, o.seconds), probe);
+    let load = load(addr, proto, tls, o.concurrency, o.seconds, proc_);
+    let ((ok, err, lat, elapsed, cpu), conns) = tokio::join!(load, probe);
     if proc_.is_some() {
         upstream = Some(conns);
     }
-    let cpu = proc_.map(Proc::cpu_seconds).zip(cpu0).map(|(a, b)| a - b);
     Result1 {
         errors: err,
         rps: ok as f64 / elapsed.as_secs_f64(),
@@ -261,6 +270,57 @@ async fn measure(
         p99: percentile(&lat, 0.99),
         cpu_us: cpu.map(|c| c * 1e6 / ok.max(1) as f64),
         upstream,
+    }
+}
+
+/// Every target measured `o.rounds` times, the targets taking turns: each target's rounds.
+async fn measure_in_turns(
+    targets: &[Target],
+    label: &str,
+    (proto, tls): (Proto, Option<Arc<rustls::ClientConfig>>),
+    o: &Options,
+    sim_port: u16,
+) -> Vec<Vec<Result1>> {
+    let mut runs: Vec<Vec<Result1>> = targets.iter().map(|_| Vec::new()).collect();
+    for round in 1..=o.rounds {
+        for (t, runs) in targets.iter().zip(&mut runs) {
+            if o.rounds > 1 {
+                eprintln!(
+                    "measuring {} ({label}), round {round} of {}",
+                    t.name, o.rounds
+                );
+            } else {
+                eprintln!("measuring {} ({label})", t.name);
+            }
+            let addr = if proto == Proto::H2 { t.h2 } else { t.h1 };
+            runs.push(measure(addr, proto, tls.clone(), o, t.process.as_ref(), sim_port).await);
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
+    runs
+}
+
+/// A target's rounds as one: each figure the median of its rounds (errors added up).
+fn median_of(runs: &[Result1]) -> Result1 {
+    fn median(mut v: Vec<f64>) -> f64 {
+        v.sort_by(f64::total_cmp);
+        match v.len() {
+            0 => 0.0,
+            n if n % 2 == 1 => v[n / 2],
+            n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+        }
+    }
+    let of = |f: fn(&Result1) -> f64| median(runs.iter().map(f).collect());
+    let cpu: Vec<f64> = runs.iter().filter_map(|r| r.cpu_us).collect();
+    let mut upstream: Vec<usize> = runs.iter().filter_map(|r| r.upstream).collect();
+    upstream.sort_unstable();
+    Result1 {
+        errors: runs.iter().map(|r| r.errors).sum(),
+        rps: of(|r| r.rps),
+        p50: of(|r| r.p50),
+        p99: of(|r| r.p99),
+        cpu_us: (!cpu.is_empty()).then(|| median(cpu)),
+        upstream: upstream.get(upstream.len() / 2).copied(),
     }
 }
 
@@ -287,12 +347,11 @@ async fn table(
         "upstream",
         "errors"
     );
+    let runs = measure_in_turns(targets, label, (proto, tls), o, sim_port).await;
     let mut rows: Vec<Row> = Vec::new();
     let mut direct: Option<Result1> = None;
-    for t in targets {
-        eprintln!("measuring {} ({label})", t.name);
-        let addr = if proto == Proto::H2 { t.h2 } else { t.h1 };
-        let r = measure(addr, proto, tls.clone(), o, t.process.as_ref(), sim_port).await;
+    for (t, runs) in targets.iter().zip(&runs) {
+        let r = median_of(runs);
         let base = direct.as_ref();
         let _ = writeln!(
             out,
@@ -315,7 +374,18 @@ async fn table(
             cpu_us: r.cpu_us,
         });
         direct.get_or_insert(r);
-        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    if o.rounds > 1 {
+        let _ = writeln!(out, "  CPU µs/req by round (the medians above):");
+        for (t, runs) in targets.iter().zip(&runs) {
+            let cpu: Vec<String> = runs
+                .iter()
+                .filter_map(|r| r.cpu_us.map(|c| format!("{c:.1}")))
+                .collect();
+            if !cpu.is_empty() {
+                let _ = writeln!(out, "    {:<10} {}", t.name, cpu.join(" "));
+            }
+        }
     }
     let _ = writeln!(out);
     rows
@@ -427,8 +497,8 @@ fn main() {
             Proto::H2
         };
         let o = options();
-        let (ok, err, lat, elapsed) =
-            runtime.block_on(load(addr, proto, None, o.concurrency, o.seconds));
+        let (ok, err, lat, elapsed, _) =
+            runtime.block_on(load(addr, proto, None, o.concurrency, o.seconds, None));
         let rps = ok as f64 / elapsed.as_secs_f64();
         println!(
             "{ok} ok, {err} errors, {rps:.0} req/s, p50 {} µs",
@@ -478,8 +548,14 @@ async fn bench() {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "\nsmall GET ({PATH}), {} s per run, {} requests in flight, load generator on one thread\n",
-        o.seconds, o.concurrency
+        "\nsmall GET ({PATH}), {} s per run, {} requests in flight, load generator on one thread{}\n",
+        o.seconds,
+        o.concurrency,
+        if o.rounds > 1 {
+            format!(", median of {} rounds (the targets in turns)", o.rounds)
+        } else {
+            String::new()
+        }
     );
     let mut rows = Vec::new();
     for (proto, label, key) in [
