@@ -144,8 +144,8 @@ impl ClientLimits {
         lock(&self.shards[(key as usize) % SHARDS])
     }
 
-    /// The client with key `key` (`ClientKey::hash`), for a connection to count its requests on;
-    /// `None` when there is no limit.
+    /// A connection's own hold on the places of the client with key `key` (`ClientKey::hash`),
+    /// which its requests count on; `None` when there is no limit.
     pub(crate) fn client(self: &Arc<Self>, key: u64) -> Option<Arc<ClientLimit>> {
         if self.limit == 0 {
             return None;
