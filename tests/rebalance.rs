@@ -10,7 +10,6 @@ use std::sync::{Arc, Mutex};
 
 use common::*;
 use skewgate::proxy::ProxySettings;
-use tokio::net::{TcpListener, TcpStream};
 
 /// A TCP load balancer: each new connection goes to the next of `up`, round robin.
 struct Balancer {
@@ -19,23 +18,13 @@ struct Balancer {
 }
 
 async fn balancer(first: SocketAddr) -> Balancer {
-    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let addr = listener.local_addr().expect("addr");
     let up = Arc::new(Mutex::new(vec![first]));
-    let (targets, next) = (up.clone(), Arc::new(AtomicUsize::new(0)));
-    tokio::spawn(async move {
-        while let Ok((mut client, _)) = listener.accept().await {
-            let target = {
-                let list = targets.lock().expect("lock");
-                list[next.fetch_add(1, Ordering::Relaxed) % list.len()]
-            };
-            tokio::spawn(async move {
-                if let Ok(mut server) = TcpStream::connect(target).await {
-                    let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
-                }
-            });
-        }
-    });
+    let (targets, next) = (up.clone(), AtomicUsize::new(0));
+    let (addr, _) = tcp_relay(move || {
+        let list = targets.lock().expect("lock");
+        list[next.fetch_add(1, Ordering::Relaxed) % list.len()]
+    })
+    .await;
     Balancer { addr, up }
 }
 

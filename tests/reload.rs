@@ -113,36 +113,15 @@ async fn an_invalid_reload_keeps_the_running_table() {
     );
 }
 
-/// A TCP relay to `to` that counts the connections open through it.
-async fn counting_relay(to: std::net::SocketAddr) -> (String, Arc<AtomicUsize>) {
-    let listener = tokio::net::TcpListener::bind(loopback())
-        .await
-        .expect("bind");
-    let url = format!("http://{}", listener.local_addr().expect("addr"));
-    let open = Arc::new(AtomicUsize::new(0));
-    let count = open.clone();
-    tokio::spawn(async move {
-        while let Ok((mut client, _)) = listener.accept().await {
-            let count = count.clone();
-            count.fetch_add(1, Ordering::SeqCst);
-            tokio::spawn(async move {
-                if let Ok(mut server) = tokio::net::TcpStream::connect(to).await {
-                    let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
-                }
-                count.fetch_sub(1, Ordering::SeqCst);
-            });
-        }
-    });
-    (url, open)
-}
-
 /// Each worker's requests use the routing through a hold of the worker's own: a reload makes every
 /// worker let go of the old one, so the connections of an endpoint the new table no longer names
 /// close even when no request comes after the reload.
 #[tokio::test]
 async fn a_reload_closes_a_removed_endpoints_connections_without_another_request() {
     let sims = sims().await;
-    let (relayed, open) = counting_relay(sims.old.addr).await;
+    let old = sims.old.addr;
+    let (relay, open) = tcp_relay(move || old).await;
+    let relayed = format!("http://{relay}");
     let table = |old: &str| {
         format!(
             "apiVersion: skewgate.io/v1alpha1\nkind: RouteTable\nbackends:\n  - name: old\n    \

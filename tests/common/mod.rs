@@ -30,6 +30,32 @@ pub fn loopback() -> SocketAddr {
     "127.0.0.1:0".parse().expect("addr")
 }
 
+/// A TCP relay on a loopback port: each connection it accepts goes on to `target()`, asked then.
+/// Returns its address and the count of connections open through it.
+pub async fn tcp_relay(
+    target: impl Fn() -> SocketAddr + Send + 'static,
+) -> (SocketAddr, std::sync::Arc<AtomicUsize>) {
+    let listener = tokio::net::TcpListener::bind(loopback())
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let open = std::sync::Arc::new(AtomicUsize::new(0));
+    let count = open.clone();
+    tokio::spawn(async move {
+        while let Ok((mut client, _)) = listener.accept().await {
+            let (to, count) = (target(), count.clone());
+            count.fetch_add(1, Ordering::SeqCst);
+            tokio::spawn(async move {
+                if let Ok(mut server) = tokio::net::TcpStream::connect(to).await {
+                    let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
+                }
+                count.fetch_sub(1, Ordering::SeqCst);
+            });
+        }
+    });
+    (addr, open)
+}
+
 /// Two simulators (OLD and NEW) over one store.
 pub struct Sims {
     pub store: Store,

@@ -62,7 +62,7 @@ where
         pong: tokio::sync::Notify::new(),
     });
     // Static, as the pool's: a request's `:authority` is cloned without a write (`interned`).
-    let made = super::super::interned::interned(authority.as_str());
+    let made = crate::upstream::interned::interned(authority.as_str());
     let made = h2::BytesStr::try_from(Bytes::from_static(made.as_bytes()))
         .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
     let link = Link {
