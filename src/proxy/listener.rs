@@ -90,7 +90,7 @@ fn builders(proxy: &Proxy) -> Builders {
     h1.timer(WheelTimer)
         .header_read_timeout(Duration::from_secs(30))
         .max_buf_size(head_bound.max(16 << 10));
-    let h2 = super::http2::builder(
+    let h2 = super::http2::limits(
         1000,
         1 << 20,
         8 << 20,
@@ -103,7 +103,7 @@ fn builders(proxy: &Proxy) -> Builders {
         u32::try_from(head_bound.max(16 << 10)).unwrap_or(u32::MAX),
     );
     let h2 = super::http2::Config {
-        builder: h2,
+        limits: h2,
         ping_every: proxy.settings.client_ping_every,
         ping_timeout: proxy.settings.client_ping_timeout,
     };

@@ -36,7 +36,7 @@ pub(super) enum WholeBody {
 /// A request body as the client's connection delivers it: hyper's over HTTP/1.1, h2's over HTTP/2.
 pub(crate) enum Incoming {
     Http1(hyper::body::Incoming),
-    Http2(h2::RecvStream),
+    Http2(super::http2::RecvBody),
 }
 
 /// Why a client's body could not be read.
@@ -60,7 +60,7 @@ impl Incoming {
     fn size_hint(&self) -> SizeHint {
         match self {
             Incoming::Http1(b) => b.size_hint(),
-            // h2 checks the data against the request's `content-length` itself.
+            // The connection checks the data against the request's `content-length` itself.
             Incoming::Http2(_) => SizeHint::default(),
         }
     }
@@ -74,23 +74,7 @@ impl Incoming {
     ) -> Poll<Option<Result<Frame<Bytes>, IncomingError>>> {
         match self {
             Incoming::Http1(b) => Pin::new(b).poll_frame(cx).map_err(Into::into),
-            Incoming::Http2(b) => {
-                if !b.is_end_stream() {
-                    match std::task::ready!(b.poll_data(cx)) {
-                        Some(Ok(data)) => {
-                            let _ = b.flow_control().release_capacity(data.len());
-                            return Poll::Ready(Some(Ok(Frame::data(data))));
-                        }
-                        Some(Err(e)) => return Poll::Ready(Some(Err(e.into()))),
-                        None => {}
-                    }
-                }
-                match std::task::ready!(b.poll_trailers(cx)) {
-                    Ok(Some(trailers)) => Poll::Ready(Some(Ok(Frame::trailers(trailers)))),
-                    Ok(None) => Poll::Ready(None),
-                    Err(e) => Poll::Ready(Some(Err(e.into()))),
-                }
-            }
+            Incoming::Http2(b) => b.poll_frame(cx).map_err(Into::into),
         }
     }
 }

@@ -3,7 +3,7 @@
 mod deadline;
 mod dial;
 mod discovery;
-mod frames;
+pub(crate) mod frames;
 mod health;
 mod interned;
 mod own;

@@ -1,18 +1,36 @@
-//! HTTP/2 clients (h2c and h2 over TLS), served with h2's server directly: no hyper layer between
-//! the connection and skewgate's requests.
+//! HTTP/2 clients (h2c and h2 over TLS), served at the frame level: h2's codec (framing, HPACK,
+//! the CONTINUATION and header-list bounds) and skewgate's own streams, windows and limits.
 //!
-//! Why not hyper's HTTP/2 server, as before: per request it turned h2's request into its own body
-//! type, spawned a task for the stream, took a lock per received frame for its keep-alive PINGs,
-//! checked the response for connection-specific headers and piped the body through its own buffer
-//! type, about 2,800 instructions per proxied GET (`bench/instructions.sh`, `bare` − `bare-h2`) of
-//! which skewgate needs none: the protocol's limits are h2's (the stream limit, the rapid-reset
-//! budget, CONTINUATION and header-list floods, flow control), and the rest is here, each in a few
-//! lines: the streams of a connection polled by the connection's own task (`FuturesUnordered`), a
-//! client's reset dropping its request (`stream`), keep-alive PINGs (`KeepAlive`), and a graceful
-//! GOAWAY.
+//! Why not h2's server (nor hyper's over it, before that): measured with callgrind
+//! (`bench/instructions.sh`), h2's server-side stream machinery (its stream store of linked queues,
+//! reference-counted stream handles, a lock and a queue per stream operation, a prioritizer, frames
+//! moved through per-stream slabs) cost about as much per proxied GET as all the rest of skewgate's
+//! work, and held skewgate at HAProxy's CPU per request over h2c. A client connection of
+//! skewgate's needs much less: a slab of streams keyed by id, one queue of control frames, the
+//! streams with data to write in turn, and flow control by two numbers per stream. The limits a
+//! client is held to are kept, each where h2 kept it: the stream limit (REFUSED_STREAM), the bound
+//! on streams reset for the client's fault (GOAWAY ENHANCE_YOUR_CALM), the header list and
+//! CONTINUATION bounds (the codec's), flow control both ways, no reading past answers the client
+//! does not read (PING and SETTINGS floods), and a 431 for a head over the header-list bound. The
+//! rapid-reset budget and the first-request timeout are skewgate's, around this (`resets`,
+//! `listener`).
+//!
+//! - `conn`: frames in to the state, frames out to the socket, SETTINGS, PING and GOAWAY;
+//!   `state`: the streams and windows under the connection's one lock; `request`: a request made
+//!   from its header block and checked; `handles`: what a request holds of its stream;
+//!   `stream`: a stream's response, awaited and piped.
+//! - here: the connection's task: its streams polled by it (`FuturesUnordered`), the connection
+//!   driven only when it was woken for it, keep-alive PINGs (`KeepAlive`), and a graceful GOAWAY.
 
+mod conn;
+mod handles;
+mod request;
+mod state;
 mod stream;
 
+pub(crate) use handles::RecvBody;
+use handles::{Responder, Shared};
+use state::State;
 use stream::Stream;
 
 use std::future::{Future, poll_fn};
@@ -22,23 +40,38 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll, Wake, Waker};
 use std::time::Duration;
 
-use bytes::Bytes;
 use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
 use futures_util::task::AtomicWaker;
-use h2::server::Builder;
-use h2::{Ping, PingPong, Reason};
+use h2::frame::Ping;
 use http::{Request, Response};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::time::{Instant, Sleep};
 
 use super::body::ProxyBody;
 use super::request_body::Incoming;
+use crate::upstream::frames::Failure;
+
+/// The settings skewgate announces to HTTP/2 clients and the limits it holds them to.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Limits {
+    pub max_concurrent_streams: u32,
+    /// The window each stream grants the client (SETTINGS_INITIAL_WINDOW_SIZE).
+    pub stream_window: u32,
+    /// The connection's window granted the client.
+    pub connection_window: u32,
+    /// What a stream's response may hold in skewgate, unwritten, before the pipe takes no more.
+    pub send_buffer: usize,
+    /// SETTINGS_MAX_HEADER_LIST_SIZE; a larger head is answered 431 by the connection.
+    pub max_header_list_size: u32,
+    /// Streams reset for the client's fault before the connection is closed with
+    /// ENHANCE_YOUR_CALM.
+    pub max_local_error_resets: usize,
+}
 
 /// How an HTTP/2 client connection is served.
 pub(super) struct Config {
-    /// The settings skewgate announces, and h2's limits.
-    pub builder: Builder,
+    pub limits: Limits,
     /// PING after this long, and close the connection when its answer has not come within
     /// `ping_timeout`: a client gone without a FIN (a node powered off) holds nothing for long.
     pub ping_every: Duration,
@@ -46,30 +79,30 @@ pub(super) struct Config {
 }
 
 /// The settings skewgate announces to HTTP/2 clients and the limits it holds them to, as hyper's
-/// server set them for skewgate before (listener.rs has the why of each value).
-pub(super) fn builder(
+/// and h2's servers set them for skewgate before (listener.rs has the why of each value).
+pub(super) fn limits(
     max_concurrent_streams: u32,
     stream_window: u32,
     connection_window: u32,
     send_buffer: usize,
     max_header_list_size: u32,
-) -> Builder {
-    let mut b = Builder::new();
-    b.max_concurrent_streams(max_concurrent_streams)
-        .initial_window_size(stream_window)
-        .initial_connection_window_size(connection_window)
-        .max_send_buffer_size(send_buffer)
-        .max_header_list_size(max_header_list_size)
-        // Streams the client made skewgate reset (malformed, over a limit) before the connection is
-        // closed with ENHANCE_YOUR_CALM; h2's and hyper's default.
-        .max_local_error_reset_streams(Some(1024));
-    b
+) -> Limits {
+    Limits {
+        max_concurrent_streams,
+        stream_window,
+        connection_window,
+        send_buffer,
+        max_header_list_size,
+        // Streams the client made skewgate reset (malformed, over a limit) before the connection
+        // is closed with ENHANCE_YOUR_CALM; h2's and hyper's default.
+        max_local_error_resets: 1024,
+    }
 }
 
 /// Serves one HTTP/2 connection until it closes: each request handed to `handle`, its response
 /// sent back. When `shutdown` fires, the connection is sent GOAWAY and its open streams finish.
 ///
-/// Returns h2's error when the connection failed (the client broke the protocol, or went away).
+/// Returns an error when the connection failed (the client broke the protocol, or went away).
 pub(super) async fn serve<I, H, F>(
     io: I,
     config: &Config,
@@ -81,10 +114,13 @@ where
     H: FnMut(Request<Incoming>) -> Pin<Box<F>>,
     F: Future<Output = Response<ProxyBody>>,
 {
-    let mut conn = config.builder.handshake::<_, Bytes>(io).await?;
-    let mut keep_alive = KeepAlive::new(conn.ping_pong(), config);
-    let mut streams = FuturesUnordered::new();
     let wakes = Wakes::new();
+    let mut state = State::new(config.limits, wakes.conn_waker.clone());
+    let codec = conn::handshake(io, &mut state).await?;
+    let shared = Shared::new(state);
+    let mut wire = conn::Wire { codec };
+    let mut keep_alive = KeepAlive::new(config);
+    let mut streams = FuturesUnordered::new();
     let mut shutting_down = false;
     let ended = poll_fn(|cx| {
         wakes.conn.task.register(cx.waker());
@@ -92,13 +128,11 @@ where
             let mut control = Context::from_waker(&wakes.control_waker);
             if !shutting_down && shutdown.as_mut().poll(&mut control).is_ready() {
                 shutting_down = true;
-                conn.graceful_shutdown();
-                wakes.conn.woken.store(true, Ordering::Release);
+                shared.lock().graceful_go_away();
             }
-            if keep_alive.poll_timed_out(&mut control).is_ready() {
+            if keep_alive.poll_timed_out(&mut control, &shared).is_ready() {
                 tracing::debug!("an HTTP/2 client did not answer PING in time; closing");
-                conn.abrupt_shutdown(Reason::NO_ERROR);
-                wakes.conn.woken.store(true, Ordering::Release);
+                return Poll::Ready(Ok(()));
             }
         }
         let mut conn_cx = Context::from_waker(&wakes.conn_waker);
@@ -112,30 +146,36 @@ where
             wakes.conn.streams_polled.store(true, Ordering::Relaxed);
             while let Poll::Ready(Some(())) = streams.poll_next_unpin(cx) {}
             wakes.conn.streams_polled.store(false, Ordering::SeqCst);
-            // The connection only when it has something to do: bytes came, or a stream queued a
-            // frame. A request's upstream answer wakes its stream alone.
+            // The connection only when it has something to do: bytes came, the socket takes more,
+            // or a stream queued a frame. A request's upstream answer wakes its stream alone.
             if !wakes.conn.woken.swap(false, Ordering::SeqCst) {
                 return Poll::Pending;
             }
-            match conn.poll_accept(&mut conn_cx) {
-                Poll::Ready(Some(Ok((req, respond)))) => {
-                    streams.push(Stream::new(handle(req.map(Incoming::Http2)), respond));
-                    // What else came with it: the connection has read all there was, and waits
-                    // for more.
-                    while let Some((req, respond)) = conn.next_received() {
-                        streams.push(Stream::new(handle(req.map(Incoming::Http2)), respond));
-                    }
-                }
-                Poll::Ready(Some(Err(e))) => return Poll::Ready(Err(e)),
-                Poll::Ready(None) => return Poll::Ready(Ok(())),
-                Poll::Pending => {}
+            // A request is handed over as its HEADERS is read, under the connection's lock:
+            // `handle` makes its future and does not poll it.
+            let mut open = |o: state::Opened| {
+                let body = RecvBody::new(&shared, o.key, o.end_stream);
+                let req = o.request.map(|()| Incoming::Http2(body));
+                streams.push(Stream::new(
+                    handle(req),
+                    Responder::new(shared.clone(), o.key),
+                ));
+            };
+            match wire.turn(&mut conn_cx, &shared, &mut open) {
+                conn::Turn::Open => {}
+                conn::Turn::Done => return Poll::Ready(Ok(())),
+                conn::Turn::Failed(e) => return Poll::Ready(Err(e)),
             }
         }
     })
     .await;
-    // The connection's end errs every stream still open (h2 does so when it is dropped): their
-    // requests end as a client's reset ends them.
-    drop(conn);
+    // The connection's end fails every stream still open: their requests end as a client's reset
+    // ends them.
+    shared.lock().fail(Failure::Closed(
+        std::io::ErrorKind::ConnectionAborted,
+        "the client connection ended",
+    ));
+    drop(wire);
     while streams.next().await.is_some() {}
     ended
 }
@@ -215,54 +255,47 @@ impl Wake for ControlWake {
 /// taken on every frame received; a PING of 17 bytes every 30 seconds on a busy connection costs
 /// less than that lock on one request.
 struct KeepAlive {
-    ping: Option<PingPong>,
     every: Duration,
     timeout: Duration,
     /// When the next PING is due, or when the one sent has timed out.
     sleep: Pin<Box<Sleep>>,
-    sent: bool,
+    /// When the PING waiting for its answer was sent.
+    sent: Option<Instant>,
 }
 
 impl KeepAlive {
-    fn new(ping: Option<PingPong>, config: &Config) -> KeepAlive {
+    fn new(config: &Config) -> KeepAlive {
         KeepAlive {
-            ping,
             every: config.ping_every,
             timeout: config.ping_timeout,
             sleep: Box::pin(tokio::time::sleep(config.ping_every)),
-            sent: false,
+            sent: None,
         }
     }
 
     /// Sends the PING when it is due; ready when the one sent has not been answered in time.
-    fn poll_timed_out(&mut self, cx: &mut Context<'_>) -> Poll<()> {
-        let Some(ping) = &mut self.ping else {
-            return Poll::Pending;
-        };
+    fn poll_timed_out(&mut self, cx: &mut Context<'_>, shared: &Shared) -> Poll<()> {
         loop {
-            if self.sent {
-                match ping.poll_pong(cx) {
-                    Poll::Ready(Ok(_)) => {
-                        self.sent = false;
-                        self.sleep.as_mut().reset(Instant::now() + self.every);
-                    }
-                    // The connection is failing: it says so itself.
-                    Poll::Ready(Err(_)) => return Poll::Pending,
-                    Poll::Pending => {}
-                }
+            if let Some(at) = self.sent
+                && shared.lock().ponged
+            {
+                self.sent = None;
+                self.sleep.as_mut().reset(at + self.every);
             }
             if self.sleep.as_mut().poll(cx).is_pending() {
                 return Poll::Pending;
             }
-            if self.sent {
+            if self.sent.is_some() {
                 return Poll::Ready(());
             }
-            if ping.send_ping(Ping::opaque()).is_err() {
-                self.ping = None;
-                return Poll::Pending;
-            }
-            self.sent = true;
-            self.sleep.as_mut().reset(Instant::now() + self.timeout);
+            let now = Instant::now();
+            let mut state = shared.lock();
+            state.ponged = false;
+            // The answer wakes this task's control, which comes back here.
+            state.pong_waker = Some(cx.waker().clone());
+            state.push(Ping::new(conn::PING_PAYLOAD).into());
+            self.sent = Some(now);
+            self.sleep.as_mut().reset(now + self.timeout);
         }
     }
 }

@@ -8,12 +8,12 @@ use std::task::{Context, Poll};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
-use h2::server::SendResponse;
-use h2::{Reason, SendStream};
+use h2::Reason;
 use http::header::{self, HeaderValue};
 use http::{HeaderMap, Response};
 use http_body::Body;
 
+use super::handles::Responder;
 use crate::proxy::body::ProxyBody;
 
 /// One stream being served: its request's answer awaited, raced against the client's reset, then
@@ -25,14 +25,14 @@ use crate::proxy::body::ProxyBody;
 pub(super) enum Stream<F> {
     Answering {
         answer: Pin<Box<F>>,
-        respond: SendResponse<Bytes>,
+        respond: Responder,
     },
     Piping(Pipe),
     Done,
 }
 
 impl<F> Stream<F> {
-    pub(super) fn new(answer: Pin<Box<F>>, respond: SendResponse<Bytes>) -> Stream<F> {
+    pub(super) fn new(answer: Pin<Box<F>>, respond: Responder) -> Stream<F> {
         Stream::Answering { answer, respond }
     }
 }
@@ -59,12 +59,13 @@ where
                 };
                 // The request's future is freed here: a watch streams for hours with only what
                 // follows.
+                let Stream::Answering { respond, .. } = std::mem::replace(this, Stream::Done)
+                else {
+                    return Poll::Ready(());
+                };
                 match send_head(resp, respond) {
                     Some(pipe) => *this = Stream::Piping(pipe),
-                    None => {
-                        *this = Stream::Done;
-                        return Poll::Ready(());
-                    }
+                    None => return Poll::Ready(()),
                 }
                 Pin::new(this).poll(cx)
             }
@@ -81,7 +82,7 @@ where
 }
 
 /// Sends the response's head; the pipe for its body, if it has one.
-fn send_head(resp: Response<ProxyBody>, respond: &mut SendResponse<Bytes>) -> Option<Pipe> {
+fn send_head(resp: Response<ProxyBody>, mut respond: Responder) -> Option<Pipe> {
     let (mut parts, body) = resp.into_parts();
     if body.is_own() {
         complete_head(&mut parts.headers, &body);
@@ -89,18 +90,14 @@ fn send_head(resp: Response<ProxyBody>, respond: &mut SendResponse<Bytes>) -> Op
     let end = body.is_end_stream();
     // A response's head carries no connection-specific field: the apiserver's would have been
     // refused as malformed by the upstream connection's codec, and skewgate adds none.
-    match respond.send_response(Response::from_parts(parts, ()), end) {
-        Ok(out) => (!end).then_some(Pipe {
-            out,
-            body,
-            held: None,
-        }),
-        Err(e) => {
-            tracing::debug!(error = %e, "cannot send a response head to an HTTP/2 client");
-            respond.send_reset(Reason::INTERNAL_ERROR);
-            None
-        }
+    if !respond.send_head(parts, end) || end {
+        return None;
     }
+    Some(Pipe {
+        out: respond,
+        body,
+        held: None,
+    })
 }
 
 /// What hyper added to the head of a response of skewgate's own: its `Date` and `Content-Length`.
@@ -136,15 +133,14 @@ fn date() -> HeaderValue {
     })
 }
 
-/// A response body sent as the client's window allows: a chunk waits for a window of at least one
-/// byte (the last is handed over at once), and h2 holds what does not fit, up to the connection's
-/// send buffer (`SEND_BUFFER` in listener.rs) before the next chunk is taken. As hyper's pipe does
-/// (hyper #4003: no window is claimed before there is a chunk to send, so a body with nothing to
-/// send holds none).
+/// A response body sent as the client's window allows: a chunk is taken from the body while the
+/// stream holds less than the connection's send buffer (`SEND_BUFFER` in listener.rs) of data not
+/// yet written, so that a client that reads slower than the apiserver sends holds that much in
+/// skewgate, and the upstream stream's window holds the apiserver back.
 pub(super) struct Pipe {
-    out: SendStream<Bytes>,
+    out: Responder,
     body: ProxyBody,
-    /// A chunk taken from the body, waiting for a window (never the last: that one is sent at once).
+    /// A chunk taken from the body, waiting for room.
     held: Option<Bytes>,
 }
 
@@ -154,10 +150,10 @@ impl Future for Pipe {
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let me = &mut *self;
         match me.advance(cx) {
-            // Waiting, for the client's window or for the apiserver: the client's reset wakes it
-            // too. (A reset that came while it went on fails its next send.)
+            // Waiting, for room or for the apiserver: the client's reset wakes it too. (A reset
+            // that came while it went on fails its next send.)
             Poll::Pending => match me.out.poll_reset(cx) {
-                Poll::Ready(reason) => Poll::Ready(Err(reason.map_or_else(|e| e, h2::Error::from))),
+                Poll::Ready(e) => Poll::Ready(Err(e)),
                 Poll::Pending => Poll::Pending,
             },
             done => done,
@@ -166,44 +162,29 @@ impl Future for Pipe {
 }
 
 impl Pipe {
-    /// Sends what the body has and the window allows.
+    /// Sends what the body has and the buffer takes.
     fn advance(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), h2::Error>> {
         loop {
             if self.held.is_some() {
-                while self.out.capacity() == 0 {
-                    match std::task::ready!(self.out.poll_capacity(cx)) {
-                        Some(Ok(0)) => {}
-                        Some(Ok(_)) => break,
-                        Some(Err(e)) => return Poll::Ready(Err(e)),
-                        None => return Poll::Ready(Err(h2::Error::from(Reason::CANCEL))),
-                    }
-                }
-                if let Some(chunk) = self.held.take() {
-                    self.out.send_data(chunk, false)?;
-                }
+                std::task::ready!(self.out.poll_send(cx, &mut self.held, None))?;
                 continue;
             }
             match std::task::ready!(Pin::new(&mut self.body).poll_frame(cx)) {
                 Some(Ok(frame)) => match frame.into_data() {
                     Ok(chunk) => {
-                        let end = self.body.is_end_stream();
-                        // An empty chunk needs no window; nor does the last one wait for it: h2
-                        // holds it until the window opens, and nothing is taken after it.
-                        if chunk.is_empty() || end {
-                            self.out.send_data(chunk, end)?;
-                            if end {
-                                return Poll::Ready(Ok(()));
-                            }
-                            continue;
+                        if self.body.is_end_stream() {
+                            // The last chunk is queued with the end at once.
+                            let mut last = Some(chunk);
+                            return self.out.poll_send(cx, &mut last, Some(None));
                         }
-                        self.out.reserve_capacity(1);
-                        self.held = Some(chunk);
+                        if !chunk.is_empty() {
+                            self.held = Some(chunk);
+                        }
                     }
                     Err(frame) => {
                         if let Ok(trailers) = frame.into_trailers() {
-                            self.out.reserve_capacity(0);
-                            self.out.send_trailers(trailers)?;
-                            return Poll::Ready(Ok(()));
+                            let end = Some(Some(Box::new(trailers)));
+                            return self.out.poll_send(cx, &mut None, end);
                         }
                     }
                 },
@@ -212,10 +193,7 @@ impl Pipe {
                         .send_reset(e.reason().unwrap_or(Reason::INTERNAL_ERROR));
                     return Poll::Ready(Err(e));
                 }
-                None => {
-                    self.out.send_data(Bytes::new(), true)?;
-                    return Poll::Ready(Ok(()));
-                }
+                None => return self.out.poll_send(cx, &mut None, Some(None)),
             }
         }
     }

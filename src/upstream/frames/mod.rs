@@ -34,7 +34,9 @@ use h2::frame::{Data, Headers, Pseudo};
 use http::{HeaderMap, Request, header};
 
 pub(crate) use drive::{Hooks, handshake};
+// The stream parts the frame-level server for HTTP/2 clients shares (`proxy::http2`).
 use state::State;
+pub(crate) use stream::{Chunks, Failure, wake};
 
 /// How much of one response the apiserver may send ahead of the client reading it: the most an
 /// upstream stream buffers in skewgate, and the most an apiserver sends in vain for a client that
@@ -263,7 +265,7 @@ impl Future for ResponseFuture {
     }
 }
 
-fn store_waker(slot: &mut Option<std::task::Waker>, cx: &Context<'_>) {
+pub(crate) fn store_waker(slot: &mut Option<std::task::Waker>, cx: &Context<'_>) {
     match slot {
         Some(w) if w.will_wake(cx.waker()) => {}
         _ => *slot = Some(cx.waker().clone()),

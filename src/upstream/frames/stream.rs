@@ -13,7 +13,7 @@ use http::HeaderMap;
 /// Why a stream, or the whole connection, can go no further. Kept as data (h2's error is not
 /// `Clone`) and turned into an `h2::Error` for each one who asks.
 #[derive(Clone, Debug)]
-pub(super) enum Failure {
+pub(crate) enum Failure {
     /// The stream was reset, by the apiserver or by skewgate.
     Reset(Reason),
     /// The apiserver sent GOAWAY before it took the stream: the stream was never processed.
@@ -23,7 +23,7 @@ pub(super) enum Failure {
 }
 
 impl Failure {
-    pub(super) fn to_error(&self) -> h2::Error {
+    pub(crate) fn to_error(&self) -> h2::Error {
         match self {
             Failure::Reset(reason) => h2::Error::from(*reason),
             Failure::Refused => h2::Error::from(Reason::REFUSED_STREAM),
@@ -64,13 +64,13 @@ pub(super) struct Stream {
 /// A stream's response data not yet taken, oldest first. The first chunk is held inline: most
 /// responses are one DATA frame, and a queue would allocate for it.
 #[derive(Default)]
-pub(super) struct Chunks {
+pub(crate) struct Chunks {
     first: Option<Bytes>,
     more: VecDeque<Bytes>,
 }
 
 impl Chunks {
-    pub(super) fn push_back(&mut self, chunk: Bytes) {
+    pub(crate) fn push_back(&mut self, chunk: Bytes) {
         if self.first.is_none() && self.more.is_empty() {
             self.first = Some(chunk);
         } else {
@@ -78,21 +78,28 @@ impl Chunks {
         }
     }
 
-    pub(super) fn pop_front(&mut self) -> Option<Bytes> {
+    /// Puts back what was taken off the front and not used (a chunk larger than a window).
+    pub(crate) fn push_front(&mut self, chunk: Bytes) {
+        if let Some(first) = self.first.replace(chunk) {
+            self.more.push_front(first);
+        }
+    }
+
+    pub(crate) fn pop_front(&mut self) -> Option<Bytes> {
         self.first.take().or_else(|| self.more.pop_front())
     }
 
-    pub(super) fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.first.is_none() && self.more.is_empty()
     }
 
-    pub(super) fn clear(&mut self) {
+    pub(crate) fn clear(&mut self) {
         self.first = None;
         self.more.clear();
     }
 }
 
-pub(super) fn wake(task: &mut Option<Waker>) {
+pub(crate) fn wake(task: &mut Option<Waker>) {
     if let Some(task) = task.take() {
         task.wake();
     }

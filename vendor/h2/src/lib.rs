@@ -113,6 +113,8 @@ mod error;
 mod hpack;
 
 #[cfg(not(feature = "unstable"))]
+// skewgate patch: its `Error` is exported under `frame-codec` (below), undocumented as `frame` is.
+#[cfg_attr(feature = "frame-codec", allow(missing_docs))]
 mod proto;
 
 #[cfg(feature = "unstable")]
@@ -143,6 +145,10 @@ pub use crate::share::{FlowControl, Ping, PingPong, Pong, RecvStream, SendStream
 
 #[cfg(any(feature = "unstable", feature = "frame-codec"))]
 pub use codec::{Codec, SendError, UserError};
+// skewgate patch: the codec's error (a stream's reset or the connection's GOAWAY, with the stream
+// and the reason), so that a server at the frame level answers each as h2's own server does.
+#[cfg(all(feature = "frame-codec", not(feature = "unstable")))]
+pub use proto::{Error as CodecError, Initiator};
 // skewgate patch: the string type of pseudo-headers, so that a connection can make its
 // `:authority` once (`Pseudo::request_to`).
 #[cfg(any(feature = "unstable", feature = "frame-codec"))]

@@ -298,7 +298,10 @@ impl BytesStr {
         unsafe { std::str::from_utf8_unchecked(self.0.as_ref()) }
     }
 
-    pub(crate) fn into_inner(self) -> Bytes {
+    // skewgate patch: public, so that a server at the frame level makes a request's URI from its
+    // pseudo-headers without copying them (`src/proxy/http2/request.rs`).
+    #[doc(hidden)]
+    pub fn into_inner(self) -> Bytes {
         self.0
     }
 }

@@ -1,0 +1,221 @@
+//! One HTTP/2 client connection's frames: read from the socket into the connection's state, and
+//! written from it, with the connection's own business (SETTINGS, PING, GOAWAY) answered here.
+
+use std::io;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use futures_util::Stream;
+use h2::frame::{Frame, Ping, Settings, StreamId, WindowUpdate};
+use h2::{Codec, CodecError, Reason};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+
+use super::handles::Shared;
+use super::state::{Opened, State};
+
+const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+/// The payload of skewgate's keep-alive PINGs; an acknowledgement of another is not an answer.
+pub(super) const PING_PAYLOAD: [u8; 8] = *b"skewgate";
+
+/// How many frames are read in a row before what they queued is written.
+const READ_BATCH: usize = 32;
+
+/// Reads the client's preface, and queues skewgate's SETTINGS (and the connection's window beyond
+/// the default) to be written with the first turn. The codec's buffers are given back while the
+/// connection is idle.
+pub(super) async fn handshake<I>(mut io: I, state: &mut State) -> Result<Codec<I, Bytes>, h2::Error>
+where
+    I: AsyncRead + AsyncWrite + Unpin,
+{
+    // Read exactly: the frames after it are the codec's.
+    let mut preface = [0; PREFACE.len()];
+    io.read_exact(&mut preface).await?;
+    if preface != PREFACE {
+        let _ = io.shutdown().await;
+        return Err(h2::Error::from(Reason::PROTOCOL_ERROR));
+    }
+    let limits = &state.limits;
+    let mut settings = Settings::default();
+    settings.set_max_concurrent_streams(Some(limits.max_concurrent_streams));
+    settings.set_initial_window_size(Some(limits.stream_window));
+    settings.set_max_header_list_size(Some(limits.max_header_list_size));
+    let grant = limits.connection_window.saturating_sub(65_535);
+    let mut codec = Codec::new(io);
+    codec.set_max_recv_header_list_size(limits.max_header_list_size as usize);
+    codec.release_buffers_while_idle();
+    state.push(settings.into());
+    if grant > 0 {
+        state.push(WindowUpdate::new(StreamId::zero(), grant).into());
+    }
+    Ok(codec)
+}
+
+/// The connection's socket, framed.
+pub(super) struct Wire<I> {
+    pub(super) codec: Codec<I, Bytes>,
+}
+
+/// How a turn of the connection left it.
+pub(super) enum Turn {
+    Open,
+    /// Over: the client closed it, or it finished after a GOAWAY.
+    Done,
+    /// Over with an error: the client broke the protocol (GOAWAY sent), or the socket failed.
+    Failed(h2::Error),
+}
+
+impl<I: AsyncRead + AsyncWrite + Unpin> Wire<I> {
+    /// One turn of the connection, under its lock: what is queued written, what came read (each
+    /// request it opened handed to `opened`, which must not take the lock), what that queued
+    /// written, and the socket flushed. A connection left with no stream keeps no memory for
+    /// streams.
+    pub(super) fn turn(
+        &mut self,
+        cx: &mut Context<'_>,
+        shared: &Shared,
+        opened: &mut dyn FnMut(Opened),
+    ) -> Turn {
+        let mut state = shared.lock();
+        state.quiet = true;
+        let result = self
+            .write(cx, &mut state)
+            .and_then(|()| self.read(cx, &mut state, opened))
+            .and_then(|open| self.write(cx, &mut state).map(|()| open));
+        state.quiet = false;
+        state.release_if_idle();
+        let (finished, error) = (state.finished(), state.error);
+        drop(state);
+        let flushed = match self.codec.flush(cx) {
+            Poll::Ready(Err(e)) => return Turn::Failed(e.into()),
+            Poll::Ready(Ok(())) => true,
+            Poll::Pending => false,
+        };
+        match result {
+            Err(e) => Turn::Failed(e),
+            Ok(false) => Turn::Done,
+            Ok(true) => match error {
+                Some(reason) => Turn::Failed(h2::Error::from(reason)),
+                None if finished && flushed => Turn::Done,
+                None => Turn::Open,
+            },
+        }
+    }
+
+    /// Reads up to `READ_BATCH` frames into the state, the requests they open handed to `opened`;
+    /// whether the connection is still open for reading (false at the client's end of it).
+    pub(super) fn read(
+        &mut self,
+        cx: &mut Context<'_>,
+        state: &mut State,
+        opened: &mut dyn FnMut(Opened),
+    ) -> Result<bool, h2::Error> {
+        for _ in 0..READ_BATCH {
+            if !state.reading() {
+                return Ok(true);
+            }
+            match Pin::new(&mut self.codec).poll_next(cx) {
+                Poll::Ready(Some(Ok(frame))) => self.on_frame(frame, state, opened),
+                Poll::Ready(Some(Err(e))) => on_codec_error(e, state)?,
+                Poll::Ready(None) => return Ok(false),
+                Poll::Pending => return Ok(true),
+            }
+        }
+        // More may be there: the task is to come back for it after writing.
+        cx.waker().wake_by_ref();
+        Ok(true)
+    }
+
+    /// Hands the queued frames to the codec as far as its buffer takes them, then the streams'
+    /// data in turn (the codec writes to the socket when its buffer is full; the rest is flushed at
+    /// the end of the turn).
+    pub(super) fn write(
+        &mut self,
+        cx: &mut Context<'_>,
+        state: &mut State,
+    ) -> Result<(), h2::Error> {
+        loop {
+            match self.codec.poll_ready(cx) {
+                Poll::Ready(r) => r?,
+                Poll::Pending => return Ok(()),
+            }
+            let Some(frame) = state.out.pop_front().or_else(|| state.next_data()) else {
+                return Ok(());
+            };
+            if let Err(e) = self.codec.buffer(frame) {
+                tracing::debug!(error = %e, "HTTP/2 client connection: a frame could not be written");
+                return Err(h2::Error::from(Reason::INTERNAL_ERROR));
+            }
+        }
+    }
+
+    /// One frame from the client.
+    fn on_frame(&mut self, frame: Frame, state: &mut State, opened: &mut dyn FnMut(Opened)) {
+        match frame {
+            Frame::Headers(headers) => {
+                if let Some(o) = state.on_headers(headers) {
+                    opened(o);
+                }
+            }
+            Frame::Data(data) => state.on_data(data),
+            Frame::Reset(reset) => state.on_reset(reset.stream_id(), reset.reason()),
+            Frame::WindowUpdate(w) => state.on_window_update(w.stream_id(), w.size_increment()),
+            Frame::Settings(settings) => self.on_settings(&settings, state),
+            Frame::Ping(ping) if ping.is_ack() => {
+                if *ping.payload() == PING_PAYLOAD {
+                    state.ponged = true;
+                    if let Some(w) = state.pong_waker.take() {
+                        w.wake();
+                    }
+                }
+            }
+            Frame::Ping(ping) => state.push(Ping::pong(ping.into_payload()).into()),
+            Frame::GoAway(go_away) => {
+                if go_away.reason() != Reason::NO_ERROR {
+                    tracing::debug!(reason = ?go_away.reason(), "an HTTP/2 client sent GOAWAY");
+                }
+                // The client opens no more streams; those open finish.
+                state.graceful_go_away();
+            }
+            // A client cannot push (RFC 9113, 8.4).
+            Frame::PushPromise(_) => state.go_away(Reason::PROTOCOL_ERROR),
+            Frame::Priority(_) => {}
+        }
+    }
+
+    /// The client's SETTINGS: applied, then acknowledged.
+    fn on_settings(&mut self, settings: &Settings, state: &mut State) {
+        if settings.is_ack() {
+            return;
+        }
+        if let Some(size) = settings.max_frame_size() {
+            self.codec.set_max_send_frame_size(size as usize);
+            state.max_frame = size as usize;
+        }
+        if let Some(size) = settings.header_table_size() {
+            self.codec.set_send_header_table_size(size as usize);
+        }
+        if let Some(size) = settings.initial_window_size() {
+            state.on_initial_window(size);
+        }
+        state.push(Settings::ack().into());
+    }
+}
+
+/// An error the codec found in what the client sent: a stream's (that stream reset, as h2 does) or
+/// the connection's (GOAWAY, and the connection ends).
+fn on_codec_error(e: CodecError, state: &mut State) -> Result<(), h2::Error> {
+    match e {
+        CodecError::Reset(id, reason, _) => {
+            state.refuse_stream(id, reason);
+            Ok(())
+        }
+        CodecError::GoAway(_, reason, _) => {
+            tracing::debug!(?reason, "an HTTP/2 client broke the protocol; GOAWAY");
+            state.go_away(reason);
+            Ok(())
+        }
+        CodecError::Io(kind, _) => Err(h2::Error::from(io::Error::from(kind))),
+    }
+}

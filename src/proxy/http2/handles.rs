@@ -1,0 +1,207 @@
+//! What a request holds of its stream: the request body's reader (`RecvBody`) and the response's
+//! sender (`Responder`). Each takes the connection's lock for one step and lets go.
+
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use h2::Reason;
+use h2::frame::{Headers, Pseudo};
+use http::HeaderMap;
+
+use super::state::State;
+use crate::upstream::frames::store_waker;
+
+/// What the connection's task and its streams' handles share.
+pub(super) struct Shared {
+    state: Mutex<State>,
+}
+
+impl Shared {
+    pub(super) fn new(state: State) -> Arc<Shared> {
+        Arc::new(Shared {
+            state: Mutex::new(state),
+        })
+    }
+
+    pub(super) fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// A request's body, as the client sends it: data within the stream's window, then trailers.
+pub(crate) struct RecvBody {
+    /// `None` for a request that ended with its head (most of them): nothing to read, no lock.
+    stream: Option<(Arc<Shared>, usize)>,
+    ended: bool,
+}
+
+impl std::fmt::Debug for RecvBody {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RecvBody")
+            .field("stream", &self.stream.as_ref().map(|(_, key)| key))
+            .field("ended", &self.ended)
+            .finish()
+    }
+}
+
+impl RecvBody {
+    pub(super) fn new(shared: &Arc<Shared>, key: usize, end_stream: bool) -> RecvBody {
+        RecvBody {
+            stream: (!end_stream).then(|| (shared.clone(), key)),
+            ended: end_stream,
+        }
+    }
+
+    /// Whether the body is known to be at its end (no lock: as of the last poll).
+    pub(crate) fn is_end_stream(&self) -> bool {
+        self.ended
+    }
+
+    /// The next data or trailers; `None` at the end. The window data took is given back to the
+    /// client as it is taken: the upstream stream's window is what holds a client that sends
+    /// faster than the apiserver reads.
+    pub(crate) fn poll_frame(
+        &mut self,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Bytes>, h2::Error>>> {
+        let Some((shared, key)) = &self.stream else {
+            return Poll::Ready(None);
+        };
+        let mut state = shared.lock();
+        let failed = state.failed.clone();
+        let Some(s) = state.streams.get_mut(*key) else {
+            return Poll::Ready(None);
+        };
+        if let Some(why) = s.failure.as_ref().or(failed.as_ref()) {
+            return Poll::Ready(Some(Err(why.to_error())));
+        }
+        if let Some(data) = s.data.pop_front() {
+            let len = data.len();
+            s.held -= len;
+            self.ended = s.recv_closed && s.data.is_empty() && s.trailers.is_none();
+            state.release(*key, len);
+            return Poll::Ready(Some(Ok(http_body::Frame::data(data))));
+        }
+        if let Some(trailers) = s.trailers.take() {
+            self.ended = true;
+            return Poll::Ready(Some(Ok(http_body::Frame::trailers(*trailers))));
+        }
+        if s.recv_closed {
+            self.ended = true;
+            return Poll::Ready(None);
+        }
+        store_waker(&mut s.reader, cx);
+        Poll::Pending
+    }
+}
+
+impl Drop for RecvBody {
+    fn drop(&mut self) {
+        if let Some((shared, key)) = self.stream.take() {
+            let mut state = shared.lock();
+            if let Some(s) = state.streams.get_mut(key) {
+                s.recv_handle = false;
+                // What came and was not read is not held any longer.
+                let held = std::mem::take(&mut s.held);
+                s.data.clear();
+                state.release(key, held);
+            }
+            state.settle(key);
+        }
+    }
+}
+
+/// The sender of a stream's response.
+pub(super) struct Responder {
+    shared: Arc<Shared>,
+    key: usize,
+}
+
+impl Responder {
+    pub(super) fn new(shared: Arc<Shared>, key: usize) -> Responder {
+        Responder { shared, key }
+    }
+
+    /// Ready when the stream was reset by the client (or the connection failed).
+    pub(super) fn poll_reset(&mut self, cx: &mut Context<'_>) -> Poll<h2::Error> {
+        let mut state = self.shared.lock();
+        let failed = state.failed.clone();
+        let Some(s) = state.streams.get_mut(self.key) else {
+            return Poll::Ready(h2::Error::from(Reason::CANCEL));
+        };
+        match s.failure.as_ref().or(failed.as_ref()) {
+            Some(why) => Poll::Ready(why.to_error()),
+            None => {
+                store_waker(&mut s.writer, cx);
+                Poll::Pending
+            }
+        }
+    }
+
+    /// Queues the response's head (with END_STREAM when `end`). False when the stream is reset.
+    pub(super) fn send_head(&mut self, head: http::response::Parts, end: bool) -> bool {
+        let mut state = self.shared.lock();
+        let Some(s) = state.streams.get_mut(self.key) else {
+            return false;
+        };
+        if s.failure.is_some() || s.send_closed {
+            return false;
+        }
+        let mut frame = Headers::new(s.id, Pseudo::response(head.status), head.headers);
+        if end {
+            frame.set_end_stream();
+            s.send_closed = true;
+        }
+        state.push(frame.into());
+        if end {
+            state.settle(self.key);
+        }
+        true
+    }
+
+    /// Queues `chunk` (taken from the slot) once the stream holds less than its send buffer, and
+    /// the response's end after it when `end`; pending while the buffer is full.
+    pub(super) fn poll_send(
+        &mut self,
+        cx: &mut Context<'_>,
+        chunk: &mut Option<Bytes>,
+        end: Option<Option<Box<HeaderMap>>>,
+    ) -> Poll<Result<(), h2::Error>> {
+        let mut state = self.shared.lock();
+        let failed = state.failed.clone();
+        let limit = state.limits.send_buffer;
+        let Some(s) = state.streams.get_mut(self.key) else {
+            return Poll::Ready(Err(h2::Error::from(Reason::CANCEL)));
+        };
+        if let Some(why) = s.failure.as_ref().or(failed.as_ref()) {
+            return Poll::Ready(Err(why.to_error()));
+        }
+        if s.queued_len >= limit && end.is_none() {
+            store_waker(&mut s.writer, cx);
+            return Poll::Pending;
+        }
+        let data = chunk.take().unwrap_or_default();
+        state.queue_data(self.key, data, end);
+        Poll::Ready(Ok(()))
+    }
+
+    /// Resets the stream (the response's body failed).
+    pub(super) fn send_reset(&mut self, reason: Reason) {
+        self.shared.lock().reset(self.key, reason);
+    }
+}
+
+impl Drop for Responder {
+    fn drop(&mut self) {
+        let mut state = self.shared.lock();
+        if let Some(s) = state.streams.get_mut(self.key) {
+            s.send_handle = false;
+            if !s.send_closed {
+                // The response was dropped unfinished: the client is told at once.
+                state.reset(self.key, Reason::CANCEL);
+            }
+        }
+        state.settle(self.key);
+    }
+}
