@@ -33,7 +33,8 @@ pub(super) enum WholeBody {
     Failed,
 }
 
-/// A request body as the client's connection delivers it: hyper's over HTTP/1.1, h2's over HTTP/2.
+/// A request body as the client's connection delivers it: hyper's over HTTP/1.1, skewgate's own
+/// HTTP/2 server's (`http2::RecvBody`) over HTTP/2.
 pub(crate) enum Incoming {
     Http1(hyper::body::Incoming),
     Http2(super::http2::RecvBody),
