@@ -16,7 +16,8 @@
 //! `listener`).
 //!
 //! - `conn`: frames in to the state, frames out to the socket, SETTINGS, PING and GOAWAY;
-//!   `state`: the streams and windows under the connection's one lock; `request`: a request made
+//!   `state`: the streams and windows under the connection's one lock, `recv` frames into it and `send`
+//!   responses out of it; `request`: a request made
 //!   from its header block and checked; `handles`: what a request holds of its stream;
 //!   `stream`: a stream's response, awaited and piped.
 //! - here: the connection's task: its streams polled by it (`FuturesUnordered`), the connection
@@ -24,7 +25,9 @@
 
 mod conn;
 mod handles;
+mod recv;
 mod request;
+mod send;
 mod state;
 mod stream;
 
@@ -107,7 +110,7 @@ pub(super) async fn serve<I, H, F>(
     io: I,
     config: &Config,
     mut handle: H,
-    mut shutdown: Pin<&mut (dyn Future<Output = ()> + Send)>,
+    shutdown: Pin<&mut (dyn Future<Output = ()> + Send)>,
 ) -> Result<(), h2::Error>
 where
     I: AsyncRead + AsyncWrite + Unpin,
@@ -119,21 +122,18 @@ where
     let codec = conn::handshake(io, &mut state).await?;
     let shared = Shared::new(state);
     let mut wire = conn::Wire { codec };
-    let mut keep_alive = KeepAlive::new(config);
+    let mut control = Control {
+        shutdown,
+        shutting_down: false,
+        keep_alive: KeepAlive::new(config),
+    };
     let mut streams = FuturesUnordered::new();
-    let mut shutting_down = false;
     let ended = poll_fn(|cx| {
         wakes.conn.task.register(cx.waker());
-        if wakes.control.woken.swap(false, Ordering::Acquire) {
-            let mut control = Context::from_waker(&wakes.control_waker);
-            if !shutting_down && shutdown.as_mut().poll(&mut control).is_ready() {
-                shutting_down = true;
-                shared.lock().graceful_go_away();
-            }
-            if keep_alive.poll_timed_out(&mut control, &shared).is_ready() {
-                tracing::debug!("an HTTP/2 client did not answer PING in time; closing");
-                return Poll::Ready(Ok(()));
-            }
+        if wakes.control.woken.swap(false, Ordering::Acquire)
+            && control.poll(&wakes.control_waker, &shared).is_ready()
+        {
+            return Poll::Ready(Ok(()));
         }
         let mut conn_cx = Context::from_waker(&wakes.conn_waker);
         loop {
@@ -178,6 +178,30 @@ where
     drop(wire);
     while streams.next().await.is_some() {}
     ended
+}
+
+/// What a connection watches beside its frames: the server's shutdown (GOAWAY, then its streams
+/// finish) and its keep-alive PINGs.
+struct Control<'a> {
+    shutdown: Pin<&'a mut (dyn Future<Output = ()> + Send)>,
+    shutting_down: bool,
+    keep_alive: KeepAlive,
+}
+
+impl Control<'_> {
+    /// Polled when the control was woken; ready when the connection is to close now.
+    fn poll(&mut self, waker: &Waker, shared: &Shared) -> Poll<()> {
+        let mut cx = Context::from_waker(waker);
+        if !self.shutting_down && self.shutdown.as_mut().poll(&mut cx).is_ready() {
+            self.shutting_down = true;
+            shared.lock().graceful_go_away();
+        }
+        if self.keep_alive.poll_timed_out(&mut cx, shared).is_ready() {
+            tracing::debug!("an HTTP/2 client did not answer PING in time; closing");
+            return Poll::Ready(());
+        }
+        Poll::Pending
+    }
 }
 
 /// Who woke a connection's task: the connection (bytes came, a stream queued a frame) or its

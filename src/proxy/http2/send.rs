@@ -1,0 +1,195 @@
+//! Responses out of the connection's state: the streams with data to write in turn, within the
+//! windows the client grants (WINDOW_UPDATE, SETTINGS_INITIAL_WINDOW_SIZE) and its frame size.
+
+use bytes::Bytes;
+use h2::Reason;
+use h2::frame::{Data, Frame, Headers, StreamId};
+use http::HeaderMap;
+
+use super::state::{MAX_WINDOW, State};
+use crate::upstream::frames::wake;
+
+impl State {
+    /// WINDOW_UPDATE from the client: more room for responses.
+    pub(super) fn on_window_update(&mut self, id: StreamId, increment: u32) {
+        if id.is_zero() {
+            self.send_window += i64::from(increment);
+            if increment == 0 || self.send_window > MAX_WINDOW {
+                let reason = if increment == 0 {
+                    Reason::PROTOCOL_ERROR
+                } else {
+                    Reason::FLOW_CONTROL_ERROR
+                };
+                self.go_away(reason);
+            }
+            return;
+        }
+        if self.idle(id) {
+            return self.go_away(Reason::PROTOCOL_ERROR);
+        }
+        let Some((key, s)) = self.stream(id) else {
+            return;
+        };
+        if s.failure.is_some() {
+            return;
+        }
+        if increment == 0 {
+            return self.reset_for(key, Reason::PROTOCOL_ERROR);
+        }
+        s.send_window += i64::from(increment);
+        if s.send_window > MAX_WINDOW {
+            return self.reset_for(key, Reason::FLOW_CONTROL_ERROR);
+        }
+        self.schedule(key);
+    }
+
+    /// The client's new SETTINGS_INITIAL_WINDOW_SIZE: every open stream's window moves by the
+    /// difference (RFC 9113, 6.9.2).
+    pub(super) fn on_initial_window(&mut self, size: u32) {
+        let delta = i64::from(size) - self.peer_initial_window;
+        self.peer_initial_window = i64::from(size);
+        let keys: Vec<usize> = self.streams.iter().map(|(key, _)| key).collect();
+        for key in keys {
+            if let Some(s) = self.streams.get_mut(key) {
+                s.send_window += delta;
+                if s.send_window > MAX_WINDOW {
+                    return self.go_away(Reason::FLOW_CONTROL_ERROR);
+                }
+            }
+            self.schedule(key);
+        }
+    }
+
+    /// Puts stream `key` in the queue of streams with data to write, if it has some and room.
+    pub(super) fn schedule(&mut self, key: usize) {
+        if let Some(s) = self.streams.get_mut(key)
+            && !s.in_ready
+            && s.failure.is_none()
+            && (s.end_queued.is_some() || (!s.queued.is_empty() && s.send_window > 0))
+        {
+            s.in_ready = true;
+            self.ready.push_back(key);
+            if !self.quiet {
+                self.waker.wake_by_ref();
+            }
+        }
+    }
+
+    /// Queues response data on stream `key` (with the response's end after it, if `end`); the
+    /// connection's task writes it as the windows allow.
+    pub(super) fn queue_data(
+        &mut self,
+        key: usize,
+        chunk: Bytes,
+        end: Option<Option<Box<HeaderMap>>>,
+    ) {
+        let Some(s) = self.streams.get_mut(key) else {
+            return;
+        };
+        if s.failure.is_some() || s.send_closed {
+            return;
+        }
+        if !chunk.is_empty() {
+            s.queued_len += chunk.len();
+            s.queued.push_back(chunk);
+        }
+        if let Some(end) = end {
+            s.end_queued = Some(end);
+            s.send_closed = true;
+        }
+        self.schedule(key);
+    }
+
+    /// The next DATA (or trailers) frame to write from the streams in turn, within the windows and
+    /// the client's frame size; `None` when no stream has one to write now.
+    pub(super) fn next_data(&mut self) -> Option<Frame<Bytes>> {
+        while let Some(key) = self.ready.pop_front() {
+            let Some(s) = self.streams.get_mut(key) else {
+                continue;
+            };
+            s.in_ready = false;
+            match self.take_frame(key) {
+                Taken::Frame(frame) => {
+                    self.schedule(key);
+                    self.settle(key);
+                    return Some(frame);
+                }
+                Taken::Nothing => self.settle(key),
+                Taken::ConnectionWindowShut => {
+                    // The stream waits in turn for the connection's window.
+                    if let Some(s) = self.streams.get_mut(key) {
+                        s.in_ready = true;
+                    }
+                    self.ready.push_front(key);
+                    return None;
+                }
+            }
+        }
+        None
+    }
+
+    /// The next frame stream `key` has to write now: a DATA frame as large as the windows and
+    /// the frame size allow, or the response's end.
+    fn take_frame(&mut self, key: usize) -> Taken {
+        let Some(s) = self.streams.get_mut(key) else {
+            return Taken::Nothing;
+        };
+        if s.failure.is_some() {
+            return Taken::Nothing;
+        }
+        let Some(mut chunk) = s.queued.pop_front() else {
+            return match s.end_queued.take() {
+                Some(Some(trailers)) => {
+                    let mut frame = Headers::trailers(s.id, *trailers);
+                    frame.set_end_stream();
+                    Taken::Frame(frame.into())
+                }
+                Some(None) => {
+                    let mut frame = Data::new(s.id, Bytes::new());
+                    frame.set_end_stream(true);
+                    Taken::Frame(frame.into())
+                }
+                None => Taken::Nothing,
+            };
+        };
+        let room = s
+            .send_window
+            .min(self.send_window)
+            .min(self.max_frame as i64);
+        if room <= 0 {
+            s.queued.push_front(chunk);
+            // Shut by the stream's own window, it waits out of turn for its WINDOW_UPDATE.
+            return if self.send_window <= 0 && s.send_window > 0 {
+                Taken::ConnectionWindowShut
+            } else {
+                Taken::Nothing
+            };
+        }
+        if chunk.len() as i64 > room {
+            let rest = chunk.split_off(room as usize);
+            s.queued.push_front(rest);
+        }
+        let n = chunk.len();
+        s.send_window -= n as i64;
+        self.send_window -= n as i64;
+        s.queued_len -= n;
+        let last = s.queued.is_empty() && matches!(s.end_queued, Some(None));
+        if last {
+            s.end_queued = None;
+        }
+        let mut frame = Data::new(s.id, chunk);
+        frame.set_end_stream(last);
+        if s.queued_len < self.limits.send_buffer {
+            wake(&mut s.writer);
+        }
+        Taken::Frame(frame.into())
+    }
+}
+
+/// What a stream in turn had to write.
+enum Taken {
+    Frame(Frame<Bytes>),
+    /// Nothing now (reset, or its own window shut, or all written).
+    Nothing,
+    ConnectionWindowShut,
+}
