@@ -160,8 +160,9 @@ impl Responder {
         true
     }
 
-    /// Queues `chunk` (taken from the slot) once the stream holds less than its send buffer, and
-    /// the response's end after it when `end`; pending while the buffer is full.
+    /// Queues `chunk` (taken from the slot) once the stream holds nothing unwritten, or less than
+    /// the client's windows and the send buffer take, and the response's end after it when `end`;
+    /// pending while it holds that much.
     pub(super) fn poll_send(
         &mut self,
         cx: &mut Context<'_>,
@@ -170,14 +171,17 @@ impl Responder {
     ) -> Poll<Result<(), h2::Error>> {
         let mut state = self.shared.lock();
         let failed = state.failed.clone();
-        let limit = state.limits.send_buffer;
+        let (limit, connection_window) = (state.limits.send_buffer, state.send_window);
         let Some(s) = state.streams.get_mut(self.key) else {
             return Poll::Ready(Err(h2::Error::from(Reason::CANCEL)));
         };
         if let Some(why) = s.failure.as_ref().or(failed.as_ref()) {
             return Poll::Ready(Err(why.to_error()));
         }
-        if s.queued_len >= limit && end.is_none() {
+        // Beyond one chunk, no more is held than the client's windows take at once: a client that
+        // does not read holds one chunk here, and the apiserver's stream window upstream.
+        let room = s.send_window.min(connection_window).min(limit as i64);
+        if s.queued_len > 0 && s.queued_len as i64 >= room && end.is_none() {
             store_waker(&mut s.writer, cx);
             return Poll::Pending;
         }

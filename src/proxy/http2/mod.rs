@@ -30,6 +30,8 @@ mod request;
 mod send;
 mod state;
 mod stream;
+#[cfg(test)]
+mod tests;
 
 pub(crate) use handles::RecvBody;
 use handles::{Responder, Shared};

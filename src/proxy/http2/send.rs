@@ -179,9 +179,8 @@ impl State {
         }
         let mut frame = Data::new(s.id, chunk);
         frame.set_end_stream(last);
-        if s.queued_len < self.limits.send_buffer {
-            wake(&mut s.writer);
-        }
+        // The pipe may take more now (it checks how much).
+        wake(&mut s.writer);
         Taken::Frame(frame.into())
     }
 }

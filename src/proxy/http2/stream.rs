@@ -134,9 +134,11 @@ fn date() -> HeaderValue {
 }
 
 /// A response body sent as the client's window allows: a chunk is taken from the body while the
-/// stream holds less than the connection's send buffer (`SEND_BUFFER` in listener.rs) of data not
-/// yet written, so that a client that reads slower than the apiserver sends holds that much in
-/// skewgate, and the upstream stream's window holds the apiserver back.
+/// stream holds nothing unwritten, or less than the client's windows take at once (and less than
+/// the connection's send buffer, `SEND_BUFFER` in listener.rs). A client that reads slower than the
+/// apiserver sends holds one chunk in skewgate, and the upstream stream's window holds the
+/// apiserver back; no window is waited for before there is a chunk to send, as hyper's pipe does
+/// (hyper #4003), so a body with nothing to send holds none.
 pub(super) struct Pipe {
     out: Responder,
     body: ProxyBody,

@@ -1,0 +1,99 @@
+//! The connection's state and a stream's handles, driven directly: what a response may hold in
+//! skewgate for a client that does not read.
+
+use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
+
+use bytes::Bytes;
+use h2::frame::{Frame, Headers, Pseudo, StreamId};
+use http::{HeaderMap, Method, Uri};
+
+use super::Limits;
+use super::handles::{Responder, Shared};
+use super::state::State;
+
+fn limits() -> Limits {
+    super::limits(100, 1 << 20, 8 << 20, 64 << 10, 64 << 10)
+}
+
+/// A connection with one request open on stream 1; the client's stream window is `window`.
+fn connection_with_a_request(window: u32) -> (Arc<Shared>, usize) {
+    let mut state = State::new(limits(), Waker::noop().clone());
+    state.on_initial_window(window);
+    let uri: Uri = "http://skewgate.test/api/v1/pods".parse().expect("uri");
+    let mut head = Headers::new(
+        StreamId::from(1),
+        Pseudo::request(Method::GET, uri, None),
+        HeaderMap::new(),
+    );
+    head.set_end_stream();
+    let opened = state.on_headers(head).expect("opened");
+    let key = opened.key;
+    (Shared::new(state), key)
+}
+
+/// The DATA frames written now, and their bytes.
+fn written(shared: &Shared) -> (usize, usize) {
+    let mut state = shared.lock();
+    state.out.clear();
+    let (mut frames, mut bytes) = (0, 0);
+    while let Some(frame) = state.next_data() {
+        if let Frame::Data(d) = frame {
+            frames += 1;
+            bytes += d.payload().len();
+        }
+    }
+    (frames, bytes)
+}
+
+#[test]
+fn a_response_holds_one_chunk_for_a_client_whose_window_is_shut_and_goes_on_when_it_opens() {
+    let (shared, key) = connection_with_a_request(0);
+    let mut respond = Responder::new(shared.clone(), key);
+    assert!(respond.send_head(http::Response::new(()).into_parts().0, false));
+    let mut cx = Context::from_waker(Waker::noop());
+    let chunk = || Some(Bytes::from(vec![b'x'; 16 << 10]));
+    // The first chunk is taken; with the window shut, not a second.
+    assert!(matches!(
+        respond.poll_send(&mut cx, &mut chunk(), None),
+        Poll::Ready(Ok(()))
+    ));
+    let mut second = chunk();
+    assert!(respond.poll_send(&mut cx, &mut second, None).is_pending());
+    assert!(second.is_some(), "the second chunk stays with the body");
+    assert_eq!(
+        written(&shared),
+        (0, 0),
+        "nothing goes out on a shut window"
+    );
+    // The client opens its window by 20 KiB: the first chunk goes out, and the second is taken.
+    shared.lock().on_window_update(StreamId::from(1), 20 << 10);
+    assert_eq!(written(&shared), (1, 16 << 10));
+    assert!(matches!(
+        respond.poll_send(&mut cx, &mut second, None),
+        Poll::Ready(Ok(()))
+    ));
+    assert_eq!(
+        written(&shared),
+        (1, 4 << 10),
+        "as much as the window has left"
+    );
+}
+
+#[test]
+fn a_response_holds_up_to_what_an_open_window_takes_at_once() {
+    let (shared, key) = connection_with_a_request(32 << 10);
+    let mut respond = Responder::new(shared.clone(), key);
+    assert!(respond.send_head(http::Response::new(()).into_parts().0, false));
+    let mut cx = Context::from_waker(Waker::noop());
+    let mut taken = 0;
+    loop {
+        let mut chunk = Some(Bytes::from(vec![b'x'; 8 << 10]));
+        match respond.poll_send(&mut cx, &mut chunk, None) {
+            Poll::Ready(Ok(())) => taken += 1,
+            _ => break,
+        }
+    }
+    // Four chunks fill the 32 KiB window; the fifth waits.
+    assert_eq!(taken, 4);
+}
