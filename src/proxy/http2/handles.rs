@@ -116,11 +116,41 @@ impl Drop for RecvBody {
 pub(super) struct Responder {
     shared: Arc<Shared>,
     key: usize,
+    /// Let go of the stream already (`send_whole`): dropping it takes no lock.
+    released: bool,
 }
 
 impl Responder {
     pub(super) fn new(shared: Arc<Shared>, key: usize) -> Responder {
-        Responder { shared, key }
+        Responder {
+            shared,
+            key,
+            released: false,
+        }
+    }
+
+    /// Queues the whole response: its head, and its one chunk (or none) with the end, and lets go
+    /// of the stream, under one lock.
+    pub(super) fn send_whole(&mut self, head: http::response::Parts, chunk: Option<Bytes>) {
+        let mut state = self.shared.lock();
+        let Some(s) = state.streams.get_mut(self.key) else {
+            return;
+        };
+        if s.failure.is_some() || s.send_closed {
+            return;
+        }
+        let mut frame = Headers::new(s.id, Pseudo::response(head.status), head.headers);
+        if chunk.is_none() {
+            frame.set_end_stream();
+            s.send_closed = true;
+        }
+        s.send_handle = false;
+        state.push(frame.into());
+        if let Some(chunk) = chunk {
+            state.queue_data(self.key, chunk, Some(None));
+        }
+        state.settle(self.key);
+        self.released = true;
     }
 
     /// Ready when the stream was reset by the client (or the connection failed).
@@ -198,6 +228,9 @@ impl Responder {
 
 impl Drop for Responder {
     fn drop(&mut self) {
+        if self.released {
+            return;
+        }
         let mut state = self.shared.lock();
         if let Some(s) = state.streams.get_mut(self.key) {
             s.send_handle = false;

@@ -63,7 +63,7 @@ where
                 else {
                     return Poll::Ready(());
                 };
-                match send_head(resp, respond) {
+                match send_head(resp, respond, cx) {
                     Some(pipe) => *this = Stream::Piping(pipe),
                     None => return Poll::Ready(()),
                 }
@@ -81,22 +81,59 @@ where
     }
 }
 
-/// Sends the response's head; the pipe for its body, if it has one.
-fn send_head(resp: Response<ProxyBody>, mut respond: Responder) -> Option<Pipe> {
-    let (mut parts, body) = resp.into_parts();
+/// Sends the response's head, with the body's end or its only chunk when they are at hand (a
+/// small answer: the whole of it under one lock); the pipe for the rest of the body, if any.
+fn send_head(
+    resp: Response<ProxyBody>,
+    mut respond: Responder,
+    cx: &mut Context<'_>,
+) -> Option<Pipe> {
+    let (mut parts, mut body) = resp.into_parts();
     if body.is_own() {
         complete_head(&mut parts.headers, &body);
     }
-    let end = body.is_end_stream();
     // A response's head carries no connection-specific field: the apiserver's would have been
     // refused as malformed by the upstream connection's codec, and skewgate adds none.
-    if !respond.send_head(parts, end) || end {
+    if body.is_end_stream() {
+        respond.send_whole(parts, None);
+        return None;
+    }
+    let first = match Pin::new(&mut body).poll_frame(cx) {
+        Poll::Ready(Some(Ok(frame))) => match frame.into_data() {
+            Ok(chunk) if body.is_end_stream() => {
+                respond.send_whole(parts, Some(chunk));
+                return None;
+            }
+            Ok(chunk) => Some(chunk).filter(|c| !c.is_empty()),
+            Err(frame) => {
+                if respond.send_head(parts, false)
+                    && let Ok(trailers) = frame.into_trailers()
+                {
+                    let _ = respond.poll_send(cx, &mut None, Some(Some(Box::new(trailers))));
+                }
+                return None;
+            }
+        },
+        Poll::Ready(None) => {
+            respond.send_whole(parts, None);
+            return None;
+        }
+        Poll::Ready(Some(Err(e))) => {
+            tracing::debug!(error = %e, "response body to an HTTP/2 client ended early");
+            if respond.send_head(parts, false) {
+                respond.send_reset(e.reason().unwrap_or(Reason::INTERNAL_ERROR));
+            }
+            return None;
+        }
+        Poll::Pending => None,
+    };
+    if !respond.send_head(parts, false) {
         return None;
     }
     Some(Pipe {
         out: respond,
         body,
-        held: None,
+        held: first,
     })
 }
 

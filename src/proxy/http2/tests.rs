@@ -97,3 +97,30 @@ fn a_response_holds_up_to_what_an_open_window_takes_at_once() {
     // Four chunks fill the 32 KiB window; the fifth waits.
     assert_eq!(taken, 4);
 }
+
+#[test]
+fn a_whole_response_goes_out_head_then_data_with_its_end_and_the_stream_is_forgotten() {
+    let (shared, key) = connection_with_a_request(65_535);
+    let mut respond = Responder::new(shared.clone(), key);
+    respond.send_whole(
+        http::Response::new(()).into_parts().0,
+        Some(Bytes::from_static(b"{}")),
+    );
+    drop(respond);
+    let mut state = shared.lock();
+    let head = state.out.pop_back().expect("head");
+    assert!(matches!(&head, Frame::Headers(h) if !h.is_end_stream()));
+    let Some(Frame::Data(data)) = state.next_data() else {
+        panic!("no data");
+    };
+    assert!(data.is_end_stream());
+    assert_eq!(data.payload().as_ref(), b"{}");
+    assert!(state.next_data().is_none());
+    assert!(
+        state.streams.is_empty(),
+        "the stream is forgotten once written"
+    );
+    state.graceful_go_away();
+    state.out.clear();
+    assert!(state.finished(), "no stream counts as open");
+}
