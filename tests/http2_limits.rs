@@ -274,3 +274,28 @@ async fn a_client_that_floods_pings_and_reads_nothing_is_not_read_either_and_oth
     assert_eq!(answer.status(), 200);
     drop(flood);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_of_pings_longer_than_the_answer_queue_is_answered_whole() {
+    let sims = sims().await;
+    let text = routes(&sims, "writes:\n  default: old\nreads:\n  default: old\n");
+    let gate = gate(&text).await;
+    let mut conn = connect(&gate).await;
+    // More PINGs at once than skewgate queues answers for before it stops reading (256): it
+    // reads on once they are written, and answers every one.
+    let pings: Vec<u8> = (0..600u64)
+        .flat_map(|i| frame(PING, 0, 0, &i.to_be_bytes()))
+        .collect();
+    conn.write_all(&pings).await.expect("pings");
+    let until = tokio::time::Instant::now() + Duration::from_secs(10);
+    let mut pongs = 0;
+    while pongs < 600 {
+        let Ok(Some(f)) = tokio::time::timeout_at(until, read_frame(&mut conn)).await else {
+            break;
+        };
+        if f.kind == PING && f.flags & ACK != 0 {
+            pongs += 1;
+        }
+    }
+    assert_eq!(pongs, 600, "every PING answered");
+}

@@ -22,6 +22,21 @@ pub(super) const PING_PAYLOAD: [u8; 8] = *b"skewgate";
 /// How many frames are read in a row before what they queued is written.
 const READ_BATCH: usize = 32;
 
+/// How many rounds of reading a turn makes when reading stopped for answers unwritten.
+const EXCHANGES: usize = 4;
+
+/// How reading left off.
+enum Read {
+    /// The client closed the connection.
+    End,
+    /// Nothing more to read now: the socket's readiness wakes the task (or the task woke itself
+    /// to read on after a batch).
+    Waiting,
+    /// Stopped before the socket was drained: answers wait to be written (or the connection is
+    /// closing), and no wake-up is registered for reading.
+    Stopped,
+}
+
 /// Reads the client's preface, and queues skewgate's SETTINGS (and the connection's window beyond
 /// the default) to be written with the first turn. The codec's buffers are given back while the
 /// connection is idle.
@@ -79,10 +94,7 @@ impl<I: AsyncRead + AsyncWrite + Unpin> Wire<I> {
     ) -> Turn {
         let mut state = shared.lock();
         state.quiet = true;
-        let result = self
-            .write(cx, &mut state)
-            .and_then(|()| self.read(cx, &mut state, opened))
-            .and_then(|open| self.write(cx, &mut state).map(|()| open));
+        let result = self.exchange(cx, &mut state, opened);
         state.quiet = false;
         state.release_if_idle();
         let (finished, error) = (state.finished(), state.error);
@@ -103,28 +115,54 @@ impl<I: AsyncRead + AsyncWrite + Unpin> Wire<I> {
         }
     }
 
-    /// Reads up to `READ_BATCH` frames into the state, the requests they open handed to `opened`;
-    /// whether the connection is still open for reading (false at the client's end of it).
-    pub(super) fn read(
+    /// Writes what is queued, reads what came, and writes what that queued; whether the
+    /// connection is still open for reading (false at the client's end of it). Reading that stopped
+    /// with answers unwritten goes on once writing made room, for a few rounds; without room, the
+    /// socket's readiness to take more wakes the task.
+    fn exchange(
         &mut self,
         cx: &mut Context<'_>,
         state: &mut State,
         opened: &mut dyn FnMut(Opened),
     ) -> Result<bool, h2::Error> {
+        for _ in 0..EXCHANGES {
+            self.write(cx, state)?;
+            let read = self.read(cx, state, opened)?;
+            self.write(cx, state)?;
+            match read {
+                Read::End => return Ok(false),
+                Read::Waiting => return Ok(true),
+                Read::Stopped if state.error.is_none() && state.reading() => {}
+                Read::Stopped => return Ok(true),
+            }
+        }
+        // Room was made each round, and more may have come: the task comes back for it, after
+        // its streams.
+        cx.waker().wake_by_ref();
+        Ok(true)
+    }
+
+    /// Reads up to `READ_BATCH` frames into the state, the requests they open handed to `opened`.
+    fn read(
+        &mut self,
+        cx: &mut Context<'_>,
+        state: &mut State,
+        opened: &mut dyn FnMut(Opened),
+    ) -> Result<Read, h2::Error> {
         for _ in 0..READ_BATCH {
             if !state.reading() {
-                return Ok(true);
+                return Ok(Read::Stopped);
             }
             match Pin::new(&mut self.codec).poll_next(cx) {
                 Poll::Ready(Some(Ok(frame))) => self.on_frame(frame, state, opened),
                 Poll::Ready(Some(Err(e))) => on_codec_error(e, state)?,
-                Poll::Ready(None) => return Ok(false),
-                Poll::Pending => return Ok(true),
+                Poll::Ready(None) => return Ok(Read::End),
+                Poll::Pending => return Ok(Read::Waiting),
             }
         }
         // More may be there: the task is to come back for it after writing.
         cx.waker().wake_by_ref();
-        Ok(true)
+        Ok(Read::Waiting)
     }
 
     /// Hands the queued frames to the codec as far as its buffer takes them, then the streams'
