@@ -169,8 +169,8 @@ impl Responder {
         }
     }
 
-    /// Queues the response's head (with END_STREAM when `end`). False when the stream is reset.
-    pub(super) fn send_head(&mut self, head: http::response::Parts, end: bool) -> bool {
+    /// Queues the response's head, its body to follow. False when the stream is reset.
+    pub(super) fn send_head(&mut self, head: http::response::Parts) -> bool {
         let mut state = self.shared.lock();
         let Some(s) = state.streams.get_mut(self.key) else {
             return false;
@@ -178,15 +178,8 @@ impl Responder {
         if s.failure.is_some() || s.send_closed {
             return false;
         }
-        let mut frame = Headers::new(s.id, Pseudo::response(head.status), head.headers);
-        if end {
-            frame.set_end_stream();
-            s.send_closed = true;
-        }
+        let frame = Headers::new(s.id, Pseudo::response(head.status), head.headers);
         state.push(frame.into());
-        if end {
-            state.settle(self.key);
-        }
         true
     }
 

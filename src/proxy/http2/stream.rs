@@ -106,7 +106,7 @@ fn send_head(
             }
             Ok(chunk) => Some(chunk).filter(|c| !c.is_empty()),
             Err(frame) => {
-                if respond.send_head(parts, false)
+                if respond.send_head(parts)
                     && let Ok(trailers) = frame.into_trailers()
                 {
                     let _ = respond.poll_send(cx, &mut None, Some(Some(Box::new(trailers))));
@@ -120,14 +120,14 @@ fn send_head(
         }
         Poll::Ready(Some(Err(e))) => {
             tracing::debug!(error = %e, "response body to an HTTP/2 client ended early");
-            if respond.send_head(parts, false) {
+            if respond.send_head(parts) {
                 respond.send_reset(e.reason().unwrap_or(Reason::INTERNAL_ERROR));
             }
             return None;
         }
         Poll::Pending => None,
     };
-    if !respond.send_head(parts, false) {
+    if !respond.send_head(parts) {
         return None;
     }
     Some(Pipe {

@@ -50,7 +50,7 @@ fn written(shared: &Shared) -> (usize, usize) {
 fn a_response_holds_one_chunk_for_a_client_whose_window_is_shut_and_goes_on_when_it_opens() {
     let (shared, key) = connection_with_a_request(0);
     let mut respond = Responder::new(shared.clone(), key);
-    assert!(respond.send_head(http::Response::new(()).into_parts().0, false));
+    assert!(respond.send_head(http::Response::new(()).into_parts().0));
     let mut cx = Context::from_waker(Waker::noop());
     let chunk = || Some(Bytes::from(vec![b'x'; 16 << 10]));
     // The first chunk is taken; with the window shut, not a second.
@@ -84,7 +84,7 @@ fn a_response_holds_one_chunk_for_a_client_whose_window_is_shut_and_goes_on_when
 fn a_response_holds_up_to_what_an_open_window_takes_at_once() {
     let (shared, key) = connection_with_a_request(32 << 10);
     let mut respond = Responder::new(shared.clone(), key);
-    assert!(respond.send_head(http::Response::new(()).into_parts().0, false));
+    assert!(respond.send_head(http::Response::new(()).into_parts().0));
     let mut cx = Context::from_waker(Waker::noop());
     let mut taken = 0;
     loop {
