@@ -116,33 +116,11 @@ async fn inflight(gate: &Gate) -> f64 {
         .sum()
 }
 
-/// An endpoint that accepts connections and never answers, as a frozen apiserver.
-async fn black_hole() -> String {
-    let listener = tokio::net::TcpListener::bind(loopback())
-        .await
-        .expect("bind");
-    let url = format!("http://{}", listener.local_addr().expect("addr"));
-    tokio::spawn(async move {
-        let mut held = Vec::new();
-        while let Ok((s, _)) = listener.accept().await {
-            held.push(s);
-        }
-    });
-    url
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reset_stream_ends_its_request_at_once_and_the_connections_other_streams_go_on() {
     let sims = sims().await;
-    let frozen = black_hole().await;
-    let text = routes(
-        &sims,
-        "writes:\n  default: old\n  pins:\n    - {name: frozen-ns, namespaces: [frozen], backend: frozen}\nreads:\n  default: old\n",
-    )
-    .replace(
-        "backends:\n",
-        &format!("backends:\n  - {{name: frozen, endpoints: [\"{frozen}\"]}}\n"),
-    );
+    let (frozen, _hole) = black_hole().await;
+    let text = routes_with_frozen_namespace(&sims, &frozen);
     let gate = gate(&text).await;
     let addr = gate.server.addr;
     let tcp = TcpStream::connect(addr).await.expect("connect");

@@ -16,34 +16,12 @@ use skewgate::proxy::ProxySettings;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
-/// An endpoint that accepts connections and never answers, as a frozen apiserver.
-async fn black_hole() -> String {
-    let listener = tokio::net::TcpListener::bind(loopback())
-        .await
-        .expect("bind");
-    let url = format!("http://{}", listener.local_addr().expect("addr"));
-    tokio::spawn(async move {
-        let mut held = Vec::new();
-        while let Ok((s, _)) = listener.accept().await {
-            held.push(s);
-        }
-    });
-    url
-}
-
 /// A gate whose namespace `frozen` is served by an endpoint that never answers: requests to it stay
 /// open, and their bodies unread. The simulators are returned to be held as long as the gate.
 async fn gate_with_frozen_namespace() -> (Sims, Gate) {
     let sims = sims().await;
-    let frozen = black_hole().await;
-    let text = routes(
-        &sims,
-        "writes:\n  default: old\n  pins:\n    - {name: frozen-ns, namespaces: [frozen], backend: frozen}\nreads:\n  default: old\n",
-    )
-    .replace(
-        "backends:\n",
-        &format!("backends:\n  - {{name: frozen, endpoints: [\"{frozen}\"]}}\n"),
-    );
+    let (frozen, _hole) = black_hole().await;
+    let text = routes_with_frozen_namespace(&sims, &frozen);
     let settings = ProxySettings {
         max_requests_per_client: 5000,
         ..ProxySettings::default()

@@ -452,21 +452,6 @@ async fn heads_over_skewgates_bound_are_431_before_the_apiserver_sees_them() {
     assert_eq!(ok.status(), 200);
 }
 
-/// An endpoint that accepts connections and never answers, as a frozen (SIGSTOPped) apiserver.
-async fn black_hole() -> (String, tokio::task::JoinHandle<()>) {
-    let listener = tokio::net::TcpListener::bind(loopback())
-        .await
-        .expect("bind");
-    let url = format!("http://{}", listener.local_addr().expect("addr"));
-    let task = tokio::spawn(async move {
-        let mut held = Vec::new();
-        while let Ok((s, _)) = listener.accept().await {
-            held.push(s);
-        }
-    });
-    (url, task)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_frozen_endpoint_is_avoided_and_upgrades_to_it_time_out() {
     let sims = sims().await;

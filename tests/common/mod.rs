@@ -82,6 +82,35 @@ pub async fn sims_with(max_streams: u32) -> Sims {
     Sims { store, old, new }
 }
 
+/// An endpoint that accepts connections and never answers, as a frozen (SIGSTOPped) apiserver:
+/// its URL, and the task holding its connections.
+pub async fn black_hole() -> (String, tokio::task::JoinHandle<()>) {
+    let listener = tokio::net::TcpListener::bind(loopback())
+        .await
+        .expect("bind");
+    let url = format!("http://{}", listener.local_addr().expect("addr"));
+    let task = tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((s, _)) = listener.accept().await {
+            held.push(s);
+        }
+    });
+    (url, task)
+}
+
+/// A route file over the two simulators whose namespace `frozen` (its writes, and its reads, which
+/// follow the pin) goes to the endpoint `frozen` alone.
+pub fn routes_with_frozen_namespace(sims: &Sims, frozen: &str) -> String {
+    routes(
+        sims,
+        "writes:\n  default: old\n  pins:\n    - {name: frozen-ns, namespaces: [frozen], backend: frozen}\nreads:\n  default: old\n",
+    )
+    .replace(
+        "backends:\n",
+        &format!("backends:\n  - {{name: frozen, endpoints: [\"{frozen}\"]}}\n"),
+    )
+}
+
 /// A route file over the two simulators: backends `old` and `new`, then `writes` and `reads` as given.
 pub fn routes(sims: &Sims, writes_and_reads: &str) -> String {
     format!(

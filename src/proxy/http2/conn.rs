@@ -13,6 +13,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 use super::handles::Shared;
 use super::state::{Opened, State};
+use crate::upstream::frames::apply_codec_settings;
 
 const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
@@ -227,12 +228,8 @@ impl<I: AsyncRead + AsyncWrite + Unpin> Wire<I> {
         if settings.is_ack() {
             return;
         }
-        if let Some(size) = settings.max_frame_size() {
-            self.codec.set_max_send_frame_size(size as usize);
-            state.max_frame = size as usize;
-        }
-        if let Some(size) = settings.header_table_size() {
-            self.codec.set_send_header_table_size(size as usize);
+        if let Some(size) = apply_codec_settings(&mut self.codec, settings) {
+            state.max_frame = size;
         }
         if let Some(size) = settings.initial_window_size() {
             state.on_initial_window(size);

@@ -245,12 +245,8 @@ impl<T: AsyncRead + AsyncWrite + Unpin> Wire<T> {
         if settings.is_ack() {
             return;
         }
-        if let Some(size) = settings.max_frame_size() {
-            self.codec.set_max_send_frame_size(size as usize);
-            state.max_frame = size as usize;
-        }
-        if let Some(size) = settings.header_table_size() {
-            self.codec.set_send_header_table_size(size as usize);
+        if let Some(size) = apply_codec_settings(&mut self.codec, settings) {
+            state.max_frame = size;
         }
         if let Some(size) = settings.initial_window_size() {
             state.on_initial_window(size);
@@ -280,6 +276,21 @@ impl<T: AsyncRead + AsyncWrite + Unpin> Wire<T> {
             }
         }
     }
+}
+
+/// The peer's SETTINGS that its codec applies to what is written to it (the largest frame, the
+/// HPACK table size); the largest DATA payload the peer now accepts, if it said. Both sides of
+/// skewgate's frame-level HTTP/2 (here, and `proxy::http2` for clients) apply them so.
+pub(crate) fn apply_codec_settings<T, B>(
+    codec: &mut Codec<T, B>,
+    settings: &Settings,
+) -> Option<usize> {
+    if let Some(size) = settings.header_table_size() {
+        codec.set_send_header_table_size(size as usize);
+    }
+    let size = settings.max_frame_size()? as usize;
+    codec.set_max_send_frame_size(size);
+    Some(size)
 }
 
 fn broken() -> Failure {

@@ -33,7 +33,7 @@ use h2::Reason;
 use h2::frame::{Data, Headers, Pseudo};
 use http::{HeaderMap, Request, header};
 
-pub(crate) use drive::{Hooks, handshake};
+pub(crate) use drive::{Hooks, apply_codec_settings, handshake};
 // The stream parts the frame-level server for HTTP/2 clients shares (`proxy::http2`).
 use state::State;
 pub(crate) use stream::{Chunks, Failure, wake};
