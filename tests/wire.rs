@@ -144,3 +144,81 @@ async fn h2_header_blocks_are_static_indices_and_raw_literals_request_after_requ
         );
     }
 }
+
+/// A GET whose fields go into the decoder's dynamic table: `:path` and `:authority` as literals
+/// with incremental indexing (static names 4 and 1), and `x-cut`, a new name, likewise.
+fn indexed_get(path: &str) -> Vec<u8> {
+    let mut block = vec![0x82, 0x86]; // :method GET, :scheme http
+    for (first, name, value) in [
+        (0x44u8, "", path),
+        (0x41, "", "skewgate.test"),
+        (0x40, "x-cut", "here"),
+    ] {
+        block.push(first);
+        if !name.is_empty() {
+            block.push(u8::try_from(name.len()).expect("short name"));
+            block.extend_from_slice(name.as_bytes());
+        }
+        block.push(u8::try_from(value.len()).expect("short value"));
+        block.extend_from_slice(value.as_bytes());
+    }
+    block
+}
+
+/// Reads frames until the head of stream `id`; whether it says 200 (static index 8).
+async fn answered_200(conn: &mut TcpStream, id: u32) -> bool {
+    loop {
+        let f = read_frame(conn).await.expect("a frame");
+        if f.kind == SETTINGS && f.flags & ACK == 0 {
+            conn.write_all(&frame(SETTINGS, ACK, 0, &[]))
+                .await
+                .expect("ack");
+        }
+        if f.kind == RST_STREAM || f.kind == GOAWAY {
+            return false;
+        }
+        if f.kind == HEADERS && f.stream == id {
+            return f.payload.first() == Some(&0x88);
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_header_block_cut_anywhere_across_continuation_frames_is_read_whole() {
+    let sims = sims().await;
+    let gate = gate(&routes(
+        &sims,
+        "writes:\n  default: old\nreads:\n  default: old\n",
+    ))
+    .await;
+    let mut conn = TcpStream::connect(gate.server.addr).await.expect("connect");
+    let mut hello = PREFACE.to_vec();
+    hello.extend(frame(SETTINGS, 0, 0, &[]));
+    conn.write_all(&hello).await.expect("preface");
+    let block = indexed_get("/api/v1/namespaces/default/configmaps");
+    let mut id = 1u32;
+    // Cut inside every field and between them: the part decoded from the HEADERS frame is
+    // neither lost nor decoded (and indexed) twice when the CONTINUATION brings the rest.
+    for cut in 1..block.len() {
+        let mut request = frame(HEADERS, END_STREAM, id, &block[..cut]);
+        request.extend(frame(CONTINUATION, END_HEADERS, id, &block[cut..]));
+        conn.write_all(&request).await.expect("request");
+        let ok = tokio::time::timeout(Duration::from_secs(10), answered_200(&mut conn, id))
+            .await
+            .expect("an answer within 10 s");
+        assert!(ok, "the block cut at byte {cut} was answered 200");
+        id += 2;
+    }
+    // The dynamic table holds each request's three fields once: the newest (62) is `x-cut`, then
+    // `:authority`, then `:path` (64).
+    let indexed = [0x82, 0x86, 0xc0, 0xbf, 0xbe];
+    let request = frame(HEADERS, END_STREAM | END_HEADERS, id, &indexed);
+    conn.write_all(&request).await.expect("request");
+    let ok = tokio::time::timeout(Duration::from_secs(10), answered_200(&mut conn, id))
+        .await
+        .expect("an answer within 10 s");
+    assert!(
+        ok,
+        "the fields indexed by the cut blocks are where HPACK puts them"
+    );
+}
