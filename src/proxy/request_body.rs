@@ -88,8 +88,10 @@ pub(super) struct ClientBody {
     inner: Incoming,
     names: Arc<IdentityHeaders>,
     fault: ClientFault,
-    /// The first frame taken by `check_arrived`, sent first; the others it took, sent next.
-    first: Option<Frame<Bytes>>,
+    /// The first frame taken by `check_arrived` when it is data, sent first; the others it took,
+    /// sent next. Data, not a frame: a frame is 96 bytes (it may be trailers), and this body is
+    /// held twice in every request's future.
+    first: Option<Bytes>,
     more: VecDeque<Frame<Bytes>>,
 }
 
@@ -130,9 +132,13 @@ impl ClientBody {
                 match self.poll_cleaned(cx) {
                     Poll::Ready(Some(Ok(frame))) => {
                         seen += frame.data_ref().map_or(0, Bytes::len);
-                        match self.first {
-                            None => self.first = Some(frame),
-                            Some(_) => self.more.push_back(frame),
+                        if self.first.is_none() && self.more.is_empty() {
+                            match frame.into_data() {
+                                Ok(data) => self.first = Some(data),
+                                Err(frame) => self.more.push_back(frame),
+                            }
+                        } else {
+                            self.more.push_back(frame);
                         }
                         if seen >= LOOK_AHEAD_BYTES || self.inner.is_end_stream() {
                             return Poll::Ready(Ok(()));
@@ -172,6 +178,7 @@ impl ClientBody {
         let held: Vec<Frame<Bytes>> = self
             .first
             .take()
+            .map(Frame::data)
             .into_iter()
             .chain(self.more.drain(..))
             .collect();
@@ -187,7 +194,7 @@ impl ClientBody {
 
     /// Sends `bytes` as the body (after `read_whole`), then the trailers it kept.
     pub(super) fn replace(&mut self, bytes: Bytes) {
-        self.first = (!bytes.is_empty()).then(|| Frame::data(bytes));
+        self.first = (!bytes.is_empty()).then_some(bytes);
     }
 
     /// The next frame from the client, trailers cleaned of identity headers, a failure remembered.
@@ -226,7 +233,12 @@ impl Body for ClientBody {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, IncomingError>>> {
         let this = &mut *self;
-        match this.first.take().or_else(|| this.more.pop_front()) {
+        match this
+            .first
+            .take()
+            .map(Frame::data)
+            .or_else(|| this.more.pop_front())
+        {
             Some(frame) => Poll::Ready(Some(Ok(frame))),
             None => this.poll_cleaned(cx),
         }
@@ -240,8 +252,7 @@ impl Body for ClientBody {
         let held: u64 = self
             .first
             .iter()
-            .chain(&self.more)
-            .filter_map(Frame::data_ref)
+            .chain(self.more.iter().filter_map(Frame::data_ref))
             .map(|d| d.len() as u64)
             .sum();
         let inner = self.inner.size_hint();

@@ -213,7 +213,9 @@ fn forward(
             admit(proxy, routing, request, caller, &parts, &mut tracker).await?;
         let merged_answer = request
             .merge
-            .and_then(|m| MergedAnswer::take(m, &mut parts.headers));
+            .and_then(|m| MergedAnswer::take(m, &mut parts.headers))
+            // Boxed: discovery's answers only, and held across the request's awaits.
+            .map(Box::new);
         prepare_headers(&mut parts.headers, caller.remote, caller.forwarded_for);
         let names = &proxy.settings.identity_headers;
         forward_made(names, &mut parts.headers, caller.forwarded);
@@ -346,7 +348,7 @@ fn judge(
 fn relay(
     routing: &Routing,
     request: &Decided,
-    merged_answer: Option<MergedAnswer>,
+    merged_answer: Option<Box<MergedAnswer>>,
     resp: Response<UpstreamBody>,
     tracker: RequestTracker,
 ) -> Response<ProxyBody> {

@@ -61,13 +61,10 @@ where
             if size > limit {
                 return Err(UpstreamError::HeadersTooLarge { size, limit });
             }
-            match slot.link().send_request(head, end_of_stream) {
-                Ok((response, stream)) => {
-                    if let Some(stream) = stream {
-                        tokio::spawn(pump_request_body(body, stream));
-                    }
-                    return receive(slot, response, &mut deadline).await;
-                }
+            // The answer awaited after the match: awaited in it, the result it matched (264 bytes)
+            // would be held in the future while the answer is awaited.
+            let (response, stream) = match slot.link().send_request(head, end_of_stream) {
+                Ok(sent) => sent,
                 Err((OpenError::Malformed(name), _)) => {
                     return Err(UpstreamError::Protocol(
                         format!("the request carries `{name}`, which HTTP/2 forbids").into(),
@@ -81,8 +78,13 @@ where
                     }
                     tracing::debug!(endpoint = %pool.endpoint.url, error = %e, "upstream connection is closing; using another");
                     head = returned_head;
+                    continue;
                 }
+            };
+            if let Some(stream) = stream {
+                tokio::spawn(pump_request_body(body, stream));
             }
+            return receive(slot, response, &mut deadline).await;
         }
     }
 }
