@@ -18,7 +18,7 @@ use super::status::ProxyError;
 use crate::classify::{ClientVersion, RequestInfo};
 use crate::config::{BackendId, Guard, GuardAction, UnknownVersion};
 use crate::skew::{Loss, LossReason, losses, restore};
-use crate::upstream::{Credential, EndpointPool, send};
+use crate::upstream::{Credential, EndpointPool, head, send};
 
 /// kube-apiserver's limit on a request body (3 MiB): larger updates are refused.
 pub(super) const MAX_BODY: usize = 3 << 20;
@@ -38,7 +38,7 @@ pub(super) async fn check(
     proxy: &Proxy,
     routing: &Routing,
     update: Update<'_>,
-    head: &mut Request<()>,
+    head: &mut http::request::Parts,
     body: &mut ClientBody,
     endpoint: &Arc<EndpointPool>,
     credential: Credential,
@@ -126,14 +126,14 @@ fn fail(guard: &Guard, why: String) -> Result<Option<HeaderValue>, ProxyError> {
 async fn read_stored(
     endpoint: &Arc<EndpointPool>,
     credential: Credential,
-    update: &Request<()>,
+    update: &http::request::Parts,
 ) -> Result<Option<serde_json::Value>, String> {
     let mut get = Request::builder()
         .method(Method::GET)
-        .uri(update.uri().clone())
+        .uri(update.uri.clone())
         .body(())
         .map_err(|e| e.to_string())?;
-    for (name, value) in update.headers() {
+    for (name, value) in &update.headers {
         let body_header = matches!(
             *name,
             header::CONTENT_TYPE
@@ -147,9 +147,14 @@ async fn read_stored(
     }
     get.headers_mut()
         .insert(header::ACCEPT, HeaderValue::from_static("application/json"));
-    let resp = send(endpoint, credential, (get, Empty::<Bytes>::new()), None)
-        .await
-        .map_err(|e| format!("reading the stored object: {e}"))?;
+    let resp = send(
+        endpoint,
+        credential,
+        (head(get), Empty::<Bytes>::new()),
+        None,
+    )
+    .await
+    .map_err(|e| format!("reading the stored object: {e}"))?;
     let code = resp.status();
     let body = resp
         .into_body()
@@ -175,7 +180,7 @@ fn decide(
     lost: Vec<Loss>,
     mut sent: serde_json::Value,
     stored: &serde_json::Value,
-    head: &mut Request<()>,
+    head: &mut http::request::Parts,
     body: &mut ClientBody,
 ) -> Result<Option<HeaderValue>, ProxyError> {
     let client = update.client.map_or("an unknown version".to_owned(), |v| {
@@ -207,7 +212,7 @@ fn decide(
         GuardAction::Preserve => {
             restore(&mut sent, stored, &lost);
             let bytes = serde_json::to_vec(&sent).map_err(|_| ProxyError::ClientBody)?;
-            head.headers_mut().remove(header::CONTENT_LENGTH);
+            head.headers.remove(header::CONTENT_LENGTH);
             body.replace(Bytes::from(bytes));
             Ok(warning(&format!(
                 "skewgate guard {:?}: kept {} of the stored object, which this {client} client does not know",

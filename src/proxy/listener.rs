@@ -237,7 +237,7 @@ impl Connection {
             service::handle(peer, req, start).map(move |resp| finish(resp, stream, exchange))
         };
         // Each branch boxed, so that a connection holds only its own protocol's state. The request's
-        // future (about 2.4 KiB) is boxed per request in both: an HTTP/2 stream frees it when the
+        // future (about 1.2 KiB) is boxed per request in both: an HTTP/2 stream frees it when the
         // response's head is sent, not when its body ends (a watch: hours later); hyper's HTTP/1.1
         // server would keep a slot of that size for as long as it serves.
         let served: Served<'_> = if is_h2 {

@@ -46,7 +46,7 @@ pub(crate) async fn request(
     }
     let body = Full::new(Bytes::from(body.unwrap_or_default()));
     let exchange = async {
-        let resp = send(ep, Credential::FrontProxy, (req, body), None)
+        let resp = send(ep, Credential::FrontProxy, (super::head(req), body), None)
             .await
             .map_err(|e| e.to_string())?;
         let code = resp.status();

@@ -7,14 +7,14 @@ use std::task::{Context, Poll};
 use std::time::Instant;
 
 use bytes::Bytes;
-use http::{Request, Response};
+use http::Response;
 use http_body::{Body, Frame};
 use http_body_util::BodyExt;
 
-use super::UpstreamError;
 use super::deadline::Deadline;
 use super::frames::{OpenError, RecvBody, ResponseFuture, SendBody};
 use super::pool::{Credential, EndpointPool, StreamSlot};
+use super::{Head, UpstreamError};
 
 /// Sends `head` (and `body`, unless it is already at its end) to the endpoint, on a connection that
 /// presents `credential`; returns the response head and a body that streams the rest, or
@@ -23,8 +23,7 @@ use super::pool::{Credential, EndpointPool, StreamSlot};
 /// goes on another connection.
 ///
 /// Not an async fn: an async fn holds its arguments twice (as passed, and as its body's own
-/// variables), and the head and body are 416 bytes, copied with the future. The block captures them
-/// once.
+/// variables), and the body is 128 bytes, copied with the future. The block captures it once.
 #[allow(
     clippy::manual_async_fn,
     reason = "an async fn would hold its arguments twice"
@@ -32,7 +31,7 @@ use super::pool::{Credential, EndpointPool, StreamSlot};
 pub(crate) fn send<B>(
     pool: &Arc<EndpointPool>,
     credential: Credential,
-    (mut head, body): (Request<()>, B),
+    (mut head, body): (Head, B),
     deadline: Option<Instant>,
 ) -> impl Future<Output = Result<Response<UpstreamBody>, UpstreamError>>
 where
@@ -41,7 +40,7 @@ where
 {
     async move {
         let end_of_stream = body.is_end_stream();
-        *head.version_mut() = http::Version::HTTP_2;
+        head.version = http::Version::HTTP_2;
         // Armed at the first wait, disarmed when the head has come (or the send is dropped).
         let mut deadline = Deadline::at(deadline);
         let mut attempt = 0;

@@ -8,17 +8,17 @@
 
 /// The size of a header list as HTTP/2 counts it (RFC 9113 6.5.2): each field's name and value
 /// plus 32, pseudo-headers included.
-pub(super) fn header_list_size(head: &http::Request<()>) -> usize {
+pub(super) fn header_list_size(head: &http::request::Parts) -> usize {
     let fields: usize = head
-        .headers()
+        .headers
         .iter()
         .map(|(k, v)| k.as_str().len() + v.len() + 32)
         .sum();
-    let path = head.uri().path_and_query().map_or(1, |p| p.as_str().len());
-    let authority = head.uri().authority().map_or(0, |a| a.as_str().len());
+    let path = head.uri.path_and_query().map_or(1, |p| p.as_str().len());
+    let authority = head.uri.authority().map_or(0, |a| a.as_str().len());
     // :method, :scheme (https, the longer), :path and :authority: names, values and 32 each.
     let names = ":method".len() + ":scheme".len() + ":path".len() + ":authority".len();
-    fields + names + head.method().as_str().len() + "https".len() + path + authority + 4 * 32
+    fields + names + head.method.as_str().len() + "https".len() + path + authority + 4 * 32
 }
 
 #[cfg(test)]
@@ -37,6 +37,6 @@ mod tests {
             + (7 + 5 + 32) // :scheme https
             + (5 + 4 + 32) // :path /p?q
             + (10 + 3 + 32); // :authority a:1
-        assert_eq!(header_list_size(&head), expected);
+        assert_eq!(header_list_size(&head.into_parts().0), expected);
     }
 }

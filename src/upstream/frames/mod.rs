@@ -31,11 +31,13 @@ use std::task::{Context, Poll};
 use bytes::Bytes;
 use h2::Reason;
 use h2::frame::{Data, Headers, Pseudo};
-use http::{HeaderMap, Request, header};
+use http::{HeaderMap, header};
 
 pub(crate) use drive::{Hooks, apply_codec_settings, handshake};
 // The stream parts the frame-level server for HTTP/2 clients shares (`proxy::http2`).
 use state::State;
+
+use super::Head;
 pub(crate) use stream::{Chunks, Failure, wake};
 
 /// How much of one response the apiserver may send ahead of the client reading it: the most an
@@ -101,23 +103,19 @@ impl Link {
     /// Sends `head` as a new stream, with END_STREAM when `end_of_stream`; the response to come,
     /// and the sender of the request's body unless it ended with the head. On failure nothing was
     /// sent, and the head comes back.
-    #[allow(
-        clippy::result_large_err,
-        reason = "the head comes back, unboxed, on the rare path where the connection is closing"
-    )]
     pub(crate) fn send_request(
         &self,
-        head: Request<()>,
+        head: Head,
         end_of_stream: bool,
-    ) -> Result<(ResponseFuture, Option<SendBody>), (OpenError, Request<()>)> {
-        if let Err(name) = check_headers(head.headers()) {
+    ) -> Result<(ResponseFuture, Option<SendBody>), (OpenError, Head)> {
+        if let Err(name) = check_headers(&head.headers) {
             return Err((OpenError::Malformed(name), head));
         }
         let mut state = self.shared.lock();
         if let Err(why) = state.can_open() {
             return Err((OpenError::Closing(why.to_error()), head));
         }
-        let (parts, ()) = head.into_parts();
+        let parts = *head;
         let key = state.open(|id| {
             // Compared as written (the pool wrote both), not case-insensitively as `Authority`.
             let same = parts.uri.authority().map(|a| a.as_str()) == Some(&*self.authority);

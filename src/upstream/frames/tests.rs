@@ -19,6 +19,7 @@ use http::{HeaderMap, Request, StatusCode};
 use tokio::io::{AsyncReadExt, DuplexStream};
 
 use super::*;
+use crate::upstream::head;
 
 /// The apiserver's end of the connection.
 struct Peer {
@@ -145,11 +146,13 @@ async fn connect(settings: Settings) -> (Link, Peer, Learned) {
     (link, peer, learned)
 }
 
-fn get(path: &str) -> Request<()> {
-    Request::get(format!("https://apiserver:6443{path}"))
-        .header("x-remote-user", "alice")
-        .body(())
-        .expect("request")
+fn get(path: &str) -> Head {
+    head(
+        Request::get(format!("https://apiserver:6443{path}"))
+            .header("x-remote-user", "alice")
+            .body(())
+            .expect("request"),
+    )
 }
 
 async fn body_frame(body: &mut RecvBody) -> Option<Result<http_body::Frame<Bytes>, h2::Error>> {
@@ -279,7 +282,7 @@ async fn a_request_body_is_sent_within_the_apiservers_windows_and_frame_size() {
     let req = Request::patch("https://apiserver/api/v1/namespaces/a/pods/p")
         .body(())
         .expect("request");
-    let (_response, body) = link.send_request(req, false).expect("sent");
+    let (_response, body) = link.send_request(head(req), false).expect("sent");
     let mut body = body.expect("a body sender");
     let Frame::Headers(head) = peer.next_on_stream().await else {
         panic!("expected HEADERS");
@@ -348,7 +351,7 @@ async fn goaway_refuses_the_streams_it_did_not_take_and_the_connection_takes_no_
     assert_eq!(error.reason(), Some(Reason::REFUSED_STREAM));
     assert!(learned.went_away.load(Ordering::SeqCst), "the pool is told");
     match link.send_request(get("/c"), true) {
-        Err((OpenError::Closing(_), head)) => assert_eq!(head.uri().path(), "/c"),
+        Err((OpenError::Closing(_), head)) => assert_eq!(head.uri.path(), "/c"),
         Err((e, _)) => panic!("expected Closing, got {e:?}"),
         Ok(_) => panic!("a stream opened after GOAWAY"),
     }
@@ -423,22 +426,20 @@ async fn a_reset_from_the_apiserver_fails_the_response() {
 async fn connection_specific_headers_are_refused_unsent() {
     let (link, mut peer, _) = connect(Settings::default()).await;
     let mut req = get("/a");
-    req.headers_mut()
+    req.headers
         .insert("connection", "close".parse().expect("value"));
     match link.send_request(req, true) {
         Err((OpenError::Malformed(name), _)) => assert_eq!(name, "connection"),
         _ => panic!("a request with `connection` was sent"),
     }
     let mut req = get("/a");
-    req.headers_mut()
-        .insert("te", "gzip".parse().expect("value"));
+    req.headers.insert("te", "gzip".parse().expect("value"));
     match link.send_request(req, true) {
         Err((OpenError::Malformed(name), _)) => assert_eq!(name, "te"),
         _ => panic!("a request with `te: gzip` was sent"),
     }
     let mut req = get("/a");
-    req.headers_mut()
-        .insert("te", "trailers".parse().expect("value"));
+    req.headers.insert("te", "trailers".parse().expect("value"));
     assert!(
         link.send_request(req, true).is_ok(),
         "te: trailers is allowed"
