@@ -19,9 +19,10 @@
 //!   `state`: the streams and windows under the connection's one lock, `recv` frames into it and `send`
 //!   responses out of it; `request`: a request made
 //!   from its header block and checked; `handles`: what a request holds of its stream;
-//!   `stream`: a stream's response, awaited and piped.
-//! - here: the connection's task: its streams polled by it (`FuturesUnordered`), the connection
-//!   driven only when it was woken for it, keep-alive PINGs (`KeepAlive`), and a graceful GOAWAY.
+//!   `stream`: a stream's response, awaited and piped; `streams`: the connection's streams, polled
+//!   when woken.
+//! - here: the connection's task: its woken streams polled by it, the connection driven only when
+//!   it was woken for it, keep-alive PINGs (`KeepAlive`), and a graceful GOAWAY.
 
 mod conn;
 mod handles;
@@ -30,6 +31,7 @@ mod request;
 mod send;
 mod state;
 mod stream;
+mod streams;
 #[cfg(test)]
 mod tests;
 
@@ -37,6 +39,7 @@ pub(crate) use handles::RecvBody;
 use handles::{Responder, Shared};
 use state::State;
 use stream::Stream;
+use streams::Streams;
 
 use std::future::{Future, poll_fn};
 use std::pin::Pin;
@@ -45,8 +48,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll, Wake, Waker};
 use std::time::Duration;
 
-use futures_util::StreamExt;
-use futures_util::stream::FuturesUnordered;
 use futures_util::task::AtomicWaker;
 use h2::frame::Ping;
 use http::{Request, Response};
@@ -129,7 +130,7 @@ where
         shutting_down: false,
         keep_alive: KeepAlive::new(config),
     };
-    let mut streams = FuturesUnordered::new();
+    let mut streams = Streams::new(wakes.conn.clone());
     let ended = poll_fn(|cx| {
         wakes.conn.task.register(cx.waker());
         if wakes.control.woken.swap(false, Ordering::Acquire)
@@ -138,6 +139,7 @@ where
             return Poll::Ready(Ok(()));
         }
         let mut conn_cx = Context::from_waker(&wakes.conn_waker);
+        let mut passes = 0;
         loop {
             // The streams first: what they queue on the connection is written below, in this
             // turn, not in one more turn of the task that their wake-up would cost.
@@ -146,11 +148,22 @@ where
             // below, which follows the sequentially consistent store of `false` (which a waker
             // seeing `true` precedes).
             wakes.conn.streams_polled.store(true, Ordering::Relaxed);
-            while let Poll::Ready(Some(())) = streams.poll_next_unpin(cx) {}
+            streams.poll();
             wakes.conn.streams_polled.store(false, Ordering::SeqCst);
+            passes += 1;
             // The connection only when it has something to do: bytes came, the socket takes more,
             // or a stream queued a frame. A request's upstream answer wakes its stream alone.
             if !wakes.conn.woken.swap(false, Ordering::SeqCst) {
+                // Streams woken while the streams were polled (one by another, or from another
+                // thread, which did not wake the task): polled now, or, after a few passes, in
+                // the task's next turn, so that a stream that wakes itself every time does not
+                // hold the worker.
+                if streams.any_woken() {
+                    if passes < 4 {
+                        continue;
+                    }
+                    cx.waker().wake_by_ref();
+                }
                 return Poll::Pending;
             }
             // A request is handed over as its HEADERS is read, under the connection's lock:
@@ -178,7 +191,16 @@ where
         "the client connection ended",
     ));
     drop(wire);
-    while streams.next().await.is_some() {}
+    poll_fn(|cx| {
+        wakes.conn.task.register(cx.waker());
+        streams.poll();
+        if streams.is_empty() {
+            Poll::Ready(())
+        } else {
+            Poll::Pending
+        }
+    })
+    .await;
     ended
 }
 
@@ -220,8 +242,21 @@ struct Wakes {
 struct ConnWake {
     task: AtomicWaker,
     woken: AtomicBool,
-    /// The task is polling the streams: a wake-up of the connection is noted, not sent.
+    /// The task is polling the streams: a wake-up of the connection or of a stream is noted, not
+    /// sent.
     streams_polled: AtomicBool,
+}
+
+impl ConnWake {
+    /// A stream was woken (its key is in the connection's woken list): the task is woken unless it
+    /// is polling the streams, in which case it looks at the list right after.
+    fn wake_streams(&self) {
+        // Sequentially consistent: a wake-up from another thread as the streams' polling ends is
+        // either seen by the task's look at the list after it, or sent.
+        if !self.streams_polled.load(Ordering::SeqCst) {
+            self.task.wake();
+        }
+    }
 }
 
 struct ControlWake {
