@@ -5,6 +5,7 @@ mod admission;
 mod balance;
 mod body;
 mod capacity;
+mod clock;
 mod debug;
 mod detect;
 mod discovery;

@@ -37,7 +37,7 @@ impl ResetBudget {
         self.streams.fetch_add(1, Ordering::Relaxed);
         StreamGuard {
             budget: self.clone(),
-            started: Instant::now(),
+            started: super::clock::now(),
             done: false,
         }
     }
@@ -78,7 +78,7 @@ impl StreamGuard {
 
 impl Drop for StreamGuard {
     fn drop(&mut self) {
-        if !self.done && self.started.elapsed() < PREMATURE {
+        if !self.done && super::clock::now().saturating_duration_since(self.started) < PREMATURE {
             self.budget.premature();
         }
     }

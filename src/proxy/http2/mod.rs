@@ -132,6 +132,8 @@ where
     };
     let mut streams = Streams::new(wakes.conn.clone());
     let ended = poll_fn(|cx| {
+        // The requests this turn begins and ends read the clock once (`clock`).
+        let _turn = super::clock::TurnGuard::begin();
         wakes.conn.task.register(cx.waker());
         if wakes.control.woken.swap(false, Ordering::Acquire)
             && control.poll(&wakes.control_waker, &shared).is_ready()

@@ -223,7 +223,8 @@ impl Drop for RequestTracker {
         if let Some(t) = &self.tracked {
             t.inflight.dec();
             if let Some(h) = t.duration.as_ref().filter(|_| self.timed) {
-                h.observe(self.start.elapsed().as_secs_f64());
+                let took = crate::proxy::clock::now().saturating_duration_since(self.start);
+                h.observe(took.as_secs_f64());
             }
         }
     }
