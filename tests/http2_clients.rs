@@ -29,10 +29,7 @@ struct Seen {
 /// Speaks HTTP/2 frame by frame for `secs`: acknowledges SETTINGS, answers PINGs when `answer_pings`,
 /// and sends a GET on stream 1 after the first PING it saw.
 async fn raw_client(addr: std::net::SocketAddr, answer_pings: bool, secs: u64) -> Seen {
-    let mut conn = TcpStream::connect(addr).await.expect("connect");
-    let mut hello = PREFACE.to_vec();
-    hello.extend(frame(SETTINGS, 0, 0, &[]));
-    conn.write_all(&hello).await.expect("preface");
+    let mut conn = connect(addr).await;
     let mut seen = Seen::default();
     let until = tokio::time::Instant::now() + Duration::from_secs(secs);
     loop {

@@ -30,15 +30,6 @@ async fn gate_with_frozen_namespace() -> (Sims, Gate) {
     (sims, gate)
 }
 
-/// A connection past its preface and SETTINGS.
-async fn connect(gate: &Gate) -> TcpStream {
-    let mut conn = TcpStream::connect(gate.server.addr).await.expect("connect");
-    let mut hello = PREFACE.to_vec();
-    hello.extend(frame(SETTINGS, 0, 0, &[]));
-    conn.write_all(&hello).await.expect("preface");
-    conn
-}
-
 /// A GET's header block with a `content-length`, for a request that sends a body.
 fn get_with_length(path: &str, len: usize) -> Vec<u8> {
     let mut block = get(path);
@@ -99,7 +90,7 @@ const ENHANCE_YOUR_CALM: u32 = 0xb;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn streams_over_the_limit_are_refused_and_the_connection_serves_on() {
     let (_sims, gate) = gate_with_frozen_namespace().await;
-    let mut conn = connect(&gate).await;
+    let mut conn = connect(gate.server.addr).await;
     // 1,000 requests that stay open (SETTINGS_MAX_CONCURRENT_STREAMS), and one more.
     let mut burst = Vec::new();
     for i in 0..1001u32 {
@@ -127,7 +118,7 @@ async fn streams_over_the_limit_are_refused_and_the_connection_serves_on() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_body_past_its_window_or_its_length_is_reset_and_the_connection_serves_on() {
     let (_sims, gate) = gate_with_frozen_namespace().await;
-    let mut conn = connect(&gate).await;
+    let mut conn = connect(gate.server.addr).await;
     let path = "/api/v1/namespaces/frozen/configmaps/x";
     // Stream 1: more than the stream's window of 1 MiB, unread by the frozen apiserver.
     let mut out = frame(HEADERS, END_HEADERS, 1, &get(path));
@@ -166,7 +157,7 @@ async fn a_client_that_makes_skewgate_reset_too_many_streams_is_sent_goaway() {
         ..ProxySettings::default()
     };
     let gate = gate_with(&text, settings).await;
-    let mut conn = connect(&gate).await;
+    let mut conn = connect(gate.server.addr).await;
     // Requests without `:path`, each malformed (RFC 9113, 8.3.1): 1,024 are reset, the next one
     // ends the connection.
     let mut out = Vec::new();
@@ -197,7 +188,7 @@ async fn a_connection_window_past_its_largest_is_a_connection_error() {
     let sims = sims().await;
     let text = routes(&sims, "writes:\n  default: old\nreads:\n  default: old\n");
     let gate = gate(&text).await;
-    let mut conn = connect(&gate).await;
+    let mut conn = connect(gate.server.addr).await;
     let increment = 0x7fff_ffffu32.to_be_bytes();
     conn.write_all(&frame(WINDOW_UPDATE, 0, 0, &increment))
         .await
@@ -218,7 +209,7 @@ async fn a_client_that_floods_pings_and_reads_nothing_is_not_read_either_and_oth
         ..ProxySettings::default()
     };
     let gate = gate_with(&text, settings).await;
-    let mut flood = connect(&gate).await;
+    let mut flood = connect(gate.server.addr).await;
     // PINGs, written until skewgate stops reading them: it must, as their PONGs go unread. 64 MiB
     // is many times what the sockets' buffers hold.
     let pings: Vec<u8> = (0..4096u64)
@@ -258,7 +249,7 @@ async fn a_burst_of_pings_longer_than_the_answer_queue_is_answered_whole() {
     let sims = sims().await;
     let text = routes(&sims, "writes:\n  default: old\nreads:\n  default: old\n");
     let gate = gate(&text).await;
-    let mut conn = connect(&gate).await;
+    let mut conn = connect(gate.server.addr).await;
     // More PINGs at once than skewgate queues answers for before it stops reading (256): it
     // reads on once they are written, and answers every one.
     let pings: Vec<u8> = (0..600u64)

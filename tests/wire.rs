@@ -105,19 +105,22 @@ fn literal_fields(b: &[u8]) -> Vec<(String, String)> {
     fields
 }
 
-#[tokio::test]
-async fn h2_header_blocks_are_static_indices_and_raw_literals_request_after_request() {
+/// A gate in front of the simulators, and a connection to it past its preface and SETTINGS. The
+/// simulators and the gate are returned to be held as long as the connection.
+async fn connected() -> (Sims, Gate, TcpStream) {
     let sims = sims().await;
     let gate = gate(&routes(
         &sims,
         "writes:\n  default: old\nreads:\n  default: old\n",
     ))
     .await;
-    let mut conn = TcpStream::connect(gate.server.addr).await.expect("connect");
-    conn.write_all(PREFACE).await.expect("preface");
-    conn.write_all(&frame(SETTINGS, 0, 0, &[]))
-        .await
-        .expect("settings");
+    let conn = connect(gate.server.addr).await;
+    (sims, gate, conn)
+}
+
+#[tokio::test]
+async fn h2_header_blocks_are_static_indices_and_raw_literals_request_after_request() {
+    let (_sims, _gate, mut conn) = connected().await;
     let path = "/api/v1/namespaces/default/configmaps";
     let mut answers = Vec::new();
     // The second answer is the one a stateful encoder would shorten with what the first indexed.
@@ -185,16 +188,7 @@ async fn answered_200(conn: &mut TcpStream, id: u32) -> bool {
 
 #[tokio::test]
 async fn a_header_block_cut_anywhere_across_continuation_frames_is_read_whole() {
-    let sims = sims().await;
-    let gate = gate(&routes(
-        &sims,
-        "writes:\n  default: old\nreads:\n  default: old\n",
-    ))
-    .await;
-    let mut conn = TcpStream::connect(gate.server.addr).await.expect("connect");
-    let mut hello = PREFACE.to_vec();
-    hello.extend(frame(SETTINGS, 0, 0, &[]));
-    conn.write_all(&hello).await.expect("preface");
+    let (_sims, _gate, mut conn) = connected().await;
     let block = indexed_get("/api/v1/namespaces/default/configmaps");
     let mut id = 1u32;
     // Cut inside every field and between them: the part decoded from the HEADERS frame is

@@ -15,6 +15,16 @@ pub const END_STREAM: u8 = 0x1;
 pub const END_HEADERS: u8 = 0x4;
 pub const ACK: u8 = 0x1;
 
+/// A connection to `addr` past its preface and SETTINGS.
+pub async fn connect(addr: std::net::SocketAddr) -> tokio::net::TcpStream {
+    use tokio::io::AsyncWriteExt;
+    let mut conn = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    let mut hello = PREFACE.to_vec();
+    hello.extend(frame(SETTINGS, 0, 0, &[]));
+    conn.write_all(&hello).await.expect("preface");
+    conn
+}
+
 /// One frame: its 9-byte head and `payload`.
 pub fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
     let len = u32::try_from(payload.len())
