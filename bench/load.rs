@@ -2,8 +2,8 @@
 //! nginx when they are installed, all in the same run, over HTTP/2 (h2c) and HTTP/1.1.
 //!
 //! Run: `cargo bench --bench load` (options after `--`: `--seconds N`, `--concurrency N`,
-//! `--rounds N`: every target measured N times, the targets taking turns, and each figure the
-//! median of its rounds).
+//! `--rounds N`: every target measured N times, the targets taking turns (each round beginning one
+//! target further on), and each figure the median of its rounds).
 //! Every target is a separate process; the load generator runs on one thread. It prints requests/s,
 //! latency percentiles, the proxy's CPU time per request (from /proc), the upstream connections the
 //! proxy held open, and each figure as a ratio to going direct.
@@ -273,7 +273,9 @@ async fn measure(
     }
 }
 
-/// Every target measured `o.rounds` times, the targets taking turns: each target's rounds.
+/// Every target measured `o.rounds` times, the targets taking turns: each target's rounds. Each
+/// round begins one target further on, so that no target always follows the same one (the one
+/// before leaves the simulator, the caches and the scheduler in its own state).
 async fn measure_in_turns(
     targets: &[Target],
     label: &str,
@@ -283,7 +285,11 @@ async fn measure_in_turns(
 ) -> Vec<Vec<Result1>> {
     let mut runs: Vec<Vec<Result1>> = targets.iter().map(|_| Vec::new()).collect();
     for round in 1..=o.rounds {
-        for (t, runs) in targets.iter().zip(&mut runs) {
+        for k in 0..targets.len() {
+            let i = (round - 1 + k) % targets.len();
+            let (Some(t), Some(runs)) = (targets.get(i), runs.get_mut(i)) else {
+                continue;
+            };
             if o.rounds > 1 {
                 eprintln!(
                     "measuring {} ({label}), round {round} of {}",
@@ -552,7 +558,10 @@ async fn bench() {
         o.seconds,
         o.concurrency,
         if o.rounds > 1 {
-            format!(", median of {} rounds (the targets in turns)", o.rounds)
+            format!(
+                ", median of {} rounds (the targets in turns, each round beginning one further on)",
+                o.rounds
+            )
         } else {
             String::new()
         }
