@@ -121,6 +121,17 @@ async fn non_reader(addr: std::net::SocketAddr, lists: usize) -> Vec<h2::client:
     pending
 }
 
+/// An HTTP/1.1 client with a small receive buffer that asks for a large LIST and never reads.
+async fn h1_non_reader(addr: std::net::SocketAddr) -> TcpStream {
+    let socket = tokio::net::TcpSocket::new_v4().expect("socket");
+    socket.set_recv_buffer_size(4096).expect("receive buffer");
+    let mut tcp = socket.connect(addr).await.expect("connect");
+    tcp.write_all(b"GET /api/v1/namespaces/default/configmaps HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .expect("request");
+    tcp
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn clients_that_do_not_read_never_stall_others_on_the_shared_connection() {
     let sims = sims().await;
@@ -135,8 +146,10 @@ async fn clients_that_do_not_read_never_stall_others_on_the_shared_connection() 
     };
     let gate = gate_on(&routes_file, settings).await;
     let mut attackers = Vec::new();
+    let mut h1_attackers = Vec::new();
     for _ in 0..3 {
         attackers.push(non_reader(gate.server.addr, 6).await);
+        h1_attackers.push(h1_non_reader(gate.server.addr).await);
     }
     // Let the upstream send what the windows allow.
     tokio::time::sleep(Duration::from_millis(500)).await;
@@ -158,6 +171,7 @@ async fn clients_that_do_not_read_never_stall_others_on_the_shared_connection() 
         assert!(len > 4_000_000, "{len}");
     }
     drop(attackers);
+    drop(h1_attackers);
 }
 
 /// Every header name in a `/debug/headers` answer (head and trailers) that names an identity.

@@ -73,15 +73,6 @@ impl<S: AsyncRead + Unpin> AsyncRead for Prefixed<S> {
 
 forward_async_write!(Prefixed);
 
-impl super::keepalive::Readiness for Prefixed<tokio::net::TcpStream> {
-    async fn readable(&self) -> io::Result<()> {
-        if self.start < self.end {
-            return Ok(());
-        }
-        self.inner.readable().await
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

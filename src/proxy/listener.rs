@@ -21,7 +21,8 @@ use super::body::ProxyBody;
 use super::detect::detect_h2;
 use super::forwarding::forwarded_for;
 use super::handshake::{handshake_failed, reason_of};
-use super::keepalive::{self, Exchange, Exchanges, Readiness};
+use super::http1::FastPath;
+use super::keepalive::{self, Exchange, Exchanges};
 use super::limits::ClientKey;
 use super::offenders::{cut_off_for_resets, is_client_fault, note_client_fault, wait_if_held_back};
 use super::rebalance::Goaway;
@@ -77,6 +78,8 @@ pub(crate) async fn serve(proxy: Arc<Proxy>, mut intake: Intake, stop: Cancellat
 /// The HTTP servers' settings, shared by every connection of a worker.
 struct Builders {
     h1: http1::Builder,
+    /// The longest request head HTTP/1.1 clients may send (hyper's buffer bound, 431 beyond).
+    h1_head_limit: usize,
     h2: super::http2::Config,
 }
 
@@ -85,11 +88,12 @@ fn builders(proxy: &Proxy) -> Builders {
     // Heads up to twice the bound are read whole and answered 431 with a Status (by the check
     // before sending upstream); larger ones are cut off by hyper's own 431, before they are read.
     let head_bound = proxy.settings.pool.max_header_list_size.saturating_mul(2);
+    let h1_head_limit = head_bound.max(16 << 10);
     let mut h1 = http1::Builder::new();
     // hyper's timers on the worker's wheel (upstream/deadline.rs), not tokio's.
     h1.timer(WheelTimer)
         .header_read_timeout(Duration::from_secs(30))
-        .max_buf_size(head_bound.max(16 << 10));
+        .max_buf_size(h1_head_limit);
     let h2 = super::http2::limits(
         1000,
         1 << 20,
@@ -107,7 +111,11 @@ fn builders(proxy: &Proxy) -> Builders {
         ping_every: proxy.settings.client_ping_every,
         ping_timeout: proxy.settings.client_ping_timeout,
     };
-    Builders { h1, h2 }
+    Builders {
+        h1,
+        h1_head_limit,
+        h2,
+    }
 }
 
 /// An accepted TCP connection, before protocol detection or TLS.
@@ -170,7 +178,7 @@ impl Accepted {
     /// Serves the connection, once its protocol and client are known.
     async fn serve<I>(self, stream: I, identity: Option<Arc<VerifiedClient>>, is_h2: bool)
     where
-        I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Readiness + Unpin + Send + 'static,
+        I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
     {
         let conn = Connection {
             proxy: self.proxy,
@@ -194,7 +202,7 @@ struct Connection {
 impl Connection {
     async fn serve<I>(self, io: I, builders: &Builders, watcher: Watcher, stop: CancellationToken)
     where
-        I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Readiness + Unpin + Send + 'static,
+        I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
     {
         let Connection {
             proxy,
@@ -256,15 +264,20 @@ impl Connection {
             })
         } else {
             let exchanges = Arc::new(Exchanges::default());
-            let idle_timeout = proxy.settings.idle_timeout;
             let begun = exchanges.clone();
+            let fast_handle = handle.clone();
             let boxed = service_fn(move |req: Request<hyper::body::Incoming>| {
                 let req = req.map(Incoming::Http1);
                 Box::pin(handle(req, Some(begun.begin())).map(Ok::<_, Infallible>))
             });
+            let mut fast = FastPath::new(
+                move |req| Box::pin(fast_handle(req, None)),
+                builders.h1_head_limit,
+                proxy.settings.idle_timeout,
+            );
             Box::pin(async move {
                 let _watcher = watcher;
-                keepalive::serve(io, &builders.h1, boxed, exchanges, idle_timeout, &stop).await
+                keepalive::serve(io, &builders.h1, boxed, exchanges, &mut fast, &stop).await
             })
         };
         run_to_end(&proxy, (client, remote), served, &first_request, &resets).await;

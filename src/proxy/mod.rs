@@ -12,6 +12,7 @@ mod discovery;
 mod forwarding;
 mod guard;
 mod handshake;
+mod http1;
 mod http2;
 mod keepalive;
 mod limits;

@@ -38,6 +38,8 @@ pub(super) enum WholeBody {
 pub(crate) enum Incoming {
     Http1(hyper::body::Incoming),
     Http2(super::http2::RecvBody),
+    /// No body: a request the HTTP/1.1 fast path read (`http1`).
+    Empty,
 }
 
 /// Why a client's body could not be read.
@@ -55,6 +57,7 @@ impl Incoming {
         match self {
             Incoming::Http1(b) => b.is_end_stream(),
             Incoming::Http2(b) => b.is_end_stream(),
+            Incoming::Empty => true,
         }
     }
 
@@ -63,6 +66,7 @@ impl Incoming {
             Incoming::Http1(b) => b.size_hint(),
             // The connection checks the data against the request's `content-length` itself.
             Incoming::Http2(_) => SizeHint::default(),
+            Incoming::Empty => SizeHint::with_exact(0),
         }
     }
 
@@ -76,6 +80,7 @@ impl Incoming {
         match self {
             Incoming::Http1(b) => Pin::new(b).poll_frame(cx).map_err(Into::into),
             Incoming::Http2(b) => b.poll_frame(cx).map_err(Into::into),
+            Incoming::Empty => Poll::Ready(None),
         }
     }
 }

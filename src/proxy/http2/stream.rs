@@ -139,7 +139,7 @@ fn send_head(
 
 /// What hyper added to the head of a response of skewgate's own: its `Date` and `Content-Length`.
 /// The apiserver's responses carry their own (a relayed body's length is not known beforehand).
-fn complete_head(headers: &mut HeaderMap, body: &ProxyBody) {
+pub(in crate::proxy) fn complete_head(headers: &mut HeaderMap, body: &ProxyBody) {
     if !headers.contains_key(header::DATE) {
         headers.insert(header::DATE, date());
     }

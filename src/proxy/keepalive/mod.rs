@@ -5,16 +5,18 @@
 //! plugins hold several HTTP/1.1 connections each, idle most of the time: with 10,000 of them that
 //! was about 300 MB doing nothing.
 //!
-//! So a connection is served in bursts. The stream is lent to a hyper connection; when the worker's
-//! idle sweep (`sweep.rs`) ticks and finds that every response has ended and the client has sent
-//! nothing that is not yet a request, the read that would wait shows hyper an end of stream
-//! instead. hyper takes that for a client closing an idle connection: it flushes what it has and
-//! shuts the stream down, and the shutdown hands the stream back here (it is not closed). The
-//! connection then waits for its next request on the socket's readiness alone, and a new hyper
-//! connection, with new buffers, serves it.
+//! So hyper serves a connection in bursts, and only the requests skewgate's own fast path leaves to
+//! it (`http1`: those with a body, upgrades, and what hyper answers 400 or 431); the fast path
+//! serves the others and waits for the next request holding no buffer. A burst begins with the
+//! bytes the fast path read of the request it left, and the stream is lent to a hyper connection;
+//! when the worker's idle sweep (`sweep.rs`) ticks and finds that every response has ended and the
+//! client has sent nothing that is not yet a request, the read that would wait shows hyper an end
+//! of stream instead. hyper takes that for a client closing an idle connection: it flushes what it
+//! has and shuts the stream down, and the shutdown hands the stream back here (it is not closed),
+//! to the fast path again.
 //!
 //! An idle connection is closed after 90 s, as kube-apiserver closes its own (`IdleTimeout` of its
-//! secure serving); the head of a request must then come within hyper's header timeout.
+//! secure serving); the head of a request must then come within the header timeout (30 s).
 //!
 //! What is not given back: a client that pipelines requests and pauses in the middle of a request
 //! head that it sent while the previous response was still being written. hyper has those bytes
@@ -29,6 +31,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
+use bytes::{Buf, Bytes};
 use futures_util::task::AtomicWaker;
 use hyper::body::Incoming;
 use hyper::server::conn::http1;
@@ -41,7 +44,9 @@ use tokio_util::sync::CancellationToken;
 mod sweep;
 
 use super::body::ProxyBody;
+use super::http1::{FastPath, Outcome};
 use super::listener::until_closed;
+use super::request_body::Incoming as RequestBody;
 
 /// How long an HTTP/1.1 connection may wait for its next request by default: kube-apiserver's
 /// `IdleTimeout`.
@@ -56,45 +61,37 @@ const CLOSE_TIMEOUT: Duration = Duration::from_secs(1);
 /// an extra time.
 const SWEEP: Duration = Duration::from_secs(1);
 
-/// A client stream whose idle wait needs no buffer: it says when the client has sent something.
-pub(super) trait Readiness: Sync {
-    /// Resolves when the client has sent bytes (or closed).
-    fn readable(&self) -> impl Future<Output = io::Result<()>> + Send + '_;
-}
-
-impl Readiness for tokio::net::TcpStream {
-    fn readable(&self) -> impl Future<Output = io::Result<()>> + Send + '_ {
-        tokio::net::TcpStream::readable(self)
-    }
-}
-
-impl Readiness for tokio_rustls::server::TlsStream<tokio::net::TcpStream> {
-    fn readable(&self) -> impl Future<Output = io::Result<()>> + Send + '_ {
-        // When hyper last read, rustls had no plaintext left and the socket had nothing more.
-        self.get_ref().0.readable()
-    }
-}
-
-/// Serves an HTTP/1.1 connection until it closes (or `stop` fires), lending the stream to a new
-/// hyper connection for each burst of requests and holding no buffer in between.
-pub(super) async fn serve<I, S>(
+/// Serves an HTTP/1.1 connection until it closes (or `stop` fires): its requests go to the fast
+/// path (`http1`), which waits for them holding no buffer; a request the fast path leaves to hyper
+/// starts a burst, the stream lent to a new hyper connection with the bytes read so far, until
+/// hyper gives the stream back.
+pub(super) async fn serve<I, S, H, F>(
     mut io: I,
     h1: &http1::Builder,
     service: S,
     exchanges: Arc<Exchanges>,
-    idle_timeout: Duration,
+    fast: &mut FastPath<H>,
     stop: &CancellationToken,
 ) -> Result<(), Box<dyn std::error::Error + Send + Sync>>
 where
-    I: AsyncRead + AsyncWrite + Readiness + Unpin + Send + 'static,
+    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     S: HttpService<Incoming, ResBody = ProxyBody> + Clone + Send + 'static,
     S::Future: Send + 'static,
     S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    H: FnMut(http::Request<RequestBody>) -> F,
+    F: Future<Output = http::Response<ProxyBody>>,
 {
     loop {
+        let prefix = match fast.serve(&mut io, stop).await {
+            Outcome::Closed => {
+                let _ = tokio::time::timeout(CLOSE_TIMEOUT, io.shutdown()).await;
+                return Ok(());
+            }
+            Outcome::ToHyper(prefix) => prefix,
+        };
         exchanges.bursts.fetch_add(1, Ordering::Relaxed);
         let (back, mut returned) = oneshot::channel();
-        let lent = TokioIo::new(Lent::new(io, exchanges.clone(), back));
+        let lent = TokioIo::new(Lent::new(io, exchanges.clone(), back, prefix));
         // Boxed: the connection's task holds hyper's state only while a burst is served.
         let mut conn = Box::pin(h1.serve_connection(lent, service.clone()).with_upgrades());
         until_closed(conn.as_mut(), stop.clone()).await?;
@@ -105,25 +102,6 @@ where
             return Ok(());
         };
         io = back;
-        if !next_request(&io, idle_timeout, stop).await? {
-            let _ = tokio::time::timeout(CLOSE_TIMEOUT, io.shutdown()).await;
-            return Ok(());
-        }
-    }
-}
-
-/// Waits, holding no buffer, for the client's next request; false when the connection should
-/// close instead (idle too long, or the server is stopping).
-async fn next_request<I: Readiness>(
-    io: &I,
-    idle_timeout: Duration,
-    stop: &CancellationToken,
-) -> io::Result<bool> {
-    tokio::select! {
-        biased;
-        () = stop.cancelled() => Ok(false),
-        r = io.readable() => r.map(|()| true),
-        () = tokio::time::sleep(idle_timeout) => Ok(false),
     }
 }
 
@@ -223,16 +201,19 @@ struct Lent<I> {
     /// Bytes were read while no request was under way, and `begun` was this then: until a request
     /// begins, they are (part of) a head hyper holds, and the stream cannot be given back.
     unclaimed: Option<u32>,
+    /// What the fast path read of the request it left to hyper: read first.
+    prefix: Bytes,
 }
 
 impl<I> Lent<I> {
-    fn new(io: I, exchanges: Arc<Exchanges>, back: oneshot::Sender<I>) -> Lent<I> {
+    fn new(io: I, exchanges: Arc<Exchanges>, back: oneshot::Sender<I>, prefix: Bytes) -> Lent<I> {
         Lent {
             io: Some(io),
             exchanges,
             back: Some(back),
             ended: false,
             unclaimed: None,
+            prefix,
         }
     }
 
@@ -249,6 +230,15 @@ impl<I: AsyncRead + Unpin> AsyncRead for Lent<I> {
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
         let this = &mut *self;
+        if !this.prefix.is_empty() && buf.remaining() > 0 {
+            let n = this.prefix.len().min(buf.remaining());
+            buf.put_slice(&this.prefix[..n]);
+            this.prefix.advance(n);
+            if this.exchanges.quiet() {
+                this.unclaimed = Some(this.exchanges.begun());
+            }
+            return Poll::Ready(Ok(()));
+        }
         let Some(io) = this.io.as_mut().filter(|_| !this.ended) else {
             return Poll::Ready(Ok(()));
         };

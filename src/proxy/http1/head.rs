@@ -1,0 +1,197 @@
+//! A request head read by the fast path: parsed with httparse, taken when it is a request the fast
+//! path serves, left to hyper when it is not.
+
+use std::mem::MaybeUninit;
+
+use bytes::{Bytes, BytesMut};
+use http::header::{CONNECTION, CONTENT_LENGTH, EXPECT, TRANSFER_ENCODING, UPGRADE};
+use http::{HeaderMap, HeaderName, HeaderValue, Method, Request, Uri, Version};
+
+use crate::proxy::request_body::Incoming;
+
+/// Header fields a head may have, as hyper's server allows (`h1_max_headers`).
+const MAX_HEADERS: usize = 100;
+
+/// What the bytes read so far hold.
+pub(super) enum Parsed {
+    /// A whole head the fast path serves (put in the caller's slot).
+    Head,
+    /// The beginning of a head.
+    Partial,
+    /// Something hyper is to answer: a body, an upgrade, HTTP/1.0, `HEAD`, `Expect`, a malformed
+    /// head (hyper's 400).
+    Hyper,
+}
+
+/// A request without a body, and what its connection does after its response.
+pub(super) struct Head {
+    pub request: Request<Incoming>,
+    /// The client asked for the connection to close after the response.
+    pub close: bool,
+    /// The bytes the head was read from, given back to the worker's buffers once the request no
+    /// longer refers to them.
+    pub bytes: Bytes,
+}
+
+/// Parses the head at the start of `buf`; a whole head is taken out of `buf` (bytes after it, a
+/// pipelined request, stay) into `slot`.
+pub(super) fn parse(buf: &mut BytesMut, slot: &mut Option<Head>) -> Parsed {
+    let all = std::mem::take(buf).freeze();
+    match parse_frozen(&all, slot) {
+        Ok(Some(len)) => {
+            if len < all.len() {
+                *buf = BytesMut::from(&all[len..]);
+            }
+            if let Some(head) = slot {
+                head.bytes = all;
+            }
+            Parsed::Head
+        }
+        Ok(None) => {
+            *buf = all
+                .try_into_mut()
+                .unwrap_or_else(|b| BytesMut::from(&b[..]));
+            Parsed::Partial
+        }
+        Err(Unsupported) => {
+            *buf = all
+                .try_into_mut()
+                .unwrap_or_else(|b| BytesMut::from(&b[..]));
+            Parsed::Hyper
+        }
+    }
+}
+
+/// A head the fast path leaves to hyper.
+struct Unsupported;
+
+/// The head at the start of `all`, into `slot`, and its length; `None` while it is partial.
+fn parse_frozen(all: &Bytes, slot: &mut Option<Head>) -> Result<Option<usize>, Unsupported> {
+    let mut fields = [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_HEADERS];
+    let mut req = httparse::Request::new(&mut []);
+    let len = match req.parse_with_uninit_headers(all, &mut fields) {
+        Ok(httparse::Status::Complete(len)) => len,
+        Ok(httparse::Status::Partial) => return Ok(None),
+        Err(_) => return Err(Unsupported),
+    };
+    if req.version != Some(1) {
+        return Err(Unsupported);
+    }
+    let method = match req.method.map(|m| Method::from_bytes(m.as_bytes())) {
+        Some(Ok(m)) if m != Method::HEAD && m != Method::CONNECT => m,
+        _ => return Err(Unsupported),
+    };
+    let uri = match req.path {
+        Some(p) if p.starts_with('/') => {
+            Uri::from_maybe_shared(all.slice_ref(p.as_bytes())).map_err(|_| Unsupported)?
+        }
+        _ => return Err(Unsupported),
+    };
+    let mut headers = HeaderMap::with_capacity(req.headers.len());
+    let mut close = false;
+    for field in req.headers.iter() {
+        let name = HeaderName::from_bytes(field.name.as_bytes()).map_err(|_| Unsupported)?;
+        check_field(&name, field.value, &mut close)?;
+        // SAFETY: httparse took the value for a field value, as `HeaderValue` takes one: no byte
+        // below 0x20 but horizontal tab, and no DEL (hyper builds its values so, too).
+        let value = unsafe { HeaderValue::from_maybe_shared_unchecked(all.slice_ref(field.value)) };
+        headers.append(name, value);
+    }
+    let mut request = Request::new(Incoming::Empty);
+    *request.method_mut() = method;
+    *request.uri_mut() = uri;
+    *request.version_mut() = Version::HTTP_11;
+    *request.headers_mut() = headers;
+    *slot = Some(Head {
+        request,
+        close,
+        bytes: Bytes::new(),
+    });
+    Ok(Some(len))
+}
+
+/// Whether the fast path serves a request with this field: no body (a `content-length` of 0 at
+/// most), no upgrade, no `Expect`. `Connection: close` is noted.
+fn check_field(name: &HeaderName, value: &[u8], close: &mut bool) -> Result<(), Unsupported> {
+    if name == CONTENT_LENGTH {
+        return if value.trim_ascii() == b"0" {
+            Ok(())
+        } else {
+            Err(Unsupported)
+        };
+    }
+    if name == TRANSFER_ENCODING || name == UPGRADE || name == EXPECT {
+        return Err(Unsupported);
+    }
+    if name == CONNECTION {
+        for token in value.split(|&b| b == b',').map(<[u8]>::trim_ascii) {
+            if token.eq_ignore_ascii_case(b"close") {
+                *close = true;
+            } else if token.eq_ignore_ascii_case(b"upgrade") {
+                return Err(Unsupported);
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parsed(raw: &[u8]) -> (Option<Head>, Parsed, BytesMut) {
+        let mut buf = BytesMut::from(raw);
+        let mut slot = None;
+        let p = parse(&mut buf, &mut slot);
+        (slot, p, buf)
+    }
+
+    #[test]
+    fn a_get_is_taken_with_its_fields_and_what_follows_it_stays() {
+        let raw =
+            b"GET /api/v1/pods?watch=1 HTTP/1.1\r\nHost: x\r\nAccept: a\r\nAccept: b\r\n\r\nGET /";
+        let (head, p, rest) = parsed(raw);
+        assert!(matches!(p, Parsed::Head));
+        let head = head.expect("taken");
+        assert_eq!(head.request.method(), Method::GET);
+        assert_eq!(head.request.uri(), "/api/v1/pods?watch=1");
+        assert_eq!(head.request.headers().get_all("accept").iter().count(), 2);
+        assert!(!head.close);
+        assert!(head.request.body().is_end_stream());
+        assert_eq!(&rest[..], b"GET /");
+    }
+
+    #[test]
+    fn connection_close_is_noted_and_a_partial_head_is_kept_whole() {
+        let (head, _, _) = parsed(b"DELETE /x HTTP/1.1\r\nConnection: keep-alive, Close\r\n\r\n");
+        assert!(head.is_some_and(|h| h.close));
+        let (_, p, rest) = parsed(b"GET /x HTTP/1.1\r\nHost: ");
+        assert!(matches!(p, Parsed::Partial));
+        assert_eq!(&rest[..], b"GET /x HTTP/1.1\r\nHost: ");
+    }
+
+    #[test]
+    fn bodies_upgrades_and_what_hyper_answers_are_left_to_hyper_untouched() {
+        for raw in [
+            &b"PUT /x HTTP/1.1\r\nContent-Length: 2\r\n\r\nok"[..],
+            b"POST /x HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n",
+            b"GET /x HTTP/1.1\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n",
+            b"POST /x HTTP/1.1\r\nExpect: 100-continue\r\nContent-Length: 0\r\n\r\n",
+            b"GET /x HTTP/1.0\r\n\r\n",
+            b"HEAD /x HTTP/1.1\r\n\r\n",
+            b"GET http://a/x HTTP/1.1\r\n\r\n",
+            b"GET /x HTTP/1.1\r\nBad Header: x\r\n\r\n",
+            b"G@T /x HTTP/1.1\r\n\r\n",
+        ] {
+            let (_, p, rest) = parsed(raw);
+            assert!(
+                matches!(p, Parsed::Hyper),
+                "{}",
+                String::from_utf8_lossy(raw)
+            );
+            assert_eq!(&rest[..], raw, "kept for hyper");
+        }
+        let (_, p, _) = parsed(b"GET /x HTTP/1.1\r\nContent-Length: 0\r\n\r\n");
+        assert!(matches!(p, Parsed::Head));
+    }
+}
