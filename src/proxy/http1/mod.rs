@@ -43,6 +43,8 @@ pub(super) struct FastPath<H> {
     /// The connection's idle timer, made at its first wait; it is moved on when it fires, to the
     /// end of the wait that began last (`waits_since`), rather than at every wait.
     idle: Option<Pin<Box<Sleep>>>,
+    /// The idle timer was polled, and has not fired since: it wakes the connection when it does.
+    idle_armed: bool,
     waits_since: Instant,
     /// Every request goes to hyper (the keep-alive tests of hyper's bursts).
     hyper_only: bool,
@@ -75,6 +77,7 @@ where
             head_limit,
             idle_timeout,
             idle: None,
+            idle_armed: false,
             waits_since: Instant::now(),
             hyper_only: false,
         }
@@ -154,6 +157,9 @@ where
             } else {
                 head_timer.get_or_insert_with(|| Box::pin(tokio::time::sleep(HEAD_TIMEOUT)))
             };
+            // Whether the timer's wake-up is set: the idle timer's, set at an earlier wait, holds
+            // until it fires (its waker is this task's).
+            let mut armed = idle && self.idle_armed;
             let read = poll_fn(|cx| {
                 // The client's bytes first: a request that came is served, and the timers and the
                 // stop are looked at only while the connection waits.
@@ -163,6 +169,10 @@ where
                 if stopped.as_mut().poll(cx).is_ready() {
                     return Poll::Ready(Ok(0));
                 }
+                if armed && !timer.is_elapsed() {
+                    return Poll::Pending;
+                }
+                armed = true;
                 while timer.as_mut().poll(cx).is_ready() {
                     let end = since + idle_timeout;
                     if !idle || Instant::now() >= end {
@@ -174,6 +184,9 @@ where
                 Poll::Pending
             })
             .await;
+            if idle {
+                self.idle_armed = armed;
+            }
             match read {
                 Ok(n) if n > 0 => {}
                 _ => return Next::Closed,

@@ -7,7 +7,7 @@ use std::pin::pin;
 use std::task::{Context, Poll};
 
 use bytes::{BufMut, Bytes, BytesMut};
-use http::header::{CONNECTION, CONTENT_LENGTH, TRANSFER_ENCODING};
+use http::header::{CONNECTION, CONTENT_LENGTH, DATE, TRANSFER_ENCODING};
 use http::response::Parts;
 use http::{HeaderValue, Response, StatusCode};
 use http_body::Body;
@@ -44,7 +44,6 @@ where
     let mut response = pin!(response);
     let response = watching(io, buf, room, |cx| response.as_mut().poll(cx)).await?;
     let (mut parts, mut body) = response.into_parts();
-    crate::proxy::http2::complete_head(&mut parts.headers, &body);
     let framing = framing(&mut parts, &body);
     // A server that is stopping closes the connection after this response.
     let close = close || stop.is_cancelled();
@@ -131,34 +130,58 @@ where
     .await
 }
 
-/// How the body of `parts` is delimited; the head's own `content-length` or `transfer-encoding`
-/// set to match.
+/// How the body of `parts` is delimited, its head completed as hyper completes it: a `Date` if it
+/// has none, and the length of a body whose length is known (a body of skewgate's own; an
+/// apiserver's carries its own length, or none and goes chunked). One pass over the fields, no
+/// look-ups.
 fn framing(parts: &mut Parts, body: &ProxyBody) -> Framing {
+    let (mut dated, mut length) = (false, None);
+    for (name, value) in &parts.headers {
+        if name == DATE {
+            dated = true;
+        } else if name == CONTENT_LENGTH {
+            length = Some(
+                value
+                    .to_str()
+                    .ok()
+                    .and_then(|v| v.trim().parse::<u64>().ok()),
+            );
+        }
+    }
+    if !dated {
+        parts.headers.insert(DATE, crate::proxy::http2::date());
+    }
     let status = parts.status;
     if status.is_informational() || status == StatusCode::NO_CONTENT {
         // These have no body and no length (RFC 9110, 8.6).
-        parts.headers.remove(CONTENT_LENGTH);
+        if length.is_some() {
+            parts.headers.remove(CONTENT_LENGTH);
+        }
         return Framing::None;
     }
     if status == StatusCode::NOT_MODIFIED {
         // Its length, if any, is the selected representation's: sent as it is, with no body.
         return Framing::None;
     }
-    if let Some(value) = parts.headers.get(CONTENT_LENGTH) {
-        match value.to_str().ok().and_then(|v| v.trim().parse().ok()) {
-            Some(n) => return Framing::Length(n),
-            None => {
-                parts.headers.remove(CONTENT_LENGTH);
-            }
+    match length {
+        Some(Some(n)) => return Framing::Length(n),
+        Some(None) => {
+            parts.headers.remove(CONTENT_LENGTH);
         }
+        None => {}
     }
-    if body.is_end_stream() {
-        parts
-            .headers
-            .insert(CONTENT_LENGTH, HeaderValue::from_static("0"));
-        return Framing::Length(0);
+    let known = if body.is_end_stream() {
+        Some(0)
+    } else {
+        body.size_hint().exact()
+    };
+    match known {
+        Some(n) => {
+            parts.headers.insert(CONTENT_LENGTH, HeaderValue::from(n));
+            Framing::Length(n)
+        }
+        None => Framing::Chunked,
     }
-    Framing::Chunked
 }
 
 /// The status line and the fields of `parts`, as hyper writes them (lower-case names), with the
@@ -285,36 +308,30 @@ mod tests {
     }
 
     #[test]
-    fn framing_follows_the_status_the_length_and_the_body() {
+    fn framing_follows_the_status_and_the_length_and_the_head_gets_a_date() {
         let parts = |status: u16, cl: Option<&'static str>| {
             let mut b = Response::builder().status(status);
             if let Some(cl) = cl {
                 b = b.header(CONTENT_LENGTH, cl);
             }
-            b.header(TRANSFER_ENCODING, "chunked")
-                .body(())
-                .expect("response")
-                .into_parts()
-                .0
+            b.body(()).expect("response").into_parts().0
         };
-        let empty = ProxyBody::full(Bytes::new());
         let some = ProxyBody::full(Bytes::from_static(b"x"));
         let mut p = parts(204, Some("0"));
         assert_eq!(framing(&mut p, &some), Framing::None);
         assert!(p.headers.get(CONTENT_LENGTH).is_none());
+        assert!(p.headers.contains_key(DATE));
         let mut p = parts(200, Some("12"));
         assert_eq!(framing(&mut p, &some), Framing::Length(12));
+        // A length that is not one is replaced by the body's, when it is known.
         let mut p = parts(200, Some("twelve"));
-        assert_eq!(framing(&mut p, &some), Framing::Chunked);
-        assert!(p.headers.get(CONTENT_LENGTH).is_none());
-        // A body of skewgate's own has its length written (as hyper writes it); a relayed one
-        // whose length is not known goes chunked.
+        assert_eq!(framing(&mut p, &some), Framing::Length(1));
+        assert_eq!(p.headers[CONTENT_LENGTH], "1");
         let mut p = parts(200, None);
-        crate::proxy::http2::complete_head(&mut p.headers, &empty);
-        assert_eq!(framing(&mut p, &empty), Framing::Length(0));
+        assert_eq!(
+            framing(&mut p, &ProxyBody::full(Bytes::new())),
+            Framing::Length(0)
+        );
         assert_eq!(p.headers[CONTENT_LENGTH], "0");
-        assert!(p.headers.contains_key(http::header::DATE));
-        let mut p = parts(200, None);
-        assert_eq!(framing(&mut p, &some), Framing::Chunked);
     }
 }

@@ -39,7 +39,7 @@ pub(crate) use handles::RecvBody;
 use handles::{Responder, Shared};
 use state::State;
 use stream::Stream;
-pub(super) use stream::complete_head;
+pub(super) use stream::date;
 use streams::Streams;
 
 use std::future::{Future, poll_fn};

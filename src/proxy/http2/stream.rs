@@ -139,7 +139,7 @@ fn send_head(
 
 /// What hyper added to the head of a response of skewgate's own: its `Date` and `Content-Length`.
 /// The apiserver's responses carry their own (a relayed body's length is not known beforehand).
-pub(in crate::proxy) fn complete_head(headers: &mut HeaderMap, body: &ProxyBody) {
+fn complete_head(headers: &mut HeaderMap, body: &ProxyBody) {
     if !headers.contains_key(header::DATE) {
         headers.insert(header::DATE, date());
     }
@@ -153,7 +153,7 @@ pub(in crate::proxy) fn complete_head(headers: &mut HeaderMap, body: &ProxyBody)
 }
 
 /// Now as an HTTP date, made once a second per worker.
-fn date() -> HeaderValue {
+pub(in crate::proxy) fn date() -> HeaderValue {
     thread_local! {
         static NOW: RefCell<(u64, HeaderValue)> =
             const { RefCell::new((u64::MAX, HeaderValue::from_static(""))) };
