@@ -194,4 +194,65 @@ mod tests {
         let (_, p, _) = parsed(b"GET /x HTTP/1.1\r\nContent-Length: 0\r\n\r\n");
         assert!(matches!(p, Parsed::Head));
     }
+
+    /// A head as clients send them, or nearly: a method, a path, fields (some that send the request
+    /// to hyper), a length, and what follows.
+    fn near_heads() -> impl proptest::strategy::Strategy<Value = Vec<u8>> {
+        use proptest::prelude::*;
+        let field = prop_oneof![
+            ("[A-Za-z-]{1,12}", "[ -~]{0,20}").prop_map(|(k, v)| format!("{k}: {v}\r\n")),
+            Just("Content-Length: 0\r\n".to_owned()),
+            Just("Content-Length: 3\r\n".to_owned()),
+            Just("Transfer-Encoding: chunked\r\n".to_owned()),
+            Just("Connection: close\r\n".to_owned()),
+        ];
+        (
+            prop_oneof![
+                Just("GET"),
+                Just("DELETE"),
+                Just("PUT"),
+                Just("HEAD"),
+                Just("G T")
+            ],
+            "/[a-z0-9/?=&%]{0,40}",
+            prop_oneof![Just("HTTP/1.1"), Just("HTTP/1.0"), Just("HTTP/2")],
+            proptest::collection::vec(field, 0..5),
+            proptest::collection::vec(any::<u8>(), 0..20),
+            0usize..8,
+        )
+            .prop_map(|(method, path, version, fields, tail, cut)| {
+                let mut raw =
+                    format!("{method} {path} {version}\r\n{}\r\n", fields.concat()).into_bytes();
+                raw.extend_from_slice(&tail);
+                raw.truncate(raw.len() - cut.min(raw.len()));
+                raw
+            })
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn bytes_are_taken_as_a_head_kept_or_left_to_hyper_untouched(
+            raw in proptest::prop_oneof![near_heads(), proptest::collection::vec(proptest::prelude::any::<u8>(), 0..200)]
+        ) {
+            let mut buf = BytesMut::from(&raw[..]);
+            let mut slot = None;
+            match parse(&mut buf, &mut slot) {
+                Parsed::Head => {
+                    let head = slot.expect("a head in the slot");
+                    let len = raw.len() - buf.len();
+                    // What stays is what followed the head, and the head ends its lines.
+                    proptest::prop_assert_eq!(&raw[len..], &buf[..]);
+                    proptest::prop_assert!(raw[..len].ends_with(b"\r\n\r\n") || raw[..len].ends_with(b"\n\n"));
+                    proptest::prop_assert!(head.request.body().is_end_stream());
+                    proptest::prop_assert!(head.request.method() != Method::HEAD);
+                    let path = head.request.uri().path_and_query().map(|p| p.as_str().to_owned());
+                    proptest::prop_assert!(path.is_some_and(|p| raw.windows(p.len()).any(|w| w == p.as_bytes())));
+                }
+                Parsed::Partial | Parsed::Hyper => {
+                    proptest::prop_assert!(slot.is_none());
+                    proptest::prop_assert_eq!(&raw[..], &buf[..]);
+                }
+            }
+        }
+    }
 }
