@@ -92,6 +92,13 @@ pub struct FramedRead<T> {
 /// initial `FramedRead` capacity.
 const READ_BUFFER_CAPACITY: usize = 8 * 1024;
 
+/// skewgate patch: the least room a read is made into. tokio-util reads into whatever room the
+/// buffer has left behind the frames split off it, down to one byte: a read that fills a small
+/// room leaves the rest of what came in the socket for another read (another system call), once
+/// per buffer's worth of frames. Below this room the buffer is made whole again first (its few
+/// bytes of a partial frame moved to its start, as tokio-util does when it has none left).
+const MIN_READ_ROOM: usize = 4 * 1024;
+
 #[derive(Debug)]
 struct FrameDecoder {
     // hpack decoder state
@@ -506,8 +513,9 @@ where
         let _e = span.enter();
         loop {
             tracing::trace!("poll");
-            if self.release_while_idle && self.inner.read_buffer().capacity() == 0 {
-                self.inner.read_buffer_mut().reserve(READ_BUFFER_CAPACITY);
+            let buffer = self.inner.read_buffer_mut();
+            if buffer.capacity() - buffer.len() < MIN_READ_ROOM {
+                buffer.reserve(READ_BUFFER_CAPACITY);
             }
             let polled = Pin::new(&mut self.inner).poll_next(cx);
             let bytes = match polled {
