@@ -57,7 +57,9 @@ where
         },
         head: Some(head),
     };
-    if framing == Framing::None {
+    // A response whose length is sent whole is over, as hyper ends it: the body is dropped (its
+    // upstream stream reset if the apiserver has not ended it yet), and the request with it.
+    if matches!(framing, Framing::None | Framing::Length(0)) {
         body_out.write(io, None, false).await?;
         return Ok(!close);
     }
@@ -77,7 +79,11 @@ where
             }
             Poll::Ready(None) => None,
         };
-        let end = data.is_none() || body.is_end_stream();
+        let whole = matches!(
+            (body_out.framing, &data),
+            (Framing::Length(left), Some(d)) if d.len() as u64 >= left
+        );
+        let end = whole || data.is_none() || body.is_end_stream();
         body_out.write(io, data, end).await?;
         if end {
             return Ok(!close && body_out.left == 0);
