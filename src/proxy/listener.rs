@@ -263,26 +263,52 @@ impl Connection {
                 .map_err(Into::into)
             })
         } else {
-            let exchanges = Arc::new(Exchanges::default());
-            let begun = exchanges.clone();
-            let fast_handle = handle.clone();
-            let boxed = service_fn(move |req: Request<hyper::body::Incoming>| {
-                let req = req.map(Incoming::Http1);
-                Box::pin(handle(req, Some(begun.begin())).map(Ok::<_, Infallible>))
-            });
-            let mut fast = FastPath::new(
-                move |req| Box::pin(fast_handle(req, None)),
-                builders.h1_head_limit,
+            http1_served(
+                io,
+                builders,
+                handle,
                 proxy.settings.idle_timeout,
-            );
-            Box::pin(async move {
-                let _watcher = watcher;
-                keepalive::serve(io, &builders.h1, boxed, exchanges, &mut fast, &stop).await
-            })
+                watcher,
+                stop,
+            )
         };
         run_to_end(&proxy, (client, remote), served, &first_request, &resets).await;
         gauge.dec();
     }
+}
+
+/// An HTTP/1.1 connection being served: requests without a body by skewgate's own server
+/// (`http1`), the others by hyper in bursts (`keepalive`).
+fn http1_served<'a, I, H, F>(
+    io: I,
+    builders: &'a Builders,
+    handle: H,
+    idle_timeout: Duration,
+    watcher: Watcher,
+    stop: CancellationToken,
+) -> Served<'a>
+where
+    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    H: Fn(Request<Incoming>, Option<Exchange>) -> F + Clone + Send + Sync + 'static,
+    F: Future<Output = Response<ProxyBody>> + Send + 'static,
+{
+    let exchanges = Arc::new(Exchanges::default());
+    let begun = exchanges.clone();
+    let fast_handle = handle.clone();
+    let boxed = service_fn(move |req: Request<hyper::body::Incoming>| {
+        let req = req.map(Incoming::Http1);
+        Box::pin(handle(req, Some(begun.begin())).map(Ok::<_, Infallible>))
+    });
+    let mut fast = FastPath::new(
+        move |req| Box::pin(fast_handle(req, None)),
+        builders.h1_head_limit,
+        idle_timeout,
+    );
+    Box::pin(async move {
+        // Kept until the connection ends: the server's shutdown waits for it.
+        let _watcher = watcher;
+        keepalive::serve(io, &builders.h1, boxed, exchanges, &mut fast, &stop).await
+    })
 }
 
 /// A response as its connection sends it: its body carries the client stream's guard and, over
