@@ -21,6 +21,10 @@ pub(super) enum Parsed {
     /// Something hyper is to answer: a body, an upgrade, HTTP/1.0, `HEAD`, `Expect`, a malformed
     /// head (hyper's 400).
     Hyper,
+    /// A request line whose version is not HTTP/1.x (an HTTP/2 client's broken preface, or not
+    /// HTTP at all): the connection is closed without an answer, as RFC 9113 (3.4) closes on an
+    /// invalid preface; an HTTP/1.1 answer would be garbage to such a peer.
+    NotHttp1,
 }
 
 /// A request without a body, and what its connection does after its response.
@@ -53,7 +57,8 @@ pub(super) fn parse(buf: &mut BytesMut, slot: &mut Option<Head>) -> Parsed {
                 .unwrap_or_else(|b| BytesMut::from(&b[..]));
             Parsed::Partial
         }
-        Err(Unsupported) => {
+        Err(Unsupported::NotHttp1) => Parsed::NotHttp1,
+        Err(Unsupported::Hyper) => {
             *buf = all
                 .try_into_mut()
                 .unwrap_or_else(|b| BytesMut::from(&b[..]));
@@ -62,8 +67,12 @@ pub(super) fn parse(buf: &mut BytesMut, slot: &mut Option<Head>) -> Parsed {
     }
 }
 
-/// A head the fast path leaves to hyper.
-struct Unsupported;
+/// A head the fast path does not serve: hyper's, or nobody's.
+enum Unsupported {
+    /// hyper serves it (or answers it 400).
+    Hyper,
+    NotHttp1,
+}
 
 /// The head at the start of `all`, into `slot`, and its length; `None` while it is partial.
 fn parse_frozen(all: &Bytes, slot: &mut Option<Head>) -> Result<Option<usize>, Unsupported> {
@@ -72,25 +81,26 @@ fn parse_frozen(all: &Bytes, slot: &mut Option<Head>) -> Result<Option<usize>, U
     let len = match req.parse_with_uninit_headers(all, &mut fields) {
         Ok(httparse::Status::Complete(len)) => len,
         Ok(httparse::Status::Partial) => return Ok(None),
-        Err(_) => return Err(Unsupported),
+        Err(httparse::Error::Version) => return Err(Unsupported::NotHttp1),
+        Err(_) => return Err(Unsupported::Hyper),
     };
     if req.version != Some(1) {
-        return Err(Unsupported);
+        return Err(Unsupported::Hyper);
     }
     let method = match req.method.map(|m| Method::from_bytes(m.as_bytes())) {
         Some(Ok(m)) if m != Method::HEAD && m != Method::CONNECT => m,
-        _ => return Err(Unsupported),
+        _ => return Err(Unsupported::Hyper),
     };
     let uri = match req.path {
         Some(p) if p.starts_with('/') => {
-            Uri::from_maybe_shared(all.slice_ref(p.as_bytes())).map_err(|_| Unsupported)?
+            Uri::from_maybe_shared(all.slice_ref(p.as_bytes())).map_err(|_| Unsupported::Hyper)?
         }
-        _ => return Err(Unsupported),
+        _ => return Err(Unsupported::Hyper),
     };
     let mut headers = HeaderMap::with_capacity(req.headers.len());
     let mut close = false;
     for field in req.headers.iter() {
-        let name = HeaderName::from_bytes(field.name.as_bytes()).map_err(|_| Unsupported)?;
+        let name = HeaderName::from_bytes(field.name.as_bytes()).map_err(|_| Unsupported::Hyper)?;
         check_field(&name, field.value, &mut close)?;
         // SAFETY: httparse took the value for a field value, as `HeaderValue` takes one: no byte
         // below 0x20 but horizontal tab, and no DEL (hyper builds its values so, too).
@@ -117,18 +127,18 @@ fn check_field(name: &HeaderName, value: &[u8], close: &mut bool) -> Result<(), 
         return if value.trim_ascii() == b"0" {
             Ok(())
         } else {
-            Err(Unsupported)
+            Err(Unsupported::Hyper)
         };
     }
     if name == TRANSFER_ENCODING || name == UPGRADE || name == EXPECT {
-        return Err(Unsupported);
+        return Err(Unsupported::Hyper);
     }
     if name == CONNECTION {
         for token in value.split(|&b| b == b',').map(<[u8]>::trim_ascii) {
             if token.eq_ignore_ascii_case(b"close") {
                 *close = true;
             } else if token.eq_ignore_ascii_case(b"upgrade") {
-                return Err(Unsupported);
+                return Err(Unsupported::Hyper);
             }
         }
     }
@@ -168,6 +178,24 @@ mod tests {
         let (_, p, rest) = parsed(b"GET /x HTTP/1.1\r\nHost: ");
         assert!(matches!(p, Parsed::Partial));
         assert_eq!(&rest[..], b"GET /x HTTP/1.1\r\nHost: ");
+    }
+
+    #[test]
+    fn a_request_line_of_another_protocol_closes_the_connection() {
+        // h2spec 3.5/2's invalid preface; an HTTP/2 version on an HTTP/1 line.
+        for raw in [
+            &b"INVALID CONNECTION PREFACE\r\n\r\n"[..],
+            b"GET / HTTP/2.0\r\n\r\n",
+            b"GET / SPDY/3\r\n",
+        ] {
+            let (head, p, _) = parsed(raw);
+            assert!(
+                matches!(p, Parsed::NotHttp1),
+                "{}",
+                String::from_utf8_lossy(raw)
+            );
+            assert!(head.is_none());
+        }
     }
 
     #[test]
@@ -251,6 +279,13 @@ mod tests {
                 Parsed::Partial | Parsed::Hyper => {
                     proptest::prop_assert!(slot.is_none());
                     proptest::prop_assert_eq!(&raw[..], &buf[..]);
+                }
+                Parsed::NotHttp1 => {
+                    // Only a request line whose version is not HTTP/1.x closes the connection.
+                    proptest::prop_assert!(slot.is_none());
+                    let mut fields = [httparse::EMPTY_HEADER; 8];
+                    let version = httparse::Request::new(&mut fields).parse(&raw);
+                    proptest::prop_assert!(matches!(version, Err(httparse::Error::Version)));
                 }
             }
         }

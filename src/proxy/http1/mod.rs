@@ -142,6 +142,7 @@ where
                 match head::parse(buf, slot) {
                     head::Parsed::Head => return Next::Head,
                     head::Parsed::Hyper => return Next::ToHyper,
+                    head::Parsed::NotHttp1 => return Next::Closed,
                     head::Parsed::Partial if buf.len() >= self.head_limit => return Next::ToHyper,
                     head::Parsed::Partial => {}
                 }

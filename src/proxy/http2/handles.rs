@@ -76,10 +76,15 @@ impl RecvBody {
         if let Some(why) = s.failure.as_ref().or(failed.as_ref()) {
             return Poll::Ready(Some(Err(why.to_error())));
         }
-        if let Some(data) = s.data.pop_front() {
+        let data = s.data.pop_front().or_else(|| {
+            // The small payloads come after the others.
+            (!s.small.is_empty()).then(|| s.small.split().freeze())
+        });
+        if let Some(data) = data {
             let len = data.len();
             s.held -= len;
-            self.ended = s.recv_closed && s.data.is_empty() && s.trailers.is_none();
+            self.ended =
+                s.recv_closed && s.data.is_empty() && s.small.is_empty() && s.trailers.is_none();
             state.release(*key, len);
             return Poll::Ready(Some(Ok(http_body::Frame::data(data))));
         }
@@ -105,6 +110,7 @@ impl Drop for RecvBody {
                 // What came and was not read is not held any longer.
                 let held = std::mem::take(&mut s.held);
                 s.data.clear();
+                s.small = bytes::BytesMut::new();
                 state.release(key, held);
             }
             state.settle(key);

@@ -24,6 +24,7 @@
 //! - here: the connection's task: its woken streams polled by it, the connection driven only when
 //!   it was woken for it, keep-alive PINGs (`KeepAlive`), and a graceful GOAWAY.
 
+mod closed;
 mod conn;
 mod handles;
 mod recv;

@@ -6,6 +6,7 @@ use h2::Reason;
 use h2::frame::{Data, Headers, Pseudo, StreamId, WindowUpdate};
 use http::{HeaderMap, StatusCode};
 
+use super::closed::{Gone, Verdict};
 use super::request::{self, Malformed};
 use super::state::{Opened, State, Stream};
 use crate::upstream::frames::{Chunks, Failure, wake};
@@ -18,25 +19,23 @@ impl State {
             self.go_away(Reason::PROTOCOL_ERROR);
             return None;
         }
-        if let Some((key, _)) = self.stream(id) {
-            self.on_trailers(key, frame);
-            return None;
-        }
         if u32::from(id) <= self.last_id {
-            // A stream closed already (skewgate may have reset it): nothing to do.
+            self.on_headers_again(id, frame);
             return None;
         }
         self.last_id = u32::from(id);
+        let end_stream = frame.is_end_stream();
         if !self.admit(id, &frame) {
+            self.remember_refused(id, end_stream);
             return None;
         }
-        let end_stream = frame.is_end_stream();
         let (pseudo, fields) = frame.into_parts();
         let (request, content_length) = match request::make(pseudo, fields, end_stream) {
             Ok(made) => made,
             Err(Malformed(why)) => {
                 tracing::debug!(stream = ?id, why, "malformed request from an HTTP/2 client");
                 self.refuse(id, Reason::PROTOCOL_ERROR);
+                self.remember_refused(id, end_stream);
                 return None;
             }
         };
@@ -46,6 +45,53 @@ impl State {
             request,
             end_stream,
         })
+    }
+
+    /// HEADERS on a stream opened before: an open stream's trailers, or a frame on a closed one
+    /// (RFC 9113, 5.1): ignored in flight after skewgate's reset, a stream error after the
+    /// client's, a connection error after both ends; on a stream forgotten or never opened (a lower
+    /// id than one opened since), GOAWAY PROTOCOL_ERROR (5.1.1), as h2 answers it.
+    fn on_headers_again(&mut self, id: StreamId, frame: Headers) {
+        let end = frame.is_end_stream();
+        if let Some((key, s)) = self.stream(id) {
+            return match &mut s.gone {
+                None => self.on_trailers(key, frame),
+                Some(gone) => {
+                    let verdict = gone.on_headers(end);
+                    self.judge(id, verdict, 0);
+                }
+            };
+        }
+        match self.closed.get_mut(u32::from(id)) {
+            Some(gone) => {
+                let verdict = gone.on_headers(end);
+                self.judge(id, verdict, 0);
+            }
+            None => self.go_away(Reason::PROTOCOL_ERROR),
+        }
+    }
+
+    /// What a frame on a closed stream comes to, carried out; `flow`, its flow-controlled length,
+    /// given back to the connection's window.
+    fn judge(&mut self, id: StreamId, verdict: Verdict, flow: usize) {
+        self.give_back(flow);
+        match verdict {
+            Verdict::Ignore => {}
+            Verdict::StreamError => self.refuse(id, Reason::STREAM_CLOSED),
+            Verdict::ConnectionError => self.go_away(Reason::STREAM_CLOSED),
+        }
+    }
+
+    /// A stream refused as it opened: the client may have its body in flight.
+    fn remember_refused(&mut self, id: StreamId, end_stream: bool) {
+        let gone = if end_stream {
+            Gone::Closed
+        } else {
+            Gone::Reset {
+                window: i64::from(self.limits.stream_window),
+            }
+        };
+        self.closed.remember(u32::from(id), gone);
     }
 
     /// Whether a new stream is taken: not after GOAWAY, not with a head over the header-list bound
@@ -82,6 +128,7 @@ impl State {
             id,
             data: Chunks::default(),
             held: 0,
+            small: bytes::BytesMut::new(),
             trailers: None,
             recv_closed: end_stream,
             recv_window: i64::from(self.limits.stream_window),
@@ -96,6 +143,7 @@ impl State {
             in_ready: false,
             writer: None,
             failure: None,
+            gone: None,
             recv_handle: !end_stream,
             send_handle: true,
             open: true,
@@ -115,6 +163,10 @@ impl State {
         }
         let id = s.id;
         if s.recv_closed {
+            // As DATA on a half-closed or closed stream (`on_data`).
+            if s.is_over() {
+                return self.go_away(Reason::STREAM_CLOSED);
+            }
             return self.reset_for(key, Reason::STREAM_CLOSED);
         }
         let end = frame.is_end_stream();
@@ -147,20 +199,38 @@ impl State {
             return self.go_away(Reason::PROTOCOL_ERROR);
         }
         let end = frame.is_end_stream();
-        let payload = frame.into_payload();
-        // Padding is given back at once; the payload when the body takes it.
-        let mut given_back = flow - payload.len();
+        if frame.payload().is_empty() && !end && !self.count_empty_data() {
+            return;
+        }
         let Some((key, s)) = self.stream(id) else {
-            return self.give_back(flow);
+            // Closed and forgotten: RST_STREAM STREAM_CLOSED, as h2 answers it.
+            let verdict = match self.closed.get_mut(u32::from(id)) {
+                Some(gone) => gone.on_data(flow, end),
+                None => Verdict::StreamError,
+            };
+            return self.judge(id, verdict, flow);
         };
+        if let Some(gone) = &mut s.gone {
+            let verdict = gone.on_data(flow, end);
+            return self.judge(id, verdict, flow);
+        }
         if s.failure.is_some() {
-            // Reset already: dropped, its window given back.
+            // The connection failed: dropped, its window given back.
             return self.give_back(flow);
         }
         if s.recv_closed {
+            // Half-closed (remote): a stream error, or a connection error once the response is
+            // written whole too (closed: RFC 9113, 5.1).
+            let over = s.is_over();
             self.give_back(flow);
+            if over {
+                return self.go_away(Reason::STREAM_CLOSED);
+            }
             return self.reset_for(key, Reason::STREAM_CLOSED);
         }
+        let payload = frame.into_payload();
+        // Padding is given back at once; the payload when the body takes it.
+        let mut given_back = flow - payload.len();
         if !s.recv_handle {
             return self.drop_unread(key, flow, end);
         }
@@ -180,8 +250,7 @@ impl State {
             s.recv_window += flow as i64;
         } else {
             s.recv_window += given_back as i64;
-            s.held += payload.len();
-            s.data.push_back(payload);
+            s.hold(payload);
         }
         s.recv_closed = end;
         wake(&mut s.reader);
@@ -251,12 +320,47 @@ impl State {
             && s.failure.is_none()
         {
             s.failure = Some(Failure::Reset(reason));
+            s.gone = Some(Gone::Closed);
             self.close(key);
         }
     }
+
+    /// Counts an empty DATA frame without END_STREAM; false (and GOAWAY ENHANCE_YOUR_CALM) past
+    /// h2's bound: such a frame carries nothing and costs a turn of the connection.
+    fn count_empty_data(&mut self) -> bool {
+        self.empty_data += 1;
+        if self.empty_data > MAX_EMPTY_DATA {
+            tracing::debug!("an HTTP/2 client sent too many empty DATA frames; GOAWAY");
+            self.go_away(Reason::ENHANCE_YOUR_CALM);
+            return false;
+        }
+        true
+    }
 }
 
+/// Empty DATA frames without END_STREAM a client may send in a connection's life (h2's
+/// `MAX_RECV_EMPTY_DATA_FRAMES`).
+const MAX_EMPTY_DATA: usize = 100;
+
+/// A DATA payload shorter than this is copied into the stream's `small` buffer (h2's
+/// `DEFAULT_DATA_FRAME_OVERHEAD_THRESHOLD`: about what one held chunk costs beside its bytes).
+const SMALL_DATA: usize = 256;
+
 impl Stream {
+    /// Holds a payload for the request's body: a small one copied behind the others, a larger one
+    /// as it came (after the small ones held before it).
+    fn hold(&mut self, payload: Bytes) {
+        self.held += payload.len();
+        if payload.len() < SMALL_DATA {
+            self.small.extend_from_slice(&payload);
+            return;
+        }
+        if !self.small.is_empty() {
+            self.data.push_back(self.small.split().freeze());
+        }
+        self.data.push_back(payload);
+    }
+
     /// Counts `len` bytes of data against the request's `content-length`; whether they go past it,
     /// or end the body short of it.
     fn count_length(&mut self, len: usize, end: bool) -> bool {

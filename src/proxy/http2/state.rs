@@ -7,12 +7,13 @@
 use std::collections::{HashMap, VecDeque};
 use std::task::Waker;
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use h2::Reason;
 use h2::frame::{Frame, GoAway, Reset, StreamId};
 use http::{HeaderMap, Request};
 
 use super::Limits;
+use super::closed::{ClosedStreams, Gone};
 use crate::upstream::frames::{Chunks, Failure, wake};
 
 /// The largest flow-control window HTTP/2 allows (RFC 9113, 6.9.1).
@@ -27,9 +28,13 @@ pub(super) const MAX_QUEUED: usize = 256;
 pub(super) struct Stream {
     pub(super) id: StreamId,
     // The request, as the client sends it.
-    /// Request data not yet taken by the request's body, and its length.
+    /// Request data not yet taken by the request's body, and its length (`small` with it).
     pub(super) data: Chunks,
     pub(super) held: usize,
+    /// Payloads of small DATA frames, copied together after `data`: a client that sends its body
+    /// in frames of a few bytes holds no more chunks than bytes allow, nor pins the read buffers
+    /// they came in (h2 bounds them with its `data_frame_budget`).
+    pub(super) small: BytesMut,
     /// Boxed: few requests have trailers.
     pub(super) trailers: Option<Box<HeaderMap>>,
     /// END_STREAM received (or the stream was reset).
@@ -56,6 +61,8 @@ pub(super) struct Stream {
     /// The stream's response (its pipe), waiting for room or for a reset.
     pub(super) writer: Option<Waker>,
     pub(super) failure: Option<Failure>,
+    /// How the stream closed, when it was reset: what the client may still send on it.
+    pub(super) gone: Option<Gone>,
     /// The handles still held: the request body's and the response's.
     pub(super) recv_handle: bool,
     pub(super) send_handle: bool,
@@ -67,7 +74,14 @@ pub(super) struct Stream {
 pub(super) struct State {
     pub(super) streams: slab::Slab<Stream>,
     /// Stream id to slab key, for the frames coming in.
-    pub(super) ids: HashMap<u32, usize, foldhash::fast::FixedState>,
+    /// The ids are the client's choice: hashed with a seed of the connection's own, as h2's store
+    /// hashes them.
+    pub(super) ids: HashMap<u32, usize, foldhash::fast::RandomState>,
+    /// Streams closed and forgotten, the latest of them, for the frames still in flight.
+    pub(super) closed: ClosedStreams,
+    /// Empty DATA frames without END_STREAM the client sent (h2's bound: 100 in a connection's
+    /// life, then GOAWAY ENHANCE_YOUR_CALM).
+    pub(super) empty_data: usize,
     /// Frames to write before any stream's data, in order.
     pub(super) out: VecDeque<Frame<Bytes>>,
     /// Streams with data queued and room in their own window, in turn.
@@ -117,6 +131,8 @@ impl State {
         State {
             streams: slab::Slab::new(),
             ids: HashMap::default(),
+            closed: ClosedStreams::default(),
+            empty_data: 0,
             out: VecDeque::new(),
             ready: VecDeque::new(),
             waker,
@@ -180,6 +196,7 @@ impl State {
         }
         self.streams = slab::Slab::new();
         self.ids = HashMap::default();
+        self.closed.shrink();
         if self.out.is_empty() {
             self.out = VecDeque::new();
         }
@@ -213,6 +230,8 @@ impl State {
         let raw = u32::from(id);
         if raw % 2 == 1 && raw > self.last_id {
             self.last_id = raw;
+            let window = i64::from(self.limits.stream_window);
+            self.closed.remember(raw, Gone::Reset { window });
         }
         self.refuse(id, reason);
     }
@@ -240,6 +259,7 @@ impl State {
         }
         let id = s.id;
         s.failure = Some(Failure::Reset(reason));
+        s.gone = Some(s.gone_by_reset());
         self.close(key);
         self.refuse(id, reason);
     }
@@ -255,6 +275,7 @@ impl State {
         }
         let id = s.id;
         s.failure = Some(Failure::Reset(reason));
+        s.gone = Some(s.gone_by_reset());
         self.close(key);
         self.push(Reset::new(id, reason).into());
     }
@@ -266,6 +287,7 @@ impl State {
             s.send_closed = true;
             let dropped = std::mem::take(&mut s.held);
             s.data.clear();
+            s.small = BytesMut::new();
             s.queued.clear();
             s.queued_len = 0;
             s.end_queued = None;
@@ -290,6 +312,11 @@ impl State {
             return;
         }
         if !over {
+            if s.send_closed && (!s.queued.is_empty() || s.end_queued.is_some()) {
+                // The response is whole but not yet written (it waits for the client's window):
+                // settled again when its end is written.
+                return;
+            }
             // Both handles gone before the stream ended: the client is told (to stop sending, with
             // NO_ERROR, when its response is complete: RFC 9113, 8.1), and the stream is forgotten
             // by the reset's own settling.
@@ -300,9 +327,10 @@ impl State {
             };
             return self.reset(key, reason);
         }
-        let id = u32::from(s.id);
+        let (id, gone) = (u32::from(s.id), s.gone.unwrap_or(Gone::Ended));
         self.streams.remove(key);
         self.ids.remove(&id);
+        self.closed.remember(id, gone);
     }
 
     /// The connection ended: every stream not over fails with it.
@@ -325,6 +353,18 @@ impl State {
 }
 
 impl Stream {
+    /// How the stream closes when it is reset now: what the client may still send on it, if it
+    /// had not ended its side.
+    pub(super) fn gone_by_reset(&self) -> Gone {
+        if self.recv_closed {
+            Gone::Closed
+        } else {
+            Gone::Reset {
+                window: self.recv_window.max(0),
+            }
+        }
+    }
+
     /// Over both ways: reset, or the request received whole and the response's end written.
     pub(super) fn is_over(&self) -> bool {
         self.failure.is_some()
