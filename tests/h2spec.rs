@@ -88,6 +88,12 @@ async fn h2spec_passes(settings: ProxySettings) {
         return;
     };
     let tls = settings.tls.is_some();
+    // h2spec sends a malformed request or breaks the protocol on most of its connections, dozens a
+    // second from one address: the hold-back of offenders would make its later cases wait.
+    let settings = ProxySettings {
+        hold_back_offenders: false,
+        ..settings
+    };
     let sims = sims().await;
     let text = routes(&sims, "writes:\n  default: old\nreads:\n  default: old\n");
     let gate = gate_with(&text, settings).await;

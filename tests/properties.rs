@@ -57,9 +57,14 @@ proptest! {
     #[test]
     fn percent_encoding_unreserved_characters_changes_nothing(path in api_path()) {
         // Go's URL.Path is decoded: %61 is `a`. Encoding plain letters must classify the same.
-        let encoded: String = path
-            .chars()
-            .map(|c| if c.is_ascii_lowercase() { format!("%{:02X}", c as u32) } else { c.to_string() })
+        // Letters that are an escape's hex digits (`%a0`) stay as they are: encoded, they would make
+        // another escape of it.
+        let chars: Vec<char> = path.chars().collect();
+        let in_escape = |i: usize| (1..=2).any(|back| i >= back && chars[i - back] == '%');
+        let encoded: String = chars
+            .iter()
+            .enumerate()
+            .map(|(i, &c)| if c.is_ascii_lowercase() && !in_escape(i) { format!("%{:02X}", c as u32) } else { c.to_string() })
             .collect();
         let (a, b) = (classify("GET", &path, None), classify("GET", &encoded, None));
         prop_assert_eq!(a.into_owned(), b.into_owned());

@@ -24,7 +24,9 @@ use super::handshake::{handshake_failed, reason_of};
 use super::http1::FastPath;
 use super::keepalive::{self, Exchange, Exchanges};
 use super::limits::ClientKey;
-use super::offenders::{cut_off_for_resets, is_client_fault, note_client_fault, wait_if_held_back};
+use super::offenders::{
+    cut_off_for_resets, is_client_fault, note_client_fault, note_client_faults, wait_if_held_back,
+};
 use super::rebalance::Goaway;
 use super::request_body::Incoming;
 use super::resets::{ResetBudget, StreamGuard};
@@ -249,15 +251,18 @@ impl Connection {
         // response's head is sent, not when its body ends (a watch: hours later); hyper's HTTP/1.1
         // server would keep a slot of that size for as long as it serves.
         let served: Served<'_> = if is_h2 {
+            let counted = proxy.clone();
             Box::pin(async move {
                 // Kept until the connection ends: the server's shutdown waits for it.
                 let _watcher = watcher;
                 let shutdown = std::pin::pin!(shutdown_signal(stop, drawn));
+                let faults = |n| note_client_faults(&counted, client, remote, n);
                 super::http2::serve(
                     io,
                     &builders.h2,
                     |req| Box::pin(handle(req, None)),
                     shutdown,
+                    &faults,
                 )
                 .await
                 .map_err(Into::into)

@@ -196,9 +196,23 @@ pub(super) fn note_client_fault(proxy: &Proxy, client: u64, remote: SocketAddr) 
     }
 }
 
+/// `n` requests (HTTP/2 streams reset for the client's fault, told by a turn of their connection)
+/// failed by their client's fault; no more than a strike's worth is counted at once.
+pub(super) fn note_client_faults(proxy: &Proxy, client: u64, remote: SocketAddr, n: usize) {
+    for _ in 0..n.min(FAULTS_PER_STRIKE as usize) {
+        note_client_fault(proxy, client, remote);
+    }
+}
+
 /// Whether a connection ended by its client's fault: a malformed or oversized head, or one not sent
-/// in time.
+/// in time (hyper's errors); an HTTP/2 connection error of the client's (the GOAWAY skewgate sent
+/// it: PROTOCOL_ERROR, FLOW_CONTROL_ERROR, STREAM_CLOSED, ENHANCE_YOUR_CALM, a codec's error).
 pub(super) fn is_client_fault(e: &(dyn std::error::Error + 'static)) -> bool {
+    if let Some(e) = e.downcast_ref::<h2::Error>() {
+        return e
+            .reason()
+            .is_some_and(|r| r != h2::Reason::NO_ERROR && r != h2::Reason::INTERNAL_ERROR);
+    }
     e.downcast_ref::<hyper::Error>()
         .is_some_and(|e| e.is_parse() || e.is_parse_too_large() || e.is_timeout())
 }

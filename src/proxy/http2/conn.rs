@@ -71,6 +71,9 @@ where
 /// The connection's socket, framed.
 pub(super) struct Wire<I> {
     pub(super) codec: Codec<I, Bytes>,
+    /// Streams reset for the client's fault in the last turn (malformed, over a limit), for the
+    /// connection's owner to count against the client.
+    pub(super) faults: usize,
 }
 
 /// How a turn of the connection left it.
@@ -97,6 +100,8 @@ impl<I: AsyncRead + AsyncWrite + Unpin> Wire<I> {
         state.quiet = true;
         let result = self.exchange(cx, &mut state, opened);
         state.quiet = false;
+        self.faults = state.local_resets - state.told_resets;
+        state.told_resets = state.local_resets;
         state.release_if_idle();
         let (finished, error) = (state.finished(), state.error);
         drop(state);

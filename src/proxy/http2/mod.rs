@@ -110,12 +110,16 @@ pub(super) fn limits(
 /// Serves one HTTP/2 connection until it closes: each request handed to `handle`, its response
 /// sent back. When `shutdown` fires, the connection is sent GOAWAY and its open streams finish.
 ///
+/// Each stream reset for the client's fault (a malformed request, one over a limit) is told to
+/// `faults`, by the count of them in a turn of the connection.
+///
 /// Returns an error when the connection failed (the client broke the protocol, or went away).
 pub(super) async fn serve<I, H, F>(
     io: I,
     config: &Config,
     mut handle: H,
     shutdown: Pin<&mut (dyn Future<Output = ()> + Send)>,
+    faults: &(dyn Fn(usize) + Sync),
 ) -> Result<(), h2::Error>
 where
     I: AsyncRead + AsyncWrite + Unpin,
@@ -126,7 +130,7 @@ where
     let mut state = State::new(config.limits, wakes.conn_waker.clone());
     let codec = conn::handshake(io, &mut state).await?;
     let shared = Shared::new(state);
-    let mut wire = conn::Wire { codec };
+    let mut wire = conn::Wire { codec, faults: 0 };
     let mut control = Control {
         shutdown,
         shutting_down: false,
@@ -180,7 +184,11 @@ where
                     Responder::new(shared.clone(), o.key),
                 ));
             };
-            match wire.turn(&mut conn_cx, &shared, &mut open) {
+            let turn = wire.turn(&mut conn_cx, &shared, &mut open);
+            if wire.faults > 0 {
+                faults(wire.faults);
+            }
+            match turn {
                 conn::Turn::Open => {}
                 conn::Turn::Done => return Poll::Ready(Ok(())),
                 conn::Turn::Failed(e) => return Poll::Ready(Err(e)),

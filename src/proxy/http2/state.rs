@@ -107,6 +107,8 @@ pub(super) struct State {
     pub(super) quiet: bool,
     /// Streams skewgate reset for the client's fault (malformed, over a limit).
     pub(super) local_resets: usize,
+    /// Of those, the ones already told to the connection's owner (`Wire::faults`).
+    pub(super) told_resets: usize,
     /// GOAWAY sent: streams above this id are not taken.
     pub(super) going_away: Option<u32>,
     /// The connection failed: every stream fails with it.
@@ -145,6 +147,7 @@ impl State {
             unacked: 0,
             quiet: false,
             local_resets: 0,
+            told_resets: 0,
             going_away: None,
             failed: None,
             error: None,
