@@ -15,9 +15,10 @@ use super::api::ApiResource;
 use super::handler::SimBody;
 use super::store::{Event, EventType, ObjectKey};
 
-/// Whether a collection GET asks for a watch (`watch` present and not `0`/`false`).
+/// Whether a collection GET asks for a watch (`watch` present and not `0`/`false`), the query read
+/// as kube-apiserver reads it (Go's `url.ParseQuery`: `watch=false;` and `watch=%zz` are dropped).
 pub fn wants_watch(query: &str) -> bool {
-    form_urlencoded::parse(query.as_bytes())
+    skewgate_shared::go_query::pairs(query)
         .find(|(k, _)| k == "watch")
         .is_some_and(|(_, v)| !(v == "0" || v.eq_ignore_ascii_case("false")))
 }
@@ -34,7 +35,7 @@ fn params(query: &str) -> WatchParams {
         name: None,
         timeout: None,
     };
-    for (k, v) in form_urlencoded::parse(query.as_bytes()) {
+    for (k, v) in skewgate_shared::go_query::pairs(query) {
         match &*k {
             "resourceVersion" => p.since = v.parse().ok().filter(|rv| *rv > 0),
             "fieldSelector" => p.name = v.strip_prefix("metadata.name=").map(str::to_owned),

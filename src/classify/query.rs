@@ -2,6 +2,8 @@
 
 use std::borrow::Cow;
 
+use skewgate_shared::go_query;
+
 /// What a collection GET's query says about its verb and name.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub(crate) struct ListOptions<'a> {
@@ -11,43 +13,62 @@ pub(crate) struct ListOptions<'a> {
     pub name: Option<Cow<'a, str>>,
 }
 
-/// Reads `watch` and `fieldSelector` from a raw query string, as the apiserver's parameter codec does:
-/// the first value of each counts; `watch` is true unless it is `0` or `false` (any case), and an
-/// empty value counts as true.
+/// Reads `watch` and `fieldSelector` from a raw query string, as kube-apiserver's requestinfo.go
+/// does: the pairs as Go's `url.ParseQuery` keeps them (`go_query`), the first value of each
+/// option; `watch` is true unless it is `0` or `false` (any case), and an empty value counts as
+/// true. When an option fails to decode (a selector that does not parse, a `limit` or
+/// `timeoutSeconds` that is not an integer), the apiserver drops them all but `watch`: no name.
 pub(crate) fn list_options(query: Option<&str>) -> ListOptions<'_> {
     let mut options = ListOptions::default();
     let Some(query) = query else {
         return options;
     };
-    let (mut seen_watch, mut seen_selector) = (false, false);
-    for (key, value) in form_urlencoded::parse(query.as_bytes()) {
-        match &*key {
-            "watch" if !seen_watch => {
-                seen_watch = true;
-                options.watch = !(value == "0" || value.eq_ignore_ascii_case("false"));
-            }
-            "fieldSelector" if !seen_selector => {
-                seen_selector = true;
-                // Borrow from the query when it needed no decoding, to stay allocation-free.
-                options.name = match value {
-                    Cow::Borrowed(v) => required_name(v),
-                    Cow::Owned(v) => required_name(&v).map(|n| Cow::Owned(n.into_owned())),
-                };
-            }
-            _ => {}
-        }
-        if seen_watch && seen_selector {
-            break;
-        }
+    let (mut watch, mut selector, mut limit, mut timeout) = (None, None, None, None);
+    for (key, value) in go_query::pairs(query) {
+        let slot = match &*key {
+            "watch" => &mut watch,
+            "fieldSelector" => &mut selector,
+            "limit" => &mut limit,
+            "timeoutSeconds" => &mut timeout,
+            _ => continue,
+        };
+        slot.get_or_insert(value);
+    }
+    if let Some(value) = watch {
+        options.watch = !(value == "0" || value.eq_ignore_ascii_case("false"));
+    }
+    let integers_decode = [limit, timeout]
+        .iter()
+        .flatten()
+        .all(|v| go_parse_int(v).is_some());
+    if let Some(selector) = selector
+        && integers_decode
+    {
+        // Borrowed from the query when it needed no decoding, to stay allocation-free.
+        options.name = match selector {
+            Cow::Borrowed(v) => required_name(v),
+            Cow::Owned(v) => required_name(&v).map(|n| Cow::Owned(n.into_owned())),
+        };
     }
     options
 }
 
-/// The name a field selector requires with `metadata.name=X` or `metadata.name==X`, if the selector
-/// parses and the name is a valid path segment. An unparseable selector yields no name, as in the
-/// apiserver (which then answers 400).
+/// Go's `strconv.ParseInt(s, 10, 64)`: an optional sign and decimal digits, within 64 bits.
+fn go_parse_int(s: &str) -> Option<i64> {
+    let digits = s.strip_prefix(['+', '-']).unwrap_or(s);
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    s.parse().ok()
+}
+
+/// The name a field selector requires with `metadata.name=X` or `metadata.name==X`, as
+/// `fields.ParseSelector` and `RequiresExactMatch` find it: every term must parse (an operator, a
+/// value with no unescaped `,` or `=` and no unknown escape), the terms are sorted by their text,
+/// and the first equality on `metadata.name` counts; the name must be a valid path segment. An
+/// unparseable selector yields no name, as in the apiserver (which then answers 400).
 pub(crate) fn required_name(selector: &str) -> Option<Cow<'_, str>> {
-    let mut found = None;
+    let mut found: Option<(&str, Cow<'_, str>)> = None;
     let mut start = 0;
     while start <= selector.len() {
         let end = next_unescaped_comma(selector, start);
@@ -56,13 +77,17 @@ pub(crate) fn required_name(selector: &str) -> Option<Cow<'_, str>> {
         if term.is_empty() {
             continue;
         }
-        let (field, op, value) = split_term(term)?;
-        let value = unescape(value)?;
-        if field == "metadata.name" && op != "!=" && found.is_none() {
-            found = Some(value);
+        let (field, op, raw) = split_term(term)?;
+        let value = unescape(raw)?;
+        // Sorted by the term's text, `metadata.name=` and the escaped value: the smallest
+        // escaped value is the first equality on the field.
+        if field == "metadata.name" && op != "!=" && found.as_ref().is_none_or(|(r, _)| raw < *r) {
+            found = Some((raw, value));
         }
     }
-    found.filter(|n| valid_path_segment_name(n))
+    found
+        .map(|(_, name)| name)
+        .filter(|n| valid_path_segment_name(n))
 }
 
 /// The index of the first comma at or after `from` that no backslash escapes, or the end.
@@ -79,14 +104,13 @@ fn next_unescaped_comma(s: &str, from: usize) -> usize {
     bytes.len()
 }
 
-/// Splits one term at its first unescaped operator: `!=`, `==` or `=`. Only ASCII positions are cut,
-/// so a multi-byte character after a backslash cannot split a character.
+/// Splits one term at its first operator, `!=`, `==` or `=`, as Go's `splitTerm` does (it does not
+/// look at escapes: a backslash before an operator leaves a field that ends with one).
 fn split_term(term: &str) -> Option<(&str, &str, &str)> {
     let bytes = term.as_bytes();
     let mut i = 0;
     while i < bytes.len() {
         match bytes[i] {
-            b'\\' => i += 2,
             b'!' | b'=' if bytes[i..].starts_with(b"!=") || bytes[i..].starts_with(b"==") => {
                 return Some((&term[..i], &term[i..i + 2], &term[i + 2..]));
             }
@@ -97,21 +121,22 @@ fn split_term(term: &str) -> Option<(&str, &str, &str)> {
     None
 }
 
-/// Removes the selector escapes `\\`, `\,` and `\=`; any other escape makes the selector invalid.
+/// Go's `fields.UnescapeValue`: removes the escapes `\\`, `\,` and `\=`; any other escape, an
+/// unescaped `,` or `=`, or a trailing backslash makes the selector invalid.
 fn unescape(value: &str) -> Option<Cow<'_, str>> {
-    if !value.contains('\\') {
+    if !value.contains(['\\', ',', '=']) {
         return Some(Cow::Borrowed(value));
     }
     let mut out = String::with_capacity(value.len());
     let mut chars = value.chars();
     while let Some(c) = chars.next() {
-        if c == '\\' {
-            match chars.next() {
+        match c {
+            '\\' => match chars.next() {
                 Some(e @ ('\\' | ',' | '=')) => out.push(e),
                 _ => return None,
-            }
-        } else {
-            out.push(c);
+            },
+            ',' | '=' => return None,
+            c => out.push(c),
         }
     }
     Some(Cow::Owned(out))
@@ -159,9 +184,81 @@ mod tests {
             ("metadata.name=..", None),
             ("metadata.name=a/b", None),
             ("metadata.name=", Some("")),
+            ("metadata.name=a=b", None),
+            ("metadata.name=a,metadata.name=b\\=c", Some("a")),
+            ("metadata.name=b,metadata.name=a", Some("a")),
+            ("metadata.name\\=x=y", None),
             ("", None),
         ] {
             assert_eq!(required_name(sel).as_deref(), name, "{sel}");
+        }
+    }
+
+    /// Each query of a collection GET with what kube-apiserver's requestinfo.go (Go's
+    /// `url.ParseQuery`, the parameter codec, `fields.ParseSelector`) makes of it: a watch or not,
+    /// and the name.
+    #[test]
+    fn list_options_are_what_the_apiserver_reads() {
+        for (query, go_watch, go_name) in [
+            ("watch=false;", false, None),
+            ("watch=%zz", false, None),
+            ("watch=%zz&watch=1", true, None),
+            ("watch=false%3B", true, None),
+            ("watch=true;&watch=0", false, None),
+            (
+                "fieldSelector=metadata.name=zz,metadata.name=aa",
+                false,
+                Some("aa"),
+            ),
+            (
+                "fieldSelector=metadata.name%3Dzz%2Cmetadata.name%3Daa",
+                false,
+                Some("aa"),
+            ),
+            (
+                "fieldSelector=metadata.name=a\\,b,metadata.name=a",
+                false,
+                Some("a"),
+            ),
+            ("fieldSelector=metadata.name=a=b", false, None),
+            ("fieldSelector=metadata.name=a\\", false, None),
+            ("fieldSelector=metadata.name=x&limit=x", false, None),
+            ("fieldSelector=metadata.name=x&limit=x&watch=1", true, None),
+            ("fieldSelector=metadata.name=x&limit=", false, None),
+            (
+                "fieldSelector=metadata.name=x&limit=-5&timeoutSeconds=%2B3",
+                false,
+                Some("x"),
+            ),
+            // `+` is a space in a query: " 3" is no integer.
+            (
+                "fieldSelector=metadata.name=x&timeoutSeconds=+3",
+                false,
+                None,
+            ),
+            (
+                "fieldSelector=metadata.name=x&limit=99999999999999999999",
+                false,
+                None,
+            ),
+            ("fieldSelector=metadata.name=x;", false, None),
+            (
+                "fieldSelector=metadata.name=x&fieldSelector=metadata.name=y",
+                false,
+                Some("x"),
+            ),
+            (
+                "fieldSelector=metadata.name%zz&fieldSelector=metadata.name=y",
+                false,
+                Some("y"),
+            ),
+        ] {
+            let opts = list_options(Some(query));
+            assert_eq!(
+                (opts.watch, opts.name.as_deref()),
+                (go_watch, go_name),
+                "{query}"
+            );
         }
     }
 

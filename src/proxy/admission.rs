@@ -93,6 +93,6 @@ impl Drop for Held {
 
 /// The request's `timeout` query parameter (a Go duration such as `30s`), if any.
 fn request_timeout(query: Option<&str>) -> Option<std::time::Duration> {
-    let (_, value) = form_urlencoded::parse(query?.as_bytes()).find(|(k, _)| k == "timeout")?;
+    let value = skewgate_shared::go_query::first(query?, "timeout")?;
     humantime::parse_duration(&value).ok()
 }

@@ -67,6 +67,33 @@ pub(super) fn parse(buf: &mut BytesMut, slot: &mut Option<Head>) -> Parsed {
     }
 }
 
+/// `target` with each `#` written `%23`: the path Go's `ParseRequestURI` reads from it.
+pub(super) fn escape_hash(target: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(target.len() + 4);
+    for &b in target {
+        if b == b'#' {
+            out.extend_from_slice(b"%23");
+        } else {
+            out.push(b);
+        }
+    }
+    out
+}
+
+/// The bytes of a head handed to hyper, with each `#` of its request line (when it is whole)
+/// written `%23`, so that hyper's `http::Uri` does not cut the path there (`escape_hash`).
+pub(super) fn escape_hash_in_request_line(bytes: Bytes) -> Bytes {
+    let Some(end) = bytes.iter().position(|&b| b == b'\n') else {
+        return bytes;
+    };
+    if !bytes[..end].contains(&b'#') {
+        return bytes;
+    }
+    let mut out = escape_hash(&bytes[..end]);
+    out.extend_from_slice(&bytes[end..]);
+    Bytes::from(out)
+}
+
 /// A head the fast path does not serve: hyper's, or nobody's.
 enum Unsupported {
     /// hyper serves it (or answers it 400).
@@ -92,6 +119,11 @@ fn parse_frozen(all: &Bytes, slot: &mut Option<Head>) -> Result<Option<usize>, U
         _ => return Err(Unsupported::Hyper),
     };
     let uri = match req.path {
+        // `#` is no fragment in a request target: Go's `ParseRequestURI` keeps it in the path, and
+        // the apiserver reads it in the name; `http::Uri` would cut the path there.
+        Some(p) if p.starts_with('/') && p.contains('#') => {
+            Uri::try_from(escape_hash(p.as_bytes())).map_err(|_| Unsupported::Hyper)?
+        }
         Some(p) if p.starts_with('/') => {
             Uri::from_maybe_shared(all.slice_ref(p.as_bytes())).map_err(|_| Unsupported::Hyper)?
         }
@@ -178,6 +210,22 @@ mod tests {
         let (_, p, rest) = parsed(b"GET /x HTTP/1.1\r\nHost: ");
         assert!(matches!(p, Parsed::Partial));
         assert_eq!(&rest[..], b"GET /x HTTP/1.1\r\nHost: ");
+    }
+
+    #[test]
+    fn a_hash_in_the_target_stays_in_the_path_as_go_reads_it() {
+        let raw = b"DELETE /api/v1/namespaces/b/configmaps/keep#not-this-one HTTP/1.1\r\n\r\n";
+        let (head, _, _) = parsed(raw);
+        let head = head.expect("taken");
+        assert_eq!(
+            head.request.uri().path(),
+            "/api/v1/namespaces/b/configmaps/keep%23not-this-one"
+        );
+        let put = Bytes::from_static(b"PUT /a#b?c=d#e HTTP/1.1\r\nHost: x#y\r\n\r\n");
+        assert_eq!(
+            &escape_hash_in_request_line(put)[..],
+            b"PUT /a%23b?c=d%23e HTTP/1.1\r\nHost: x#y\r\n\r\n"
+        );
     }
 
     #[test]
@@ -274,7 +322,10 @@ mod tests {
                     proptest::prop_assert!(head.request.body().is_end_stream());
                     proptest::prop_assert!(head.request.method() != Method::HEAD);
                     let path = head.request.uri().path_and_query().map(|p| p.as_str().to_owned());
-                    proptest::prop_assert!(path.is_some_and(|p| raw.windows(p.len()).any(|w| w == p.as_bytes())));
+                    // As it came, or with its `#` escaped as Go reads it.
+                    let escaped = escape_hash(&raw);
+                    let found = |p: &str, bytes: &[u8]| bytes.windows(p.len()).any(|w| w == p.as_bytes());
+                    proptest::prop_assert!(path.is_some_and(|p| found(&p, &raw) || found(&p, &escaped)));
                 }
                 Parsed::Partial | Parsed::Hyper => {
                     proptest::prop_assert!(slot.is_none());

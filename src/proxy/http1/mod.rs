@@ -105,7 +105,10 @@ where
             {
                 Next::Head => {}
                 Next::Closed => return Outcome::Closed,
-                Next::ToHyper => return Outcome::ToHyper(buf.split().freeze()),
+                Next::ToHyper => {
+                    let bytes = head::escape_hash_in_request_line(buf.split().freeze());
+                    return Outcome::ToHyper(bytes);
+                }
             }
             let Some(head) = slot.take() else {
                 return Outcome::Closed;

@@ -60,6 +60,9 @@ pub(super) fn make(
         None if !is_connect => return Err(Malformed("missing :path")),
         Some(_) if is_connect => return Err(Malformed(":path in CONNECT")),
         Some(path) if path.is_empty() => return Err(Malformed("empty :path")),
+        // A fragment is no part of a request's target (RFC 9113, 8.3.1); `http::Uri` would cut the
+        // path there, where the apiserver reads it in the name.
+        Some(path) if path.contains('#') => return Err(Malformed("'#' in :path")),
         Some(path) => {
             let path = PathAndQuery::from_maybe_shared(path.into_inner())
                 .map_err(|_| Malformed("malformed :path"))?;

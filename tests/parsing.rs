@@ -1,0 +1,73 @@
+//! Request targets read as kube-apiserver reads them (Go's net/url and requestinfo.go), through the
+//! running proxy: a `#` stays in the name (an HTTP/1.1 DELETE of `keep#x` does not delete `keep`),
+//! and a query pair Go drops (`watch=false;`) does not make a watch of a LIST.
+
+mod common;
+
+use common::*;
+use skewgate::proxy::ProxySettings;
+
+const DEFAULTS: &str = "writes:\n  default: old\nreads:\n  default: old\n";
+
+async fn configmap(gate: &Gate, name: &str) -> u16 {
+    let url = format!("{}/api/v1/namespaces/default/configmaps/{name}", gate.url());
+    h1().get(url).send().await.expect("get").status().as_u16()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hash_in_the_target_is_part_of_the_name_as_the_apiserver_reads_it() {
+    let sims = sims().await;
+    let gate = gate(&routes(&sims, DEFAULTS)).await;
+    let body = r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"keep"}}"#;
+    let created = h1()
+        .post(format!(
+            "{}/api/v1/namespaces/default/configmaps",
+            gate.url()
+        ))
+        .header("content-type", "application/json")
+        .body(body)
+        .send()
+        .await
+        .expect("create");
+    assert_eq!(created.status(), 201);
+    // skewgate's own HTTP/1.1 server (no body) and hyper's (a body): neither deletes `keep`.
+    for request in [
+        "DELETE /api/v1/namespaces/default/configmaps/keep#not-this-one HTTP/1.1\r\nHost: x\r\n\r\n",
+        "DELETE /api/v1/namespaces/default/configmaps/keep#not-this-one HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}",
+    ] {
+        let (code, body) = raw_h1(gate.server.addr, request.as_bytes()).await;
+        assert_eq!(code, 404, "{body}");
+        assert_eq!(configmap(&gate, "keep").await, 200, "`keep` was deleted");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_list_whose_watch_pair_go_drops_is_counted_as_a_list() {
+    let sims = sims().await;
+    let settings = ProxySettings {
+        max_requests_per_client: 1,
+        ..ProxySettings::default()
+    };
+    let gate = gate_with(&routes(&sims, DEFAULTS), settings).await;
+    // Watches are not counted against the per-client limit; LISTs are. The apiserver reads each of
+    // these as a LIST, and so must skewgate: each shows in the per-client accounting as a list.
+    for query in ["watch=false;", "watch=%zz"] {
+        let url = format!(
+            "{}/api/v1/namespaces/default/configmaps?{query}",
+            gate.url()
+        );
+        let resp = h1().get(url).send().await.expect("list");
+        assert_eq!(resp.status(), 200, "{query}");
+        let text = resp.text().await.expect("body");
+        assert!(
+            text.contains("\"kind\":\"ConfigMapList\""),
+            "{query}: {text}"
+        );
+    }
+    let metrics = gate.metrics().await;
+    let watches = metrics
+        .lines()
+        .filter(|l| l.starts_with("skewgate_requests_total") && l.contains("verb=\"watch\""))
+        .count();
+    assert_eq!(watches, 0, "a LIST was taken for a watch:\n{metrics}");
+}
