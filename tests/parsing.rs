@@ -71,3 +71,32 @@ async fn a_list_whose_watch_pair_go_drops_is_counted_as_a_list() {
         .count();
     assert_eq!(watches, 0, "a LIST was taken for a watch:\n{metrics}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn heads_go_refuses_are_refused_with_a_status_and_not_sent() {
+    let sims = sims().await;
+    let gate = gate(&routes(&sims, DEFAULTS)).await;
+    // Each with Go net/http's code for it.
+    for (request, go) in [
+        ("GET /version HTTP/1.1\r\n\r\n", 400),
+        ("GET /version HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n", 400),
+        (
+            "GET /api/v1/namespaces/%zz/pods HTTP/1.1\r\nHost: a\r\n\r\n",
+            400,
+        ),
+        (
+            "POST /api/v1/namespaces/default/configmaps HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\n",
+            501,
+        ),
+        (
+            "POST /api/v1/namespaces/default/configmaps HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked, chunked\r\n\r\n0\r\n\r\n",
+            501,
+        ),
+    ] {
+        let (code, body) = raw_h1(gate.server.addr, request.as_bytes()).await;
+        assert_eq!(code, go, "{request:?}: {body}");
+        // skewgate's own answer: the apiserver was not asked.
+        assert!(body.contains("\"kind\":\"Status\""), "{request:?}: {body}");
+        assert!(body.contains("nothing was sent"), "{request:?}: {body}");
+    }
+}

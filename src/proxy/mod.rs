@@ -10,6 +10,7 @@ mod debug;
 mod detect;
 mod discovery;
 mod forwarding;
+pub(crate) mod framing;
 mod guard;
 mod handshake;
 mod http1;

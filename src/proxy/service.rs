@@ -214,6 +214,7 @@ fn forward(
 ) -> impl Future<Output = Result<Response<ProxyBody>, ProxyError>> {
     async move {
         let backend = &routing.backends[request.decision.backend.index()];
+        super::framing::check(&parts)?;
         let (endpoint, _ticket) =
             admit(proxy, routing, request, caller, &parts, &mut tracker).await?;
         let merged_answer = request

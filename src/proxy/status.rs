@@ -50,6 +50,9 @@ pub(super) enum ProxyError {
     ClientBody,
     /// An upgrade request (exec, attach, port-forward) with a body, which a tunnel cannot carry.
     UpgradeWithBody,
+    /// An HTTP/1.1 head Go's net/http refuses before kube-apiserver sees it (`framing.rs`): its
+    /// code (400, or 501 for a transfer coding other than chunked) and why.
+    MalformedHead { code: StatusCode, why: &'static str },
     /// A guarded update's body is larger than kube-apiserver accepts.
     BodyTooLarge {
         /// The limit, in bytes.
@@ -79,6 +82,7 @@ impl ProxyError {
         match self {
             ProxyError::ClientBody
             | ProxyError::UpgradeWithBody
+            | ProxyError::MalformedHead { .. }
             | ProxyError::BodyTooLarge { .. } => true,
             ProxyError::Upstream { error, .. } => error.is_client_error(),
             _ => false,
@@ -109,6 +113,7 @@ impl ProxyError {
             ProxyError::ObjectMoving { .. } => "object_moving",
             ProxyError::ClientBody => "client_body",
             ProxyError::UpgradeWithBody => "upgrade_with_body",
+            ProxyError::MalformedHead { .. } => "malformed_head",
             ProxyError::BodyTooLarge { .. } => "body_too_large",
             ProxyError::GuardRejected { .. } => "guard_rejected",
             ProxyError::GuardCannotCheck { why, .. } => {
@@ -174,6 +179,16 @@ impl ProxyError {
                     "skewgate guard {guard:?}: this update from a {client} client would drop {} that the stored object has; update with a client as new as the apiserver, or patch",
                     fields.iter().map(|(p, _)| p.as_str()).collect::<Vec<_>>().join(", ")
                 ),
+                false,
+            ),
+            ProxyError::MalformedHead { code, why } => (
+                *code,
+                if *code == StatusCode::BAD_REQUEST {
+                    "BadRequest"
+                } else {
+                    "NotImplemented"
+                },
+                format!("skewgate: {why}; nothing was sent"),
                 false,
             ),
             ProxyError::GuardCannotCheck { guard, why } => (

@@ -63,6 +63,12 @@ pub(super) fn make(
         // A fragment is no part of a request's target (RFC 9113, 8.3.1); `http::Uri` would cut the
         // path there, where the apiserver reads it in the name.
         Some(path) if path.contains('#') => return Err(Malformed("'#' in :path")),
+        // Go's HTTP/2 server resets such a stream (PROTOCOL_ERROR, "bad_path").
+        Some(path)
+            if !crate::proxy::framing::escapes_are_whole(path.split('?').next().unwrap_or("")) =>
+        {
+            return Err(Malformed("invalid URL escape in :path"));
+        }
         Some(path) => {
             let path = PathAndQuery::from_maybe_shared(path.into_inner())
                 .map_err(|_| Malformed("malformed :path"))?;
@@ -71,7 +77,18 @@ pub(super) fn make(
         None => {}
     }
     *request.uri_mut() = Uri::from_parts(parts).map_err(|_| Malformed("no request target"))?;
-    let content_length = content_length(&fields)?;
+    let mut fields = fields;
+    let content_length = content_length(&mut fields)?;
+    // RFC 9113, 8.2.1: a field value does not start or end with whitespace (h2's codec lets it
+    // through; the apiserver's Go server would not take it).
+    if fields
+        .values()
+        .any(|v| matches!(v.as_bytes(), [b' ' | b'\t', ..] | [.., b' ' | b'\t']))
+    {
+        return Err(Malformed(
+            "a field value with leading or trailing whitespace",
+        ));
+    }
     if end_stream && content_length.is_some_and(|len| len > 0) {
         return Err(Malformed("END_STREAM on a head announcing a body"));
     }
@@ -79,9 +96,11 @@ pub(super) fn make(
     Ok((request, content_length))
 }
 
-/// The `content-length` of a request: every value a number, all the same.
-fn content_length(fields: &HeaderMap) -> Result<Option<u64>, Malformed> {
+/// The `content-length` of a request: every value a number, all the same; repeated, it is sent on
+/// once (RFC 9110, 8.6).
+fn content_length(fields: &mut HeaderMap) -> Result<Option<u64>, Malformed> {
     let mut found = None;
+    let mut count = 0;
     for value in fields.get_all(header::CONTENT_LENGTH) {
         let len = h2::frame::parse_u64(value.as_bytes())
             .map_err(|_| Malformed("malformed content-length"))?;
@@ -89,6 +108,12 @@ fn content_length(fields: &HeaderMap) -> Result<Option<u64>, Malformed> {
             return Err(Malformed("conflicting content-length"));
         }
         found = Some(len);
+        count += 1;
+    }
+    if let Some(len) = found
+        && count > 1
+    {
+        fields.insert(header::CONTENT_LENGTH, http::HeaderValue::from(len));
     }
     Ok(found)
 }
@@ -170,6 +195,30 @@ mod tests {
         assert_eq!(
             refused(connect, HeaderMap::new(), true),
             Some(Malformed(":scheme in CONNECT"))
+        );
+        assert_eq!(
+            refused(get("/a#b"), HeaderMap::new(), true),
+            Some(Malformed("'#' in :path"))
+        );
+        for value in [" x", "x ", "\tx", "x\t"] {
+            let mut spaced = HeaderMap::new();
+            spaced.insert(header::ACCEPT, value.parse().unwrap());
+            assert!(refused(get("/"), spaced, true).is_some(), "{value:?}");
+        }
+    }
+
+    #[test]
+    fn a_repeated_content_length_is_sent_on_once() {
+        let mut lengths = HeaderMap::new();
+        lengths.append(header::CONTENT_LENGTH, "3".parse().unwrap());
+        lengths.append(header::CONTENT_LENGTH, "3".parse().unwrap());
+        let mut post = get("/");
+        post.method = Some(Method::POST);
+        let (req, len) = make(post, lengths, false).unwrap();
+        assert_eq!(len, Some(3));
+        assert_eq!(
+            req.headers().get_all(header::CONTENT_LENGTH).iter().count(),
+            1
         );
     }
 }
