@@ -213,8 +213,12 @@ impl<T: AsyncRead + AsyncWrite + Unpin> Wire<T> {
             }
             Frame::Headers(headers) => state.on_headers(headers),
             Frame::Reset(reset) => state.on_reset(reset.stream_id(), reset.reason()),
-            Frame::WindowUpdate(w) => state.on_window_update(w.stream_id(), w.size_increment()),
-            Frame::Settings(settings) => self.on_settings(&settings, shared, state),
+            Frame::WindowUpdate(w) => state
+                .on_window_update(w.stream_id(), w.size_increment())
+                .map_err(|reason| flow_control_broken(state, reason))?,
+            Frame::Settings(settings) => self
+                .on_settings(&settings, shared, state)
+                .map_err(|reason| flow_control_broken(state, reason))?,
             Frame::Ping(ping) if ping.is_ack() => {
                 if *ping.payload() == PING_PAYLOAD {
                     shared.pong.notify_one();
@@ -240,16 +244,22 @@ impl<T: AsyncRead + AsyncWrite + Unpin> Wire<T> {
         Ok(())
     }
 
-    /// The apiserver's SETTINGS: applied, then acknowledged.
-    fn on_settings(&mut self, settings: &Settings, shared: &Shared, state: &mut State) {
+    /// The apiserver's SETTINGS: applied, then acknowledged; `Err` when its initial window takes a
+    /// stream's window past the largest.
+    fn on_settings(
+        &mut self,
+        settings: &Settings,
+        shared: &Shared,
+        state: &mut State,
+    ) -> Result<(), Reason> {
         if settings.is_ack() {
-            return;
+            return Ok(());
         }
         if let Some(size) = apply_codec_settings(&mut self.codec, settings) {
             state.max_frame = size;
         }
         if let Some(size) = settings.initial_window_size() {
-            state.on_initial_window(size);
+            state.on_initial_window(size)?;
         }
         if let Some(max) = settings.max_concurrent_streams() {
             shared.max_streams.store(max as usize, Ordering::Relaxed);
@@ -263,6 +273,7 @@ impl<T: AsyncRead + AsyncWrite + Unpin> Wire<T> {
         {
             hooks.settled.notify_one();
         }
+        Ok(())
     }
 
     /// After a GOAWAY, outside the connection's lock: the pool is told (which may drop the pool's
@@ -306,4 +317,18 @@ impl<T> Drop for Connection<T> {
             "the upstream connection was closed",
         ));
     }
+}
+
+/// The apiserver broke flow control (a zero or overflowing window increment on the connection, an
+/// initial window that overflows a stream's): GOAWAY with `reason`, and the connection fails.
+fn flow_control_broken(state: &mut State, reason: Reason) -> Failure {
+    tracing::warn!(
+        ?reason,
+        "upstream connection: the apiserver broke HTTP/2 flow control; GOAWAY"
+    );
+    state.push(GoAway::new(StreamId::zero(), reason).into());
+    Failure::Closed(
+        io::ErrorKind::InvalidData,
+        "the apiserver broke HTTP/2 flow control",
+    )
 }

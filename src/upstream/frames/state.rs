@@ -15,6 +15,9 @@ use http::{HeaderMap, StatusCode};
 use super::stream::{Chunks, Failure, Stream, wake};
 use super::{CONNECTION_WINDOW, STREAM_WINDOW};
 
+/// The largest flow-control window HTTP/2 allows (RFC 9113, 6.9.1).
+const MAX_WINDOW: i64 = (1 << 31) - 1;
+
 /// The connection's state.
 pub(super) struct State {
     pub(super) streams: slab::Slab<Stream>,
@@ -277,30 +280,45 @@ impl State {
         }
     }
 
-    /// WINDOW_UPDATE from the apiserver: more room for request bodies.
-    pub(super) fn on_window_update(&mut self, id: StreamId, increment: u32) {
+    /// WINDOW_UPDATE from the apiserver: more room for request bodies. A window past 2^31-1 is the
+    /// connection's error on stream 0 (`Err`, its GOAWAY reason) and the stream's otherwise (RFC
+    /// 9113, 6.9.1), as the server side checks it. (A zero increment is the codec's connection
+    /// error, on any stream, before it gets here.)
+    pub(super) fn on_window_update(&mut self, id: StreamId, increment: u32) -> Result<(), Reason> {
         if id.is_zero() {
             self.send_window += i64::from(increment);
+            if self.send_window > MAX_WINDOW {
+                return Err(Reason::FLOW_CONTROL_ERROR);
+            }
             for (_, s) in self.streams.iter_mut() {
                 wake(&mut s.send_task);
             }
-        } else if let Some((_, s)) = self.stream(id) {
+        } else if let Some((key, s)) = self.stream(id) {
             s.send_window += i64::from(increment);
+            if s.send_window > MAX_WINDOW {
+                self.reset(key, Reason::FLOW_CONTROL_ERROR);
+                return Ok(());
+            }
             wake(&mut s.send_task);
         }
+        Ok(())
     }
 
     /// The apiserver's new SETTINGS_INITIAL_WINDOW_SIZE: every open stream's window moves by the
-    /// difference (RFC 9113, 6.9.2).
-    pub(super) fn on_initial_window(&mut self, size: u32) {
+    /// difference (RFC 9113, 6.9.2); one moved past 2^31-1 is the connection's FLOW_CONTROL_ERROR.
+    pub(super) fn on_initial_window(&mut self, size: u32) -> Result<(), Reason> {
         let delta = i64::from(size) - i64::from(self.peer_initial_window);
         self.peer_initial_window = size;
         for (_, s) in self.streams.iter_mut() {
             s.send_window += delta;
+            if s.send_window > MAX_WINDOW {
+                return Err(Reason::FLOW_CONTROL_ERROR);
+            }
             if delta > 0 {
                 wake(&mut s.send_task);
             }
         }
+        Ok(())
     }
 
     /// GOAWAY from the apiserver: no new streams; those above `last` were never processed.

@@ -423,6 +423,33 @@ async fn a_reset_from_the_apiserver_fails_the_response() {
 }
 
 #[tokio::test]
+async fn a_window_past_its_largest_is_the_streams_error_and_on_stream_zero_the_connections() {
+    let (link, mut peer, _) = connect(Settings::default()).await;
+    let (response, _) = link.send_request(get("/a"), true).expect("sent");
+    let id = peer.next_headers().await;
+    // 65,535 + 2^31-1: past the largest window (RFC 9113, 6.9.1).
+    peer.send(WindowUpdate::new(id, 0x7fff_ffff)).await;
+    match peer.next_on_stream().await {
+        Frame::Reset(r) => assert_eq!(r.reason(), Reason::FLOW_CONTROL_ERROR),
+        other => panic!("expected RST_STREAM, got {other:?}"),
+    }
+    assert!(response.await.is_err());
+    let (response, _) = link.send_request(get("/b"), true).expect("sent");
+    let _ = peer.next_headers().await;
+    peer.send(WindowUpdate::new(StreamId::zero(), 0x7fff_ffff))
+        .await;
+    loop {
+        if let Frame::GoAway(g) = peer.next().await.expect("a frame") {
+            break assert_eq!(g.reason(), Reason::FLOW_CONTROL_ERROR);
+        }
+    }
+    assert!(
+        response.await.is_err(),
+        "the connection's streams fail with it"
+    );
+}
+
+#[tokio::test]
 async fn connection_specific_headers_are_refused_unsent() {
     let (link, mut peer, _) = connect(Settings::default()).await;
     let mut req = get("/a");
