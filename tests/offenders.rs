@@ -178,3 +178,41 @@ async fn a_client_sending_oversized_heads_in_a_loop_is_held_back() {
     }
     assert_held_back_alone(&gate).await;
 }
+
+/// Clients known only by their address share it behind SNAT, an L4 balancer or a node's host
+/// network: once the address is held back, its offender's malformed heads wait out the hold for
+/// their answers, while a well-behaved client on the same address is served on fresh connections
+/// meanwhile, one after another.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_neighbour_on_an_offenders_address_keeps_its_service() {
+    let sims = sims().await;
+    let gate = gate(&routes(&sims, DEFAULTS)).await;
+    let addr = gate.server.addr;
+    let bad = b"G@T /api/v1/namespaces HTTP/1.1\r\nHost: x\r\n\r\n";
+    for _ in 0..20 {
+        let (code, body) = raw_h1(addr, bad).await;
+        assert_eq!(code, 400, "{body}");
+    }
+    assert!(
+        eventually(5, || async {
+            metric(&gate.metrics().await, "skewgate_clients_held_back_total") >= 1.0
+        })
+        .await,
+        "no hold counted"
+    );
+    let offender = tokio::spawn(async move { raw_h1(addr, bad).await });
+    let url = format!("{}/api/v1/namespaces", gate.url());
+    for i in 0..10 {
+        let resp = h1().get(&url).send().await.expect("the neighbour's answer");
+        assert_eq!(resp.status(), 200, "request {i}");
+    }
+    assert!(
+        !offender.is_finished(),
+        "the offender's malformed head was answered before its hold ended"
+    );
+    let (code, _) = tokio::time::timeout(Duration::from_secs(20), offender)
+        .await
+        .expect("answered once the hold is over")
+        .expect("task");
+    assert_eq!(code, 400);
+}

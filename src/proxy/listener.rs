@@ -25,7 +25,8 @@ use super::http1::FastPath;
 use super::keepalive::{self, Exchange, Exchanges};
 use super::limits::ClientKey;
 use super::offenders::{
-    cut_off_for_resets, is_client_fault, note_client_fault, note_client_faults, wait_if_held_back,
+    cut_off_for_resets, is_client_fault, note_client_fault, note_client_faults,
+    probation_if_held_back, wait_if_held_back,
 };
 use super::rebalance::Goaway;
 use super::request_body::Incoming;
@@ -213,7 +214,13 @@ impl Connection {
             is_h2,
         } = self;
         let client = ClientKey::of(identity.as_deref().map(|c| &c.identity), remote).hash();
-        wait_if_held_back(&proxy, client, remote).await;
+        // An address is many clients: its HTTP/1.1 connections are served on probation.
+        let probation = if is_h2 || identity.is_some() {
+            wait_if_held_back(&proxy, client, remote).await;
+            None
+        } else {
+            probation_if_held_back(&proxy, client, remote)
+        };
         let protocol = if is_h2 { "http2" } else { "http1" };
         let gauge = proxy
             .metrics
@@ -272,7 +279,7 @@ impl Connection {
                 io,
                 builders,
                 handle,
-                proxy.settings.idle_timeout,
+                (proxy.settings.idle_timeout, probation),
                 watcher,
                 stop,
             )
@@ -288,7 +295,7 @@ fn http1_served<'a, I, H, F>(
     io: I,
     builders: &'a Builders,
     handle: H,
-    idle_timeout: Duration,
+    (idle_timeout, probation): (Duration, Option<std::time::Instant>),
     watcher: Watcher,
     stop: CancellationToken,
 ) -> Served<'a>
@@ -308,7 +315,8 @@ where
         move |req| Box::pin(fast_handle(req, None)),
         builders.h1_head_limit,
         idle_timeout,
-    );
+    )
+    .on_probation(probation);
     Box::pin(async move {
         // Kept until the connection ends: the server's shutdown waits for it.
         let _watcher = watcher;

@@ -10,7 +10,10 @@
 //!
 //! earns a strike, and its next connections wait before they are served: 1 s after the first
 //! strike, doubling with each further strike up to 16 s, all forgotten a minute after the last hold
-//! ended. Its connections already served and every other client go on as before; a client that
+//! ended. A client known only by its address is many clients at once behind SNAT, an L4 balancer
+//! or a node's host network: its HTTP/1.1 connections are served at once, on probation, and only a
+//! malformed head waits out the hold for its 400 (`probation_if_held_back`), so that its
+//! neighbours keep their service while the offender's requests still cost it the hold. Its connections already served and every other client go on as before; a client that
 //! waits for its answers, as all do, then costs next to nothing. No well-behaved client comes near
 //! either trigger.
 
@@ -162,6 +165,38 @@ pub(super) async fn wait_if_held_back(proxy: &Proxy, client: u64, remote: Socket
     if let Some(hold) = proxy.offenders.hold(client, Instant::now()) {
         tracing::debug!(%remote, ?hold, "holding back a client that misbehaved");
         proxy.metrics.client_connections_delayed.inc();
+        tokio::time::sleep(hold).await;
+    }
+}
+
+/// The hold of a client known only by its address, on an HTTP/1.1 connection: the connection is
+/// served at once (other clients behind the same address, SNAT or a node's host network, are not
+/// made to wait), and only a malformed head of its waits out the hold for its answer. Returns when
+/// the hold ends, if there is one.
+pub(super) fn probation_if_held_back(
+    proxy: &Proxy,
+    client: u64,
+    remote: SocketAddr,
+) -> Option<std::time::Instant> {
+    let now = Instant::now();
+    let hold = proxy.offenders.hold(client, now)?;
+    tracing::debug!(%remote, ?hold, "serving a held-back address on probation");
+    Some(now + hold)
+}
+
+/// A request of a client known only by its address failed by its fault: while the address is held
+/// back, its answer waits out the hold (its connections are served on probation, not made to wait
+/// before they are: `probation_if_held_back`).
+pub(super) async fn wait_out_probation(
+    proxy: &Proxy,
+    identity: Option<&crate::identity::Identity>,
+    remote: SocketAddr,
+) {
+    if identity.is_some() {
+        return;
+    }
+    let client = super::limits::ClientKey::of(None, remote).hash();
+    if let Some(hold) = proxy.offenders.hold(client, Instant::now()) {
         tokio::time::sleep(hold).await;
     }
 }

@@ -89,6 +89,11 @@ pub(super) fn handle(
             &mut access,
         )
         .await;
+        if let Err(e) = &outcome
+            && e.is_client_fault()
+        {
+            super::offenders::wait_out_probation(proxy, caller.identity, caller.remote).await;
+        }
         let resp = respond(proxy, &routing, &request, caller, outcome, access);
         if let Some(g) = &peer.goaway
             && g.after_response(proxy.goaway_chance, request.long_running)

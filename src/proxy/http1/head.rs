@@ -19,8 +19,10 @@ pub(super) enum Parsed {
     /// The beginning of a head.
     Partial,
     /// Something hyper is to answer: a body, an upgrade, HTTP/1.0, `HEAD`, `Expect`, a malformed
-    /// head (hyper's 400).
+    /// head (hyper's 400: `Malformed` says which).
     Hyper,
+    /// A head that does not parse: hyper answers it 400.
+    Malformed,
     /// A request line whose version is not HTTP/1.x (an HTTP/2 client's broken preface, or not
     /// HTTP at all): the connection is closed without an answer, as RFC 9113 (3.4) closes on an
     /// invalid preface; an HTTP/1.1 answer would be garbage to such a peer.
@@ -58,11 +60,15 @@ pub(super) fn parse(buf: &mut BytesMut, slot: &mut Option<Head>) -> Parsed {
             Parsed::Partial
         }
         Err(Unsupported::NotHttp1) => Parsed::NotHttp1,
-        Err(Unsupported::Hyper) => {
+        Err(kind @ (Unsupported::Hyper | Unsupported::Malformed)) => {
             *buf = all
                 .try_into_mut()
                 .unwrap_or_else(|b| BytesMut::from(&b[..]));
-            Parsed::Hyper
+            if matches!(kind, Unsupported::Malformed) {
+                Parsed::Malformed
+            } else {
+                Parsed::Hyper
+            }
         }
     }
 }
@@ -98,6 +104,8 @@ pub(super) fn escape_hash_in_request_line(bytes: Bytes) -> Bytes {
 enum Unsupported {
     /// hyper serves it (or answers it 400).
     Hyper,
+    /// httparse found it malformed: hyper answers it 400.
+    Malformed,
     NotHttp1,
 }
 
@@ -109,7 +117,8 @@ fn parse_frozen(all: &Bytes, slot: &mut Option<Head>) -> Result<Option<usize>, U
         Ok(httparse::Status::Complete(len)) => len,
         Ok(httparse::Status::Partial) => return Ok(None),
         Err(httparse::Error::Version) => return Err(Unsupported::NotHttp1),
-        Err(_) => return Err(Unsupported::Hyper),
+        Err(httparse::Error::TooManyHeaders) => return Err(Unsupported::Hyper),
+        Err(_) => return Err(Unsupported::Malformed),
     };
     if req.version != Some(1) {
         return Err(Unsupported::Hyper);
@@ -256,12 +265,23 @@ mod tests {
             b"GET /x HTTP/1.0\r\n\r\n",
             b"HEAD /x HTTP/1.1\r\n\r\n",
             b"GET http://a/x HTTP/1.1\r\n\r\n",
-            b"GET /x HTTP/1.1\r\nBad Header: x\r\n\r\n",
-            b"G@T /x HTTP/1.1\r\n\r\n",
         ] {
             let (_, p, rest) = parsed(raw);
             assert!(
                 matches!(p, Parsed::Hyper),
+                "{}",
+                String::from_utf8_lossy(raw)
+            );
+            assert_eq!(&rest[..], raw, "kept for hyper");
+        }
+        // Malformed: hyper answers 400 (a client on probation waits first).
+        for raw in [
+            &b"GET /x HTTP/1.1\r\nBad Header: x\r\n\r\n"[..],
+            b"G@T /x HTTP/1.1\r\n\r\n",
+        ] {
+            let (_, p, rest) = parsed(raw);
+            assert!(
+                matches!(p, Parsed::Malformed),
                 "{}",
                 String::from_utf8_lossy(raw)
             );
@@ -327,7 +347,7 @@ mod tests {
                     let found = |p: &str, bytes: &[u8]| bytes.windows(p.len()).any(|w| w == p.as_bytes());
                     proptest::prop_assert!(path.is_some_and(|p| found(&p, &raw) || found(&p, &escaped)));
                 }
-                Parsed::Partial | Parsed::Hyper => {
+                Parsed::Partial | Parsed::Hyper | Parsed::Malformed => {
                     proptest::prop_assert!(slot.is_none());
                     proptest::prop_assert_eq!(&raw[..], &buf[..]);
                 }

@@ -48,6 +48,9 @@ pub(super) struct FastPath<H> {
     waits_since: Instant,
     /// Every request goes to hyper (the keep-alive tests of hyper's bursts).
     hyper_only: bool,
+    /// The connection's client (its address) is held back until then: served, but a malformed
+    /// head of its waits until then for its 400 (`offenders`).
+    probation: Option<Instant>,
 }
 
 /// What became of the connection.
@@ -64,6 +67,8 @@ enum Next {
     Head,
     Closed,
     ToHyper,
+    /// A malformed head, for hyper to answer 400.
+    Malformed,
 }
 
 impl<H, F> FastPath<H>
@@ -80,7 +85,14 @@ where
             idle_armed: false,
             waits_since: Instant::now(),
             hyper_only: false,
+            probation: None,
         }
+    }
+
+    /// The connection's client is on probation until `until`.
+    pub(super) fn on_probation(mut self, until: Option<std::time::Instant>) -> FastPath<H> {
+        self.probation = until.map(Instant::from_std);
+        self
     }
 
     /// This fast path hands every request to hyper.
@@ -108,6 +120,14 @@ where
                 Next::ToHyper => {
                     let bytes = head::escape_hash_in_request_line(buf.split().freeze());
                     return Outcome::ToHyper(bytes);
+                }
+                Next::Malformed => {
+                    if let Some(until) = self.probation.filter(|u| *u > Instant::now()) {
+                        // The client keeps sending malformed heads: its answer waits out its hold
+                        // (its neighbours on the address are served meanwhile).
+                        tokio::time::sleep_until(until).await;
+                    }
+                    return Outcome::ToHyper(buf.split().freeze());
                 }
             }
             let Some(head) = slot.take() else {
@@ -145,8 +165,12 @@ where
                 match head::parse(buf, slot) {
                     head::Parsed::Head => return Next::Head,
                     head::Parsed::Hyper => return Next::ToHyper,
+                    head::Parsed::Malformed => return Next::Malformed,
                     head::Parsed::NotHttp1 => return Next::Closed,
-                    head::Parsed::Partial if buf.len() >= self.head_limit => return Next::ToHyper,
+                    // Too long a head: hyper's 431, a fault as a malformed head is.
+                    head::Parsed::Partial if buf.len() >= self.head_limit => {
+                        return Next::Malformed;
+                    }
                     head::Parsed::Partial => {}
                 }
             }
