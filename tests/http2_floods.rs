@@ -260,3 +260,42 @@ async fn malformed_http2_requests_and_connection_errors_hold_the_client_back() {
         "20 HTTP/2 connection errors within a second held nobody back"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backlog_of_requests_each_reset_at_once_is_cut_off_and_reaches_the_apiserver_not_at_all()
+{
+    let sims = sims().await;
+    let gate = gate_without_hold_back(&sims).await;
+    let requests = || {
+        sims.old
+            .controls
+            .requests
+            .load(std::sync::atomic::Ordering::Relaxed)
+    };
+    let before = requests();
+    // What a rapid-reset client left in its socket while it was held back: 1,000 requests, each
+    // reset right after its HEADERS, read by skewgate in one go.
+    let block = get("/api/v1/namespaces/default/configmaps");
+    let mut backlog = Vec::new();
+    for i in 0..1000u32 {
+        backlog.extend(frame(HEADERS, END_STREAM | END_HEADERS, 2 * i + 1, &block));
+        backlog.extend(frame(RST_STREAM, 0, 2 * i + 1, &8u32.to_be_bytes()));
+    }
+    let mut conn = connect(gate.server.addr).await;
+    conn.write_all(&backlog).await.expect("write");
+    // The connection is cut off for its resets once its backlog is read, or as it is.
+    let closed = tokio::time::timeout(Duration::from_secs(10), async {
+        while read_frame(&mut conn).await.is_some() {}
+    })
+    .await;
+    assert!(
+        closed.is_ok(),
+        "the connection was not cut off for its resets"
+    );
+    let reached = requests() - before;
+    // (The simulator also counts skewgate's health checks and discovery meanwhile.)
+    assert!(
+        reached < 50,
+        "{reached} of 1,000 requests reset in the same read reached the apiserver"
+    );
+}

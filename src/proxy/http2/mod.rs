@@ -148,6 +148,7 @@ where
         }
         let mut conn_cx = Context::from_waker(&wakes.conn_waker);
         let mut passes = 0;
+        let mut turns = 0;
         loop {
             // The streams first: what they queue on the connection is written below, in this
             // turn, not in one more turn of the task that their wake-up would cost.
@@ -172,6 +173,14 @@ where
                     }
                     cx.waker().wake_by_ref();
                 }
+                return Poll::Pending;
+            }
+            // A client with a backlog of frames is read a few turns at a time: in between, the
+            // task yields, and what watches the connection (its reset budget) is looked at.
+            turns += 1;
+            if turns > MAX_TURNS {
+                wakes.conn.woken.store(true, Ordering::SeqCst);
+                cx.waker().wake_by_ref();
                 return Poll::Pending;
             }
             // A request is handed over as its HEADERS is read, under the connection's lock:
@@ -215,6 +224,9 @@ where
     .await;
     ended
 }
+
+/// Turns of the connection (up to 32 frames read each) in one poll of its task.
+const MAX_TURNS: usize = 8;
 
 /// What a connection watches beside its frames: the server's shutdown (GOAWAY, then its streams
 /// finish) and its keep-alive PINGs.

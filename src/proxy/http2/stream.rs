@@ -26,6 +26,9 @@ pub(super) enum Stream<F> {
     Answering {
         answer: Pin<Box<F>>,
         respond: Responder,
+        /// Polled before: a stream reset in the same read as its HEADERS (rapid reset, a backlog
+        /// of them read at once) is dropped before its request is ever begun.
+        begun: bool,
     },
     Piping(Pipe),
     Done,
@@ -33,7 +36,11 @@ pub(super) enum Stream<F> {
 
 impl<F> Stream<F> {
     pub(super) fn new(answer: Pin<Box<F>>, respond: Responder) -> Stream<F> {
-        Stream::Answering { answer, respond }
+        Stream::Answering {
+            answer,
+            respond,
+            begun: false,
+        }
     }
 }
 
@@ -46,7 +53,15 @@ where
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
         let this = self.get_mut();
         match this {
-            Stream::Answering { answer, respond } => {
+            Stream::Answering {
+                answer,
+                respond,
+                begun,
+            } => {
+                if !std::mem::replace(begun, true) && respond.poll_reset(cx).is_ready() {
+                    *this = Stream::Done;
+                    return Poll::Ready(());
+                }
                 let resp = match answer.as_mut().poll(cx) {
                     Poll::Ready(resp) => resp,
                     Poll::Pending => {
