@@ -40,6 +40,13 @@ pub(crate) use listener::serve;
 pub(crate) use routing::Routing;
 pub use server::{ServeOptions, Server};
 
+/// The HTTP/2 server's frames-in, frames-out core driven by `input` as a client's bytes after the
+/// preface, its invariants checked after every read (`fuzz/fuzz_targets/http2_server.rs`).
+#[cfg(feature = "fuzzing")]
+pub fn fuzz_http2_server(input: &[u8]) {
+    http2::fuzzing::serve_frames(input);
+}
+
 use crate::config::{ConfigErrors, RouteTable};
 use crate::identity::{IdentityHeaders, ServingTls};
 use crate::metrics::Metrics;

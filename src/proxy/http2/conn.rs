@@ -27,7 +27,7 @@ const READ_BATCH: usize = 32;
 const EXCHANGES: usize = 4;
 
 /// How reading left off.
-enum Read {
+pub(super) enum Read {
     /// The client closed the connection.
     End,
     /// Nothing more to read now: the socket's readiness wakes the task (or the task woke itself
@@ -149,7 +149,7 @@ impl<I: AsyncRead + AsyncWrite + Unpin> Wire<I> {
     }
 
     /// Reads up to `READ_BATCH` frames into the state, the requests they open handed to `opened`.
-    fn read(
+    pub(super) fn read(
         &mut self,
         cx: &mut Context<'_>,
         state: &mut State,

@@ -26,6 +26,8 @@
 
 mod closed;
 mod conn;
+#[cfg(any(test, feature = "fuzzing"))]
+pub(crate) mod fuzzing;
 mod handles;
 mod recv;
 mod request;

@@ -1,0 +1,199 @@
+//! The HTTP/2 server's core driven without a socket, for fuzzing (`fuzz/fuzz_targets/http2_server`)
+//! and its unit test: a client's bytes after the preface read by the connection's own `Wire::read`
+//! into its `State`, every request opened answered (half of them reading their bodies, half
+//! dropping them unread), what the connection queues written to a sink, and after every read the
+//! invariants a client must not be able to break checked: windows within 2^31-1, open streams
+//! within the limit, request data held within the stream's window, the queue of control frames
+//! bounded, the streams skewgate holds bounded.
+
+use std::io;
+use std::pin::Pin;
+use std::task::{Context, Poll, Waker};
+
+use bytes::Bytes;
+use h2::Codec;
+use h2::frame::{Headers, Pseudo};
+use http::{HeaderMap, StatusCode};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+
+use super::conn::{Read, Wire};
+use super::state::{MAX_QUEUED, MAX_WINDOW, Opened, State};
+
+/// The client's bytes, read; what skewgate writes, counted and dropped.
+struct Sink {
+    input: Vec<u8>,
+    at: usize,
+    written: usize,
+}
+
+impl AsyncRead for Sink {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        _: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let n = (self.input.len() - self.at).min(buf.remaining());
+        let at = self.at;
+        buf.put_slice(&self.input[at..at + n]);
+        self.at += n;
+        Poll::Ready(Ok(()))
+    }
+}
+
+impl AsyncWrite for Sink {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        _: &mut Context<'_>,
+        b: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        self.written += b.len();
+        Poll::Ready(Ok(b.len()))
+    }
+    fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+    fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+}
+
+/// Serves `input` as the frames a client sends after its preface; panics when an invariant breaks.
+pub(crate) fn serve_frames(input: &[u8]) {
+    let limits = super::limits(100, 1 << 20, 8 << 20, 64 << 10, 16 << 10);
+    let waker = Waker::noop();
+    let mut cx = Context::from_waker(waker);
+    let mut state = State::new(limits, waker.clone());
+    let sink = Sink {
+        input: input.to_vec(),
+        at: 0,
+        written: 0,
+    };
+    let mut codec = Codec::new(sink);
+    codec.set_max_recv_header_list_size(limits.max_header_list_size as usize);
+    let mut wire = Wire { codec, faults: 0 };
+    // Each turn reads at most a batch of frames: the input ends in a bounded number of them.
+    for _ in 0..input.len() / 9 + 2 {
+        let mut opened = Vec::new();
+        let read = wire.read(&mut cx, &mut state, &mut |o: Opened| opened.push(o));
+        for o in opened {
+            answer(&mut state, o);
+        }
+        read_bodies(&mut state);
+        let _ = wire.write(&mut cx, &mut state);
+        check(&state);
+        match read {
+            Ok(Read::End) | Err(_) => return,
+            _ if state.error.is_some() => return,
+            _ => {}
+        }
+    }
+}
+
+/// Answers a request at once: a head and a small body; odd streams keep reading their bodies.
+fn answer(state: &mut State, o: Opened) {
+    let Some(s) = state.streams.get_mut(o.key) else {
+        return;
+    };
+    let id = s.id;
+    s.send_handle = false;
+    if o.key.is_multiple_of(2) {
+        s.recv_handle = false;
+    }
+    state.push(Headers::new(id, Pseudo::response(StatusCode::OK), HeaderMap::new()).into());
+    state.queue_data(
+        o.key,
+        Bytes::from_static(b"{\"kind\":\"Status\"}"),
+        Some(None),
+    );
+    state.settle(o.key);
+}
+
+/// What the reading streams' bodies have, taken (as `RecvBody` takes it); a body at its end lets
+/// go of its stream.
+fn read_bodies(state: &mut State) {
+    let keys: Vec<usize> = state.streams.iter().map(|(k, _)| k).collect();
+    for key in keys {
+        let Some(s) = state.streams.get_mut(key) else {
+            continue;
+        };
+        if !s.recv_handle {
+            continue;
+        }
+        let mut taken = 0;
+        while let Some(chunk) = s.data.pop_front() {
+            taken += chunk.len();
+        }
+        taken += s.small.split().len();
+        s.held -= taken;
+        if s.recv_closed || s.failure.is_some() {
+            s.recv_handle = false;
+            state.release(key, taken);
+            state.settle(key);
+        } else {
+            state.release(key, taken);
+        }
+    }
+}
+
+/// The invariants no client can break.
+fn check(state: &State) {
+    let limits = &state.limits;
+    assert!(state.send_window <= MAX_WINDOW || state.error.is_some());
+    assert!(state.recv_window <= i64::from(limits.connection_window));
+    assert!(state.open <= limits.max_concurrent_streams);
+    // Open streams, and those over but not yet written out or let go of.
+    assert!(state.streams.len() <= 2 * limits.max_concurrent_streams as usize + 64);
+    assert!(
+        state.out.len() <= MAX_QUEUED + 3 * 32 + 8,
+        "{}",
+        state.out.len()
+    );
+    for (_, s) in state.streams.iter() {
+        assert!(s.send_window <= MAX_WINDOW || state.error.is_some());
+        assert!(s.recv_window <= i64::from(limits.stream_window));
+        assert!(s.held <= limits.stream_window as usize, "{} held", s.held);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
+        let len = (payload.len() as u32).to_be_bytes();
+        let mut f = vec![len[1], len[2], len[3], kind, flags];
+        f.extend_from_slice(&stream.to_be_bytes());
+        f.extend_from_slice(payload);
+        f
+    }
+
+    /// Seeds of the fuzz target's corpus, each served whole with its invariants: requests with
+    /// bodies, resets, window updates, settings, and bytes that are no frame.
+    #[test]
+    fn seeds_are_served_within_the_invariants() {
+        let get = [0x83, 0x86, 0x84, 0x41, 0x01, b'a'];
+        let mut many = frame(0x4, 0, 0, &[0, 4, 0, 0, 0, 0]);
+        for i in 0..150u32 {
+            let id = 2 * i + 1;
+            many.extend(frame(0x1, 0x4, id, &get));
+            many.extend(frame(0x0, 0, id, b"x"));
+            many.extend(frame(0x0, 0, id, &[b'y'; 300]));
+            if i % 3 == 0 {
+                many.extend(frame(0x3, 0, id, &8u32.to_be_bytes()));
+                many.extend(frame(0x0, 1, id, b"late"));
+            }
+            many.extend(frame(0x8, 0, id, &0x7fff_0000u32.to_be_bytes()));
+        }
+        for input in [
+            many,
+            frame(0x8, 0, 0, &0x7fff_ffffu32.to_be_bytes()),
+            vec![0xff; 64],
+            frame(0x1, 0x5, 3, &get)
+                .into_iter()
+                .chain(frame(0x1, 0x5, 1, &get))
+                .collect(),
+        ] {
+            serve_frames(&input);
+        }
+    }
+}
