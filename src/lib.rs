@@ -52,6 +52,8 @@ pub(crate) mod admin;
 pub mod classify;
 pub mod cluster;
 pub mod config;
+#[cfg(any(test, feature = "fuzzing"))]
+mod fuzz_io;
 pub mod identity;
 mod keys;
 pub(crate) mod metrics;

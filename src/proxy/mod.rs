@@ -47,6 +47,13 @@ pub fn fuzz_http2_server(input: &[u8]) {
     http2::fuzzing::serve_frames(input);
 }
 
+/// The upstream HTTP/2 client's core driven by `input` as an apiserver's bytes, with requests
+/// open, its invariants checked after every read (`fuzz/fuzz_targets/http2_upstream.rs`).
+#[cfg(feature = "fuzzing")]
+pub fn fuzz_http2_upstream(input: &[u8]) {
+    crate::upstream::frames::fuzzing::answer_frames(input);
+}
+
 use crate::config::{ConfigErrors, RouteTable};
 use crate::identity::{IdentityHeaders, ServingTls};
 use crate::metrics::Metrics;

@@ -6,56 +6,16 @@
 //! within the limit, request data held within the stream's window, the queue of control frames
 //! bounded, the streams skewgate holds bounded.
 
-use std::io;
-use std::pin::Pin;
-use std::task::{Context, Poll, Waker};
+use std::task::{Context, Waker};
 
 use bytes::Bytes;
 use h2::Codec;
 use h2::frame::{Headers, Pseudo};
 use http::{HeaderMap, StatusCode};
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use super::conn::{Read, Wire};
 use super::state::{MAX_QUEUED, MAX_WINDOW, Opened, State};
-
-/// The client's bytes, read; what skewgate writes, counted and dropped.
-struct Sink {
-    input: Vec<u8>,
-    at: usize,
-    written: usize,
-}
-
-impl AsyncRead for Sink {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        _: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        let n = (self.input.len() - self.at).min(buf.remaining());
-        let at = self.at;
-        buf.put_slice(&self.input[at..at + n]);
-        self.at += n;
-        Poll::Ready(Ok(()))
-    }
-}
-
-impl AsyncWrite for Sink {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        _: &mut Context<'_>,
-        b: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        self.written += b.len();
-        Poll::Ready(Ok(b.len()))
-    }
-    fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Poll::Ready(Ok(()))
-    }
-    fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Poll::Ready(Ok(()))
-    }
-}
+use crate::fuzz_io::Sink;
 
 /// Serves `input` as the frames a client sends after its preface; panics when an invariant breaks.
 pub(crate) fn serve_frames(input: &[u8]) {
@@ -63,11 +23,7 @@ pub(crate) fn serve_frames(input: &[u8]) {
     let waker = Waker::noop();
     let mut cx = Context::from_waker(waker);
     let mut state = State::new(limits, waker.clone());
-    let sink = Sink {
-        input: input.to_vec(),
-        at: 0,
-        written: 0,
-    };
+    let sink = Sink::new(input);
     let mut codec = Codec::new(sink);
     codec.set_max_recv_header_list_size(limits.max_header_list_size as usize);
     let mut wire = Wire { codec, faults: 0 };
@@ -158,14 +114,7 @@ fn check(state: &State) {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
-        let len = (payload.len() as u32).to_be_bytes();
-        let mut f = vec![len[1], len[2], len[3], kind, flags];
-        f.extend_from_slice(&stream.to_be_bytes());
-        f.extend_from_slice(payload);
-        f
-    }
+    use crate::fuzz_io::frame;
 
     /// Seeds of the fuzz target's corpus, each served whole with its invariants: requests with
     /// bodies, resets, window updates, settings, and bytes that are no frame.

@@ -87,12 +87,12 @@ struct Connection<T> {
 
 /// The connection's socket and what it reports to the pool: apart from `Shared`, so that a turn
 /// can hold the lock and write to the socket.
-struct Wire<T> {
-    codec: Codec<T, Bytes>,
+pub(super) struct Wire<T> {
+    pub(super) codec: Codec<T, Bytes>,
     /// Taken at GOAWAY.
-    hooks: Option<Hooks>,
+    pub(super) hooks: Option<Hooks>,
     /// Whether the apiserver's first SETTINGS came.
-    settled: bool,
+    pub(super) settled: bool,
 }
 
 impl<T: AsyncRead + AsyncWrite + Unpin> Connection<T> {
@@ -147,7 +147,7 @@ impl<T: AsyncRead + AsyncWrite + Unpin> Connection<T> {
 
 impl<T: AsyncRead + AsyncWrite + Unpin> Wire<T> {
     /// Reads up to `READ_BATCH` frames and hands each to the state; how many were read.
-    fn read(
+    pub(super) fn read(
         &mut self,
         cx: &mut Context<'_>,
         shared: &Shared,
@@ -178,7 +178,7 @@ impl<T: AsyncRead + AsyncWrite + Unpin> Wire<T> {
 
     /// Hands the queued frames to the codec as far as the socket takes them (the codec writes when
     /// its buffer is full; the rest is flushed at the end of the turn).
-    fn write(&mut self, cx: &mut Context<'_>, state: &mut State) -> Result<(), Failure> {
+    pub(super) fn write(&mut self, cx: &mut Context<'_>, state: &mut State) -> Result<(), Failure> {
         match &state.task {
             Some(w) if w.will_wake(cx.waker()) => {}
             _ => state.task = Some(cx.waker().clone()),

@@ -21,6 +21,8 @@
 //! responses (hyper checks what it sends to the client).
 
 mod drive;
+#[cfg(any(test, feature = "fuzzing"))]
+pub(crate) mod fuzzing;
 mod state;
 mod stream;
 

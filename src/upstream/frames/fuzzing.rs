@@ -1,0 +1,126 @@
+//! The upstream HTTP/2 client's core driven without a socket, for fuzzing
+//! (`fuzz/fuzz_targets/http2_upstream`) and its unit test: ten requests open (two still sending a
+//! body), an apiserver's bytes read by the connection's own `Wire::read` into its `State`, half the
+//! responses read as they come, what the connection queues written to a sink, and after every read
+//! the invariants an apiserver must not be able to break checked: windows within 2^31-1, data held
+//! within the window skewgate granted, the queue of frames to write bounded.
+
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU32, AtomicUsize};
+use std::task::{Context, Waker};
+
+use h2::Codec;
+use h2::frame::{Headers, Pseudo};
+use http::{HeaderMap, Method, Uri};
+
+use super::drive::Wire;
+use super::state::State;
+use super::{STREAM_WINDOW, Shared};
+use crate::fuzz_io::Sink;
+
+/// Serves `input` as what an apiserver sends on a connection with ten requests open; panics when
+/// an invariant breaks.
+pub(crate) fn answer_frames(input: &[u8]) {
+    let waker = Waker::noop();
+    let mut cx = Context::from_waker(waker);
+    let shared = Shared {
+        state: Mutex::new(State::new()),
+        max_streams: AtomicUsize::new(100),
+        header_list_limit: AtomicU32::new(u32::MAX),
+        pong: tokio::sync::Notify::new(),
+    };
+    let mut state = shared.lock();
+    for i in 0..10 {
+        let end = i < 8;
+        state.open(|id| {
+            let pseudo = Pseudo::request(Method::GET, Uri::from_static("/api/v1/pods"), None);
+            let mut h = Headers::new(id, pseudo, HeaderMap::new());
+            if end {
+                h.set_end_stream();
+            }
+            h
+        });
+    }
+    let sink = Sink::new(input);
+    let mut wire = Wire {
+        codec: Codec::new(sink),
+        hooks: None,
+        settled: false,
+    };
+    let mut went_away = false;
+    for _ in 0..input.len() / 9 + 2 {
+        // An error fails the connection (and every stream with it): nothing more is read.
+        let Ok(read) = wire.read(&mut cx, &shared, &mut state, &mut went_away) else {
+            return;
+        };
+        take_responses(&mut state);
+        let written = wire.write(&mut cx, &mut state);
+        check(&state);
+        if read == 0 || written.is_err() {
+            return;
+        }
+    }
+}
+
+/// What the even streams' responses have, taken and given back (as their bodies take it).
+fn take_responses(state: &mut State) {
+    let keys: Vec<usize> = state.streams.iter().map(|(k, _)| k).collect();
+    for key in keys.into_iter().filter(|k| k % 2 == 0) {
+        let Some(s) = state.streams.get_mut(key) else {
+            continue;
+        };
+        s.head.take();
+        let mut taken = 0;
+        while let Some(chunk) = s.data.pop_front() {
+            taken += chunk.len();
+        }
+        state.release(key, taken);
+    }
+}
+
+/// The invariants no apiserver can break.
+fn check(state: &State) {
+    const MAX_WINDOW: i64 = (1 << 31) - 1;
+    assert!(state.send_window <= MAX_WINDOW);
+    assert!(
+        state.out.len() <= 4096 + 64,
+        "{} frames queued",
+        state.out.len()
+    );
+    for (_, s) in state.streams.iter() {
+        assert!(s.send_window <= MAX_WINDOW);
+        assert!(s.recv_window <= i64::from(STREAM_WINDOW));
+        // Past the window skewgate granted, the stream was reset and holds nothing.
+        assert!(s.recv_window >= 0 || s.failure.is_some());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fuzz_io::frame;
+
+    /// Seeds of the fuzz target's corpus: answers, data past the window, resets, windows, GOAWAY.
+    #[test]
+    fn seeds_are_answered_within_the_invariants() {
+        let ok = [0x88]; // :status 200
+        let mut answers = frame(0x4, 0, 0, &[0, 4, 0, 0, 0, 0]);
+        for id in (1..=19u32).step_by(2) {
+            answers.extend(frame(0x1, 0x4, id, &ok));
+            for _ in 0..20 {
+                answers.extend(frame(0x0, 0, id, &[b'x'; 16_384]));
+            }
+            answers.extend(frame(0x8, 0, id, &0x7fff_0000u32.to_be_bytes()));
+        }
+        answers.extend(frame(0x3, 0, 5, &8u32.to_be_bytes()));
+        answers.extend(frame(0x7, 0, 0, &[0, 0, 0, 9, 0, 0, 0, 0]));
+        for input in [
+            answers,
+            frame(0x8, 0, 0, &0x7fff_ffffu32.to_be_bytes()),
+            frame(0x4, 0, 0, &[0, 4, 0x7f, 0xff, 0xff, 0xff]),
+            vec![0xff; 64],
+        ] {
+            answer_frames(&input);
+        }
+    }
+}
