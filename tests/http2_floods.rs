@@ -33,27 +33,15 @@ enum Seen {
     Closed,
 }
 
-fn code(payload: &[u8], at: usize) -> u32 {
-    payload
-        .get(at..at + 4)
-        .map_or(0, |b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
-}
-
 /// Reads frames (acknowledging SETTINGS) until something happens on stream `id` or to the
 /// connection; resets of other streams are counted in `others`. `None` when nothing came in 10 s.
 async fn next_on(conn: &mut TcpStream, id: u32, others: &mut usize) -> Option<Seen> {
     let until = tokio::time::Instant::now() + Duration::from_secs(10);
     loop {
-        let Some(f) = tokio::time::timeout_at(until, read_frame(conn))
-            .await
-            .ok()?
-        else {
+        let Some(f) = next_frame(conn, until).await? else {
             return Some(Seen::Closed);
         };
         match f.kind {
-            SETTINGS if f.flags & ACK == 0 => {
-                conn.write_all(&frame(SETTINGS, ACK, 0, &[])).await.ok()?;
-            }
             GOAWAY => return Some(Seen::GoAway(code(&f.payload, 4))),
             RST_STREAM if f.stream == id => return Some(Seen::Reset(code(&f.payload, 0))),
             RST_STREAM => *others += 1,

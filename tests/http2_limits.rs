@@ -51,27 +51,13 @@ enum Seen {
     GoAway(u32),
 }
 
-fn code(payload: &[u8], at: usize) -> u32 {
-    u32::from_be_bytes([
-        payload[at],
-        payload[at + 1],
-        payload[at + 2],
-        payload[at + 3],
-    ])
-}
-
 /// Reads frames (acknowledging SETTINGS) until a reset or a head on `id`, or a GOAWAY; counts the
 /// resets of other streams seen before it in `others`. `None` when nothing came within 10 s.
 async fn next_on(conn: &mut TcpStream, id: u32, others: &mut usize) -> Option<Seen> {
     let until = tokio::time::Instant::now() + Duration::from_secs(10);
     loop {
-        let f = tokio::time::timeout_at(until, read_frame(conn))
-            .await
-            .ok()??;
+        let f = next_frame(conn, until).await??;
         match f.kind {
-            SETTINGS if f.flags & ACK == 0 => {
-                conn.write_all(&frame(SETTINGS, ACK, 0, &[])).await.ok()?;
-            }
             GOAWAY => return Some(Seen::GoAway(code(&f.payload, 4))),
             RST_STREAM if f.stream == id => return Some(Seen::Reset(code(&f.payload, 0))),
             RST_STREAM => *others += 1,

@@ -25,8 +25,7 @@ use super::http1::FastPath;
 use super::keepalive::{self, Exchange, Exchanges};
 use super::limits::ClientKey;
 use super::offenders::{
-    cut_off_for_resets, is_client_fault, note_client_fault, note_client_faults,
-    probation_if_held_back, wait_if_held_back,
+    cut_off_for_resets, hold_if_held_back, is_client_fault, note_client_fault, note_client_faults,
 };
 use super::rebalance::Goaway;
 use super::request_body::Incoming;
@@ -214,13 +213,8 @@ impl Connection {
             is_h2,
         } = self;
         let client = ClientKey::of(identity.as_deref().map(|c| &c.identity), remote).hash();
-        // An address is many clients: its HTTP/1.1 connections are served on probation.
-        let probation = if is_h2 || identity.is_some() {
-            wait_if_held_back(&proxy, client, remote).await;
-            None
-        } else {
-            probation_if_held_back(&proxy, client, remote)
-        };
+        let by_address = !is_h2 && identity.is_none();
+        let probation = hold_if_held_back(&proxy, client, remote, by_address).await;
         let protocol = if is_h2 { "http2" } else { "http1" };
         let gauge = proxy
             .metrics
@@ -258,22 +252,8 @@ impl Connection {
         // response's head is sent, not when its body ends (a watch: hours later); hyper's HTTP/1.1
         // server would keep a slot of that size for as long as it serves.
         let served: Served<'_> = if is_h2 {
-            let counted = proxy.clone();
-            Box::pin(async move {
-                // Kept until the connection ends: the server's shutdown waits for it.
-                let _watcher = watcher;
-                let shutdown = std::pin::pin!(shutdown_signal(stop, drawn));
-                let faults = |n| note_client_faults(&counted, client, remote, n);
-                super::http2::serve(
-                    io,
-                    &builders.h2,
-                    |req| Box::pin(handle(req, None)),
-                    shutdown,
-                    &faults,
-                )
-                .await
-                .map_err(Into::into)
-            })
+            let faults = (proxy.clone(), client, remote);
+            http2_served(io, builders, handle, faults, watcher, (stop, drawn))
         } else {
             http1_served(
                 io,
@@ -287,6 +267,38 @@ impl Connection {
         run_to_end(&proxy, (client, remote), served, &first_request, &resets).await;
         gauge.dec();
     }
+}
+
+/// An HTTP/2 connection being served; each stream reset for the client's fault counted against
+/// the client (`faults`: the proxy, the client and its address).
+fn http2_served<'a, I, H, F>(
+    io: I,
+    builders: &'a Builders,
+    handle: H,
+    (proxy, client, remote): (Arc<Proxy>, u64, SocketAddr),
+    watcher: Watcher,
+    (stop, drawn): (CancellationToken, Option<Arc<Goaway>>),
+) -> Served<'a>
+where
+    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    H: Fn(Request<Incoming>, Option<Exchange>) -> F + Send + Sync + 'a,
+    F: Future<Output = Response<ProxyBody>> + Send + 'static,
+{
+    Box::pin(async move {
+        // Kept until the connection ends: the server's shutdown waits for it.
+        let _watcher = watcher;
+        let shutdown = std::pin::pin!(shutdown_signal(stop, drawn));
+        let faults = |n| note_client_faults(&proxy, client, remote, n);
+        super::http2::serve(
+            io,
+            &builders.h2,
+            |req| Box::pin(handle(req, None)),
+            shutdown,
+            &faults,
+        )
+        .await
+        .map_err(Into::into)
+    })
 }
 
 /// An HTTP/1.1 connection being served: requests without a body by skewgate's own server

@@ -160,28 +160,24 @@ impl Offenders {
 // ===== What the listener does with a client's record =====
 
 /// A client held back (cut off for resets, or sending malformed requests) waits before this
-/// connection of its is served.
-pub(super) async fn wait_if_held_back(proxy: &Proxy, client: u64, remote: SocketAddr) {
-    if let Some(hold) = proxy.offenders.hold(client, Instant::now()) {
-        tracing::debug!(%remote, ?hold, "holding back a client that misbehaved");
-        proxy.metrics.client_connections_delayed.inc();
-        tokio::time::sleep(hold).await;
-    }
-}
-
-/// The hold of a client known only by its address, on an HTTP/1.1 connection: the connection is
-/// served at once (other clients behind the same address, SNAT or a node's host network, are not
-/// made to wait), and only a malformed head of its waits out the hold for its answer. Returns when
-/// the hold ends, if there is one.
-pub(super) fn probation_if_held_back(
+/// connection of its is served; one known only by its address on HTTP/1.1 (`by_address`) is
+/// served at once, on probation: its hold's end is returned, for its malformed heads to wait out.
+pub(super) async fn hold_if_held_back(
     proxy: &Proxy,
     client: u64,
     remote: SocketAddr,
+    by_address: bool,
 ) -> Option<std::time::Instant> {
     let now = Instant::now();
     let hold = proxy.offenders.hold(client, now)?;
-    tracing::debug!(%remote, ?hold, "serving a held-back address on probation");
-    Some(now + hold)
+    if by_address {
+        tracing::debug!(%remote, ?hold, "serving a held-back address on probation");
+        return Some(now + hold);
+    }
+    tracing::debug!(%remote, ?hold, "holding back a client that misbehaved");
+    proxy.metrics.client_connections_delayed.inc();
+    tokio::time::sleep(hold).await;
+    None
 }
 
 /// A request of a client known only by its address failed by its fault: while the address is held

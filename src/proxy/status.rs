@@ -172,25 +172,12 @@ impl ProxyError {
                 format!("skewgate: the request body is larger than {limit} bytes, the most the apiserver accepts"),
                 false,
             ),
-            ProxyError::GuardRejected { guard, client, fields } => (
-                StatusCode::UNPROCESSABLE_ENTITY,
-                "Invalid",
-                format!(
-                    "skewgate guard {guard:?}: this update from a {client} client would drop {} that the stored object has; update with a client as new as the apiserver, or patch",
-                    fields.iter().map(|(p, _)| p.as_str()).collect::<Vec<_>>().join(", ")
-                ),
-                false,
-            ),
-            ProxyError::MalformedHead { code, why } => (
-                *code,
-                if *code == StatusCode::BAD_REQUEST {
-                    "BadRequest"
-                } else {
-                    "NotImplemented"
-                },
-                format!("skewgate: {why}; nothing was sent"),
-                false,
-            ),
+            ProxyError::GuardRejected {
+                guard,
+                client,
+                fields,
+            } => guard_rejected_parts(guard, client, fields),
+            ProxyError::MalformedHead { code, why } => malformed_head_parts(*code, why),
             ProxyError::GuardCannotCheck { guard, why } => (
                 StatusCode::SERVICE_UNAVAILABLE,
                 "ServiceUnavailable",
@@ -272,6 +259,35 @@ fn upstream_parts(
             false,
         ),
     }
+}
+
+/// A guarded update refused: the fields it would drop, named.
+fn guard_rejected_parts(
+    guard: &str,
+    client: &str,
+    fields: &[(String, crate::skew::LossReason)],
+) -> (StatusCode, &'static str, String, bool) {
+    let names: Vec<&str> = fields.iter().map(|(p, _)| p.as_str()).collect();
+    let message = format!(
+        "skewgate guard {guard:?}: this update from a {client} client would drop {} that the stored object has; update with a client as new as the apiserver, or patch",
+        names.join(", ")
+    );
+    (StatusCode::UNPROCESSABLE_ENTITY, "Invalid", message, false)
+}
+
+/// A head Go's net/http refuses (`framing.rs`): 400, or 501 for a transfer coding.
+fn malformed_head_parts(code: StatusCode, why: &str) -> (StatusCode, &'static str, String, bool) {
+    let reason = if code == StatusCode::BAD_REQUEST {
+        "BadRequest"
+    } else {
+        "NotImplemented"
+    };
+    (
+        code,
+        reason,
+        format!("skewgate: {why}; nothing was sent"),
+        false,
+    )
 }
 
 /// A Kubernetes `Status` failure response, with `Retry-After: 1` (and `details.retryAfterSeconds`)

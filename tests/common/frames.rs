@@ -70,3 +70,31 @@ pub async fn read_frame(conn: &mut tokio::net::TcpStream) -> Option<Frame> {
         payload,
     })
 }
+
+/// The next frame before `until` that is not the peer's SETTINGS (each acknowledged here):
+/// `Some(None)` once the connection ended, `None` at `until` or when the acknowledgement could not
+/// be written.
+pub async fn next_frame(
+    conn: &mut tokio::net::TcpStream,
+    until: tokio::time::Instant,
+) -> Option<Option<Frame>> {
+    use tokio::io::AsyncWriteExt;
+    loop {
+        let f = tokio::time::timeout_at(until, read_frame(conn))
+            .await
+            .ok()?;
+        match f {
+            Some(f) if f.kind == SETTINGS && f.flags & ACK == 0 => {
+                conn.write_all(&frame(SETTINGS, ACK, 0, &[])).await.ok()?;
+            }
+            other => return Some(other),
+        }
+    }
+}
+
+/// The 32-bit error code at `at` in a RST_STREAM's (0) or GOAWAY's (4) payload.
+pub fn code(payload: &[u8], at: usize) -> u32 {
+    payload
+        .get(at..at + 4)
+        .map_or(0, |b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
+}
