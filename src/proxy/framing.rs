@@ -1,9 +1,10 @@
 //! What Go's net/http refuses in an HTTP/1.1 head before kube-apiserver's handlers see it, refused
 //! the same way here, so that skewgate sends on nothing the apiserver would not have taken: no
-//! `Host` or more than one (400), more than one `Transfer-Encoding` field (400), a transfer coding
-//! other than `chunked` alone (501: `chunked, chunked` and `gzip, chunked`, which hyper takes), a
-//! path with a malformed escape (400: `ParseRequestURI`'s "invalid URL escape"; skewgate answered
-//! 502 when the apiserver's connection refused it).
+//! `Host` or more than one (400), more than one `Transfer-Encoding` field or a transfer coding other
+//! than `chunked` alone (501: `chunked, chunked` and `gzip, chunked`, which hyper takes), a path
+//! with a malformed escape (400: `ParseRequestURI`'s "invalid URL escape"; skewgate answered 502
+//! when the apiserver's connection refused it). Each answer as kube-apiserver v1.35.6 gave it to
+//! the same bytes (`../shared/envtest` pair, 2026-11-26).
 
 use http::request::Parts;
 use http::{StatusCode, Version, header};
@@ -30,7 +31,7 @@ pub(super) fn check(parts: &Parts) -> Result<(), ProxyError> {
     let mut codings = parts.headers.get_all(header::TRANSFER_ENCODING).iter();
     match (codings.next(), codings.next()) {
         (None, _) => Ok(()),
-        (Some(_), Some(_)) => refuse(StatusCode::BAD_REQUEST, "too many transfer encodings"),
+        (Some(_), Some(_)) => refuse(StatusCode::NOT_IMPLEMENTED, "too many transfer encodings"),
         (Some(v), None) if v.as_bytes().eq_ignore_ascii_case(b"chunked") => Ok(()),
         (Some(_), None) => refuse(StatusCode::NOT_IMPLEMENTED, "unsupported transfer encoding"),
     }
@@ -54,7 +55,7 @@ pub(crate) fn escapes_are_whole(path: &str) -> bool {
 mod tests {
     use super::*;
 
-    /// Each head with Go 1.24 net/http's answer to it (`None`: served).
+    /// Each head with kube-apiserver's (Go net/http's) answer to it (`None`: served).
     #[test]
     fn heads_are_refused_as_go_refuses_them() {
         for (fields, go) in [
@@ -78,7 +79,7 @@ mod tests {
                     ("transfer-encoding", "chunked"),
                     ("transfer-encoding", "chunked"),
                 ],
-                Some(400),
+                Some(501),
             ),
         ] {
             let mut req = http::Request::builder().uri("/api/v1/pods");
