@@ -1,5 +1,5 @@
 //! Readiness means "can serve the traffic it will get": a backend that no rule sends traffic to
-//! now (README's upgrade step 1: the new version's backend added before its apiservers exist) does
+//! now (docs/operating.md's upgrade step 1: the new version's backend added before its apiservers exist) does
 //! not make a replica unready; one that a rule uses does, and `/readyz` names it and the rules.
 
 mod common;

@@ -130,7 +130,7 @@ fn print_guide(server: &Server, routes: &Path, kubeconfig: &Path, manifest: &Pat
     println!(
         "
 skewgate is listening on http://{addr} (admin on http://{admin}).
-These apiservers are simulators (a test fixture, not a real kube-apiserver); see README.
+These apiservers are simulators (a test fixture, not a real kube-apiserver); see docs/operating.md (The simulator).
 
 kubeconfig: {kc}
 
