@@ -223,6 +223,11 @@ pub struct ServeArgs {
     /// 431. kube-apiserver accepts up to 1 MiB (1048576); the default is Envoy's, rounded up.
     #[arg(long, default_value_t = 64 << 10)]
     pub max_request_header_bytes: usize,
+    /// The most response data held for clients that have not read it yet, across all of them
+    /// (bytes; 0: no bound). From half of it, apiservers are given a 16 KiB window per stream
+    /// instead of 256 KiB; at it, a response whose client holds 16 KiB unread is cut.
+    #[arg(long, default_value_t = skewgate::upstream::DEFAULT_RESPONSE_BUFFER)]
+    pub max_buffered_response_bytes: usize,
     /// Headers that carry the user upstream, and are removed from clients (default X-Remote-User).
     #[arg(long, value_delimiter = ',')]
     pub requestheader_username_headers: Vec<String>,

@@ -8,7 +8,7 @@ use anyhow::{Result, bail};
 use skewgate::cluster::PublishSettings;
 use skewgate::identity::{IdentityHeaders, ServingTls, TlsFiles, UpstreamTls, UpstreamTlsFiles};
 use skewgate::proxy::{ProxySettings, ServeOptions, Server};
-use skewgate::upstream::PoolSettings;
+use skewgate::upstream::{PoolSettings, ResponseBudget};
 
 use super::{ServeArgs, UpstreamArgs};
 
@@ -101,6 +101,7 @@ fn options(args: ServeArgs) -> Result<ServeOptions> {
                 tls: upstream_tls,
                 own_user,
                 max_header_list_size: args.max_request_header_bytes,
+                response_buffer: Arc::new(ResponseBudget::new(args.max_buffered_response_bytes)),
                 ..PoolSettings::default()
             },
             ..ProxySettings::default()

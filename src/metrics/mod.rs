@@ -265,6 +265,11 @@ impl Metrics {
         self
     }
 
+    /// Registers a family kept elsewhere (the response budget's); one already registered is left.
+    pub(crate) fn adopt(&self, c: Box<dyn prometheus::core::Collector>) {
+        let _ = self.registry.register(c);
+    }
+
     /// The Prometheus text exposition of every metric.
     pub(crate) fn render(&self) -> String {
         let mut out = Vec::new();

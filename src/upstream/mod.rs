@@ -1,5 +1,6 @@
 //! Backends and their endpoints: pooled HTTP/2 connections, endpoint choice, and health checks.
 
+mod budget;
 mod deadline;
 mod dial;
 mod discovery;
@@ -15,6 +16,7 @@ pub(crate) mod worker;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
 
+pub use budget::{DEFAULT_LIMIT as DEFAULT_RESPONSE_BUFFER, ResponseBudget};
 pub(crate) use deadline::WheelTimer;
 pub(crate) use dial::{DialError, Dialed};
 pub(crate) use discovery::Served;
@@ -170,6 +172,9 @@ pub(crate) struct Upstreams {
 impl Upstreams {
     /// An empty registry.
     pub(crate) fn new(settings: PoolSettings, metrics: Arc<Metrics>) -> Upstreams {
+        for c in settings.response_buffer.collectors() {
+            metrics.adopt(c);
+        }
         Upstreams {
             settings,
             metrics,

@@ -51,6 +51,9 @@ pub struct PoolSettings {
     /// New connections per second per endpoint, at most: churn (an apiserver sending GOAWAY to
     /// every connection, clients resetting streams) never turns into a connection storm.
     pub max_new_connections_per_second: u32,
+    /// The bound on response data held for clients across every pool (`budget.rs`): one for the
+    /// process, shared by the clones of these settings.
+    pub response_buffer: Arc<super::ResponseBudget>,
 }
 
 impl Default for PoolSettings {
@@ -68,6 +71,7 @@ impl Default for PoolSettings {
             max_header_list_size: 64 << 10,
             idle_timeout: Duration::from_secs(90),
             max_new_connections_per_second: 20,
+            response_buffer: Arc::default(),
         }
     }
 }
@@ -423,7 +427,8 @@ impl EndpointPool {
         T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
     {
         let max_streams = self.settings.initial_max_streams;
-        match frames::handshake(io, &self.authority, max_streams, hooks).await {
+        let budget = self.settings.response_buffer.clone();
+        match frames::handshake(io, &self.authority, max_streams, hooks, budget).await {
             Ok((link, task)) => Ok((link, Box::pin(task))),
             Err(e) => Err(self.connect_failed(DialError::Handshake {
                 url: self.url(),

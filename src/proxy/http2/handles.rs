@@ -124,6 +124,9 @@ pub(super) struct Responder {
     key: usize,
     /// Let go of the stream already (`send_whole`): dropping it takes no lock.
     released: bool,
+    /// The client's window for the stream was shut by what the last send queued: no more is to
+    /// be taken from the apiserver's answer until it opens (`poll_room`).
+    shut: bool,
 }
 
 impl Responder {
@@ -132,7 +135,33 @@ impl Responder {
             shared,
             key,
             released: false,
+            shut: false,
         }
+    }
+
+    /// Whether the client's window for the stream was shut by what the last send queued.
+    pub(super) fn is_shut(&self) -> bool {
+        self.shut
+    }
+
+    /// Ready once the client's window for the stream has room beyond what is queued (or the
+    /// stream failed): a response taken from the apiserver no faster than its client reads it, so
+    /// that what a client does not read stays upstream, within the response budget.
+    pub(super) fn poll_room(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), h2::Error>> {
+        let mut state = self.shared.lock();
+        let failed = state.failed.clone();
+        let Some(s) = state.streams.get_mut(self.key) else {
+            return Poll::Ready(Err(h2::Error::from(Reason::CANCEL)));
+        };
+        if let Some(why) = s.failure.as_ref().or(failed.as_ref()) {
+            return Poll::Ready(Err(why.to_error()));
+        }
+        if s.send_window > s.queued_len as i64 {
+            self.shut = false;
+            return Poll::Ready(Ok(()));
+        }
+        store_waker(&mut s.writer, cx);
+        Poll::Pending
     }
 
     /// Queues the whole response: its head, and its one chunk (or none) with the end, and lets go
@@ -184,6 +213,8 @@ impl Responder {
         if s.failure.is_some() || s.send_closed {
             return false;
         }
+        // A client whose window is shut already is sent nothing of the body until it opens.
+        self.shut = s.send_window <= 0;
         let frame = Headers::new(s.id, Pseudo::response(head.status), head.headers);
         state.push(frame.into());
         true
@@ -215,6 +246,7 @@ impl Responder {
             return Poll::Pending;
         }
         let data = chunk.take().unwrap_or_default();
+        self.shut = s.send_window <= (s.queued_len + data.len()) as i64;
         state.queue_data(self.key, data, end);
         Poll::Ready(Ok(()))
     }

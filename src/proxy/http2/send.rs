@@ -36,9 +36,14 @@ impl State {
         if increment == 0 {
             return self.reset_for(key, Reason::PROTOCOL_ERROR);
         }
+        let was_shut = s.send_window <= s.queued_len as i64;
         s.send_window += i64::from(increment);
         if s.send_window > MAX_WINDOW {
             return self.reset_for(key, Reason::FLOW_CONTROL_ERROR);
+        }
+        // A pipe waiting for room takes from the apiserver's answer again (`poll_room`).
+        if was_shut && s.send_window > s.queued_len as i64 {
+            wake(&mut s.writer);
         }
         self.schedule(key);
     }
@@ -54,6 +59,9 @@ impl State {
                 s.send_window += delta;
                 if s.send_window > MAX_WINDOW {
                     return self.go_away(Reason::FLOW_CONTROL_ERROR);
+                }
+                if delta > 0 {
+                    wake(&mut s.writer);
                 }
             }
             self.schedule(key);

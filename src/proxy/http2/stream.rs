@@ -223,6 +223,9 @@ impl Pipe {
                 std::task::ready!(self.out.poll_send(cx, &mut self.held, None))?;
                 continue;
             }
+            if self.out.is_shut() {
+                std::task::ready!(self.out.poll_room(cx))?;
+            }
             match std::task::ready!(Pin::new(&mut self.body).poll_frame(cx)) {
                 Some(Ok(frame)) => match frame.into_data() {
                     Ok(chunk) => {

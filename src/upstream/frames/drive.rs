@@ -19,6 +19,7 @@ use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use super::state::State;
 use super::stream::Failure;
 use super::{CONNECTION_WINDOW, Link, STREAM_WINDOW, Shared};
+use crate::upstream::ResponseBudget;
 
 const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
@@ -44,6 +45,7 @@ pub(crate) async fn handshake<T>(
     authority: &http::uri::Authority,
     max_streams: usize,
     hooks: Hooks,
+    budget: Arc<ResponseBudget>,
 ) -> io::Result<(Link, impl Future<Output = ()> + Send + 'static)>
 where
     T: AsyncRead + AsyncWrite + Unpin + Send + 'static,
@@ -52,8 +54,8 @@ where
     let mut settings = Settings::default();
     settings.set_enable_push(false);
     settings.set_initial_window_size(Some(STREAM_WINDOW));
-    let mut state = State::new();
-    state.push(settings.into());
+    let mut state = State::new(budget);
+    state.push_settings(settings, None);
     state.push(WindowUpdate::new(StreamId::zero(), CONNECTION_WINDOW - 65_535).into());
     let shared = Arc::new(Shared {
         state: Mutex::new(state),
@@ -253,6 +255,7 @@ impl<T: AsyncRead + AsyncWrite + Unpin> Wire<T> {
         state: &mut State,
     ) -> Result<(), Reason> {
         if settings.is_ack() {
+            state.on_settings_ack();
             return Ok(());
         }
         if let Some(size) = apply_codec_settings(&mut self.codec, settings) {

@@ -5,8 +5,8 @@
 //! the invariants an apiserver must not be able to break checked: windows within 2^31-1, data held
 //! within the window skewgate granted, the queue of frames to write bounded.
 
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU32, AtomicUsize};
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Waker};
 
 use h2::Codec;
@@ -17,14 +17,21 @@ use super::drive::Wire;
 use super::state::State;
 use super::{STREAM_WINDOW, Shared};
 use crate::fuzz_io::Sink;
+use crate::upstream::ResponseBudget;
+use crate::upstream::budget::SMALL_WINDOW;
+
+/// The response budget of the fuzzed connection: small, so that its pressure and its bound are
+/// reached (ten streams' windows are 2.5 MiB).
+const BUDGET: usize = 512 << 10;
 
 /// Serves `input` as what an apiserver sends on a connection with ten requests open; panics when
 /// an invariant breaks.
 pub(crate) fn answer_frames(input: &[u8]) {
     let waker = Waker::noop();
     let mut cx = Context::from_waker(waker);
+    let budget = Arc::new(ResponseBudget::new(BUDGET));
     let shared = Shared {
-        state: Mutex::new(State::new()),
+        state: Mutex::new(State::new(budget.clone())),
         max_streams: AtomicUsize::new(100),
         header_list_limit: AtomicU32::new(u32::MAX),
         pong: tokio::sync::Notify::new(),
@@ -55,7 +62,7 @@ pub(crate) fn answer_frames(input: &[u8]) {
         };
         take_responses(&mut state);
         let written = wire.write(&mut cx, &mut state);
-        check(&state);
+        check(&state, &budget);
         if read == 0 || written.is_err() {
             return;
         }
@@ -74,12 +81,13 @@ fn take_responses(state: &mut State) {
         while let Some(chunk) = s.data.pop_front() {
             taken += chunk.len();
         }
+        state.taken(taken);
         state.release(key, taken);
     }
 }
 
 /// The invariants no apiserver can break.
-fn check(state: &State) {
+fn check(state: &State, budget: &ResponseBudget) {
     const MAX_WINDOW: i64 = (1 << 31) - 1;
     assert!(state.send_window <= MAX_WINDOW);
     assert!(
@@ -87,12 +95,28 @@ fn check(state: &State) {
         "{} frames queued",
         state.out.len()
     );
+    let (mut held, mut promised) = (0, 0);
     for (_, s) in state.streams.iter() {
         assert!(s.send_window <= MAX_WINDOW);
         assert!(s.recv_window <= i64::from(STREAM_WINDOW));
-        // Past the window skewgate granted, the stream was reset and holds nothing.
-        assert!(s.recv_window >= 0 || s.failure.is_some());
+        // No stream holds more than its window, and none is given more than that.
+        assert!(
+            s.data.len() <= STREAM_WINDOW as usize,
+            "{} held",
+            s.data.len()
+        );
+        assert!(s.recv_window + s.data.len() as i64 <= i64::from(STREAM_WINDOW));
+        held += s.data.len();
+        promised += s.promised as usize;
     }
+    assert_eq!(promised, state.promised);
+    assert_eq!(promised, budget.promised());
+    // Every byte held is counted, and the count is within the bound but for what streams holding
+    // less than the small window add (a frame each at most).
+    assert_eq!(held, state.held);
+    assert_eq!(held, budget.held());
+    let slack = state.streams.len() * (SMALL_WINDOW as usize + 16_384);
+    assert!(held <= BUDGET + slack, "{held} held");
 }
 
 #[cfg(test)]

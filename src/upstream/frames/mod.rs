@@ -25,6 +25,7 @@ mod drive;
 pub(crate) mod fuzzing;
 mod state;
 mod stream;
+mod windows;
 
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -305,7 +306,9 @@ impl RecvBody {
         if let Some(data) = s.data.pop_front() {
             let len = data.len();
             self.ended = s.recv_closed && s.data.is_empty() && s.trailers.is_none();
-            if self.ended && s.send_closed {
+            let both = self.ended && s.send_closed;
+            state.taken(len);
+            if both {
                 // Over both ways with this frame (a small GET's whole answer): the stream is given
                 // up now, under this lock, rather than by another when the body is dropped.
                 state.drop_handle(handle.key, true);
@@ -327,6 +330,10 @@ impl RecvBody {
             return Poll::Ready(Some(Err(why.to_error())));
         }
         store_waker(&mut s.recv_task, cx);
+        // Nothing held: a stream the budget shut is given a small window (`budget.rs`).
+        if s.recv_window <= 0 {
+            state.demand(handle.key);
+        }
         Poll::Pending
     }
 
@@ -404,5 +411,7 @@ impl SendBody {
     }
 }
 
+#[cfg(test)]
+mod budget_tests;
 #[cfg(test)]
 mod tests;

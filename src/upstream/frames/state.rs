@@ -5,6 +5,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::io;
+use std::sync::Arc;
 use std::task::Waker;
 
 use bytes::Bytes;
@@ -12,8 +13,10 @@ use h2::Reason;
 use h2::frame::{Data, Frame, Headers, Reset, StreamId, WindowUpdate};
 use http::{HeaderMap, StatusCode};
 
+use super::CONNECTION_WINDOW;
 use super::stream::{Chunks, Failure, Stream, wake};
-use super::{CONNECTION_WINDOW, STREAM_WINDOW};
+use super::windows::Shrink;
+use crate::upstream::budget::{Level, ResponseBudget, SMALL_WINDOW};
 
 /// The largest flow-control window HTTP/2 allows (RFC 9113, 6.9.1).
 const MAX_WINDOW: i64 = (1 << 31) - 1;
@@ -27,7 +30,7 @@ pub(super) struct State {
     pub(super) out: VecDeque<Frame<Bytes>>,
     /// The connection's task, to be woken when `out` gets a frame.
     pub(super) task: Option<Waker>,
-    next_id: u32,
+    pub(super) next_id: u32,
     /// The apiserver's connection-level window for what skewgate sends.
     pub(super) send_window: i64,
     /// The apiserver's `SETTINGS_INITIAL_WINDOW_SIZE`, given to each new stream.
@@ -42,6 +45,18 @@ pub(super) struct State {
     pub(super) failed: Option<Failure>,
     /// Set once the pool let go of the connection: it ends when its last stream has.
     pub(super) released_by_pool: bool,
+    /// The bound on response data held, for the process (`budget.rs`).
+    pub(super) budget: Arc<ResponseBudget>,
+    /// Response data this connection's streams hold, counted in `budget` too.
+    pub(super) held: usize,
+    /// What this connection's streams may still be sent (their windows, while they receive),
+    /// counted in `budget` too (`windows.rs`).
+    pub(super) promised: usize,
+    /// The budget's level as announced last: the initial window of the streams opened since.
+    pub(super) level: Level,
+    /// skewgate's SETTINGS not acknowledged yet, oldest first, with the smaller window each
+    /// carried (applied at its acknowledgement).
+    pub(super) settings_unacked: VecDeque<Option<Shrink>>,
 }
 
 /// The most frames queued before answers to the apiserver's PINGs and SETTINGS are dropped.
@@ -51,7 +66,7 @@ const MAX_QUEUED: usize = 4096;
 const MAX_STREAM_ID: u32 = (1 << 31) - 1;
 
 impl State {
-    pub(super) fn new() -> State {
+    pub(super) fn new(budget: Arc<ResponseBudget>) -> State {
         State {
             streams: slab::Slab::new(),
             ids: HashMap::default(),
@@ -65,6 +80,11 @@ impl State {
             closing: None,
             failed: None,
             released_by_pool: false,
+            budget,
+            held: 0,
+            promised: 0,
+            level: Level::Normal,
+            settings_unacked: VecDeque::new(),
         }
     }
 
@@ -101,6 +121,7 @@ impl State {
 
     /// Opens a stream (after `can_open`) with `headers`, given its stream id; its slab key.
     pub(super) fn open(&mut self, headers: impl FnOnce(StreamId) -> Headers) -> usize {
+        self.follow_pressure();
         let id = self.next_id;
         self.next_id += 2;
         let frame = headers(StreamId::from(id));
@@ -114,22 +135,27 @@ impl State {
             recv_closed: false,
             send_closed: end,
             failure: None,
-            recv_window: i64::from(STREAM_WINDOW),
+            recv_window: i64::from(self.level.window()),
             released: 0,
             send_window: i64::from(self.peer_initial_window),
             recv_task: None,
             send_task: None,
             recv_handle: true,
             send_handle: !end,
+            promised: 0,
         });
+        self.recount(key);
         self.ids.insert(id, key);
         self.push(frame.into());
         key
     }
 
     /// Data the request's body took off stream `key`: given back to the apiserver once half the
-    /// stream's window has been taken (as h2 does), unless the stream is done receiving.
+    /// stream's window has been taken (as h2 does), unless the stream is done receiving; no more
+    /// than keeps what the apiserver may send and what the stream holds within the window (the
+    /// small one under pressure).
     pub(super) fn release(&mut self, key: usize, len: usize) {
+        let target = i64::from(self.target());
         let Some(s) = self.streams.get_mut(key) else {
             return;
         };
@@ -137,11 +163,15 @@ impl State {
             return;
         }
         s.released = s.released.saturating_add(len as u32);
-        if s.released >= STREAM_WINDOW / 2 {
-            let grant = std::mem::take(&mut s.released);
-            s.recv_window += i64::from(grant);
-            let id = s.id;
-            self.push(WindowUpdate::new(id, grant).into());
+        if i64::from(s.released) >= target / 2 {
+            let credit = s.recv_window + s.data.len() as i64;
+            let grant = (target - credit).min(i64::from(std::mem::take(&mut s.released)));
+            if grant > 0 {
+                s.recv_window += grant;
+                let id = s.id;
+                self.push(WindowUpdate::new(id, grant as u32).into());
+                self.recount(key);
+            }
         }
     }
 
@@ -156,10 +186,13 @@ impl State {
         }
         s.failure = Some(Failure::Reset(reason));
         s.send_closed = true;
+        let dropped = s.data.len();
         s.data.clear();
         wake(&mut s.recv_task);
         wake(&mut s.send_task);
         let id = s.id;
+        self.taken(dropped);
+        self.recount(key);
         self.push(Reset::new(id, reason).into());
     }
 
@@ -179,7 +212,9 @@ impl State {
             self.reset(key, Reason::CANCEL);
         }
         if gone {
-            self.streams.remove(key);
+            let s = self.streams.remove(key);
+            self.taken(s.data.len());
+            self.unpromise(s.promised as usize);
             self.ids.remove(&u32::from(id));
             // The pool let go of the connection: it ends with its last stream.
             if self.released_by_pool && self.streams.is_empty() {
@@ -231,19 +266,25 @@ impl State {
         }
         s.recv_closed = end;
         wake(&mut s.recv_task);
+        self.recount(key);
     }
 
     /// A DATA frame from the apiserver: kept for the stream's body, within the window skewgate
     /// granted the stream; the connection's window is given back at once (backpressure is per
     /// stream).
     pub(super) fn on_data(&mut self, frame: Data<Bytes>, flow_len: usize) {
+        self.follow_pressure();
         self.unacked = self.unacked.saturating_add(flow_len as u32);
         if self.unacked >= CONNECTION_WINDOW / 2 {
             let grant = std::mem::take(&mut self.unacked);
             self.push(WindowUpdate::new(StreamId::zero(), grant).into());
         }
         let end = frame.is_end_stream();
-        let Some((key, s)) = self.stream(frame.stream_id()) else {
+        // Not `stream()`: the budget is looked at while the stream is held.
+        let Some(&key) = self.ids.get(&u32::from(frame.stream_id())) else {
+            return;
+        };
+        let Some(s) = self.streams.get_mut(key) else {
             return;
         };
         if s.failure.is_some() || s.recv_closed {
@@ -261,15 +302,29 @@ impl State {
         }
         let payload = frame.into_payload();
         if !payload.is_empty() {
+            // The budget is spent, and this stream's client has not read what it holds: the
+            // response is cut rather than held (`budget.rs`).
+            if s.data.len() >= SMALL_WINDOW as usize && self.budget.over() {
+                self.budget.count_reset();
+                tracing::debug!(
+                    stream = u32::from(s.id),
+                    held = s.data.len(),
+                    "upstream stream reset: the response buffer is at its bound and the client does not read"
+                );
+                return self.reset(key, Reason::CANCEL);
+            }
+            self.held += payload.len();
+            self.budget.add(payload.len());
             s.data.push_back(payload);
         }
         s.recv_closed = end;
         wake(&mut s.recv_task);
+        self.recount(key);
     }
 
     /// RST_STREAM from the apiserver.
     pub(super) fn on_reset(&mut self, id: StreamId, reason: Reason) {
-        let Some((_, s)) = self.stream(id) else {
+        let Some((key, s)) = self.stream(id) else {
             return;
         };
         if s.failure.is_none() {
@@ -277,6 +332,7 @@ impl State {
             s.send_closed = true;
             wake(&mut s.recv_task);
             wake(&mut s.send_task);
+            self.recount(key);
         }
     }
 
@@ -331,6 +387,7 @@ impl State {
                 wake(&mut s.send_task);
             }
         }
+        self.recount_all();
     }
 
     /// The connection ended: every stream not over fails with it.
@@ -344,6 +401,7 @@ impl State {
             wake(&mut s.recv_task);
             wake(&mut s.send_task);
         }
+        self.recount_all();
     }
 }
 
@@ -354,4 +412,11 @@ fn response_head(status: StatusCode, fields: HeaderMap) -> http::response::Parts
     *head.version_mut() = http::Version::HTTP_2;
     *head.headers_mut() = fields;
     head.into_parts().0
+}
+
+impl Drop for State {
+    fn drop(&mut self) {
+        self.budget.sub(self.held);
+        self.unpromise(self.promised);
+    }
 }

@@ -59,6 +59,8 @@ pub(super) struct Stream {
     /// The handles still held: the response's (head, then body) and the request body's sender.
     pub(super) recv_handle: bool,
     pub(super) send_handle: bool,
+    /// What the stream may still be sent, as counted in the budget (`windows.rs`).
+    pub(super) promised: u32,
 }
 
 /// A stream's response data not yet taken, oldest first. The first chunk is held inline: most
@@ -67,10 +69,13 @@ pub(super) struct Stream {
 pub(crate) struct Chunks {
     first: Option<Bytes>,
     more: VecDeque<Bytes>,
+    /// Bytes held.
+    len: usize,
 }
 
 impl Chunks {
     pub(crate) fn push_back(&mut self, chunk: Bytes) {
+        self.len += chunk.len();
         if self.first.is_none() && self.more.is_empty() {
             self.first = Some(chunk);
         } else {
@@ -80,13 +85,21 @@ impl Chunks {
 
     /// Puts back what was taken off the front and not used (a chunk larger than a window).
     pub(crate) fn push_front(&mut self, chunk: Bytes) {
+        self.len += chunk.len();
         if let Some(first) = self.first.replace(chunk) {
             self.more.push_front(first);
         }
     }
 
     pub(crate) fn pop_front(&mut self) -> Option<Bytes> {
-        self.first.take().or_else(|| self.more.pop_front())
+        let chunk = self.first.take().or_else(|| self.more.pop_front())?;
+        self.len -= chunk.len();
+        Some(chunk)
+    }
+
+    /// Bytes held.
+    pub(crate) fn len(&self) -> usize {
+        self.len
     }
 
     pub(crate) fn is_empty(&self) -> bool {
@@ -94,6 +107,7 @@ impl Chunks {
     }
 
     pub(crate) fn clear(&mut self) {
+        self.len = 0;
         self.first = None;
         self.more.clear();
     }

@@ -22,18 +22,18 @@ use super::*;
 use crate::upstream::head;
 
 /// The apiserver's end of the connection.
-struct Peer {
+pub(super) struct Peer {
     codec: Codec<DuplexStream, Bytes>,
 }
 
 impl Peer {
-    async fn send(&mut self, frame: impl Into<Frame<Bytes>>) {
+    pub(super) async fn send(&mut self, frame: impl Into<Frame<Bytes>>) {
         self.codec.buffer(frame.into()).expect("buffer a frame");
         poll_fn(|cx| self.codec.flush(cx)).await.expect("flush");
     }
 
     /// The next frame from skewgate, within a second; `None` if the connection ended.
-    async fn next(&mut self) -> Option<Frame> {
+    pub(super) async fn next(&mut self) -> Option<Frame> {
         let next = poll_fn(|cx| Pin::new(&mut self.codec).poll_next(cx));
         match tokio::time::timeout(Duration::from_secs(1), next).await {
             Ok(Some(Ok(frame))) => Some(frame),
@@ -44,7 +44,7 @@ impl Peer {
 
     /// The next frame that is not about the connection as a whole (SETTINGS, its ACK, PINGs, the
     /// connection's window).
-    async fn next_on_stream(&mut self) -> Frame {
+    pub(super) async fn next_on_stream(&mut self) -> Frame {
         loop {
             match self.next().await.expect("a frame") {
                 Frame::Settings(_) | Frame::Ping(_) => {}
@@ -55,7 +55,7 @@ impl Peer {
     }
 
     /// Whether skewgate sends nothing on a stream for a while.
-    async fn quiet(&mut self) -> bool {
+    pub(super) async fn quiet(&mut self) -> bool {
         let next = async {
             loop {
                 match poll_fn(|cx| Pin::new(&mut self.codec).poll_next(cx)).await {
@@ -70,14 +70,14 @@ impl Peer {
     }
 
     /// The stream id of skewgate's next HEADERS frame, which must come next.
-    async fn next_headers(&mut self) -> StreamId {
+    pub(super) async fn next_headers(&mut self) -> StreamId {
         match self.next_on_stream().await {
             Frame::Headers(h) => h.stream_id(),
             other => panic!("expected HEADERS, got {other:?}"),
         }
     }
 
-    async fn respond(&mut self, id: StreamId, status: u16, end: bool) {
+    pub(super) async fn respond(&mut self, id: StreamId, status: u16, end: bool) {
         let mut head = Headers::new(
             id,
             Pseudo::response(StatusCode::from_u16(status).expect("status")),
@@ -89,7 +89,7 @@ impl Peer {
         self.send(head).await;
     }
 
-    async fn data(&mut self, id: StreamId, payload: &'static [u8], end: bool) {
+    pub(super) async fn data(&mut self, id: StreamId, payload: &'static [u8], end: bool) {
         let mut data = Data::new(id, Bytes::from_static(payload));
         data.set_end_stream(end);
         self.send(data).await;
@@ -97,7 +97,7 @@ impl Peer {
 }
 
 /// What the pool learns from the connection.
-struct Learned {
+pub(super) struct Learned {
     settled: Arc<tokio::sync::Notify>,
     went_away: Arc<AtomicBool>,
 }
@@ -105,6 +105,14 @@ struct Learned {
 /// A connection to a peer that sends `settings` first and has read skewgate's preface, SETTINGS
 /// and connection window.
 async fn connect(settings: Settings) -> (Link, Peer, Learned) {
+    connect_with(settings, Arc::default()).await
+}
+
+/// `connect`, with the response budget `budget`.
+pub(super) async fn connect_with(
+    settings: Settings,
+    budget: Arc<crate::upstream::ResponseBudget>,
+) -> (Link, Peer, Learned) {
     let (ours, theirs) = tokio::io::duplex(1 << 20);
     let learned = Learned {
         settled: Arc::new(tokio::sync::Notify::new()),
@@ -116,7 +124,7 @@ async fn connect(settings: Settings) -> (Link, Peer, Learned) {
         on_go_away: Box::new(move || went_away.store(true, Ordering::SeqCst)),
     };
     let authority = http::uri::Authority::from_static("apiserver:6443");
-    let (link, task) = handshake(ours, &authority, 100, hooks)
+    let (link, task) = handshake(ours, &authority, 100, hooks, budget)
         .await
         .expect("handshake");
     tokio::spawn(task);
@@ -146,7 +154,7 @@ async fn connect(settings: Settings) -> (Link, Peer, Learned) {
     (link, peer, learned)
 }
 
-fn get(path: &str) -> Head {
+pub(super) fn get(path: &str) -> Head {
     head(
         Request::get(format!("https://apiserver:6443{path}"))
             .header("x-remote-user", "alice")
@@ -155,7 +163,9 @@ fn get(path: &str) -> Head {
     )
 }
 
-async fn body_frame(body: &mut RecvBody) -> Option<Result<http_body::Frame<Bytes>, h2::Error>> {
+pub(super) async fn body_frame(
+    body: &mut RecvBody,
+) -> Option<Result<http_body::Frame<Bytes>, h2::Error>> {
     tokio::time::timeout(Duration::from_secs(1), poll_fn(|cx| body.poll_frame(cx)))
         .await
         .expect("a body frame within a second")
