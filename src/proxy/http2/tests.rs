@@ -81,6 +81,31 @@ fn a_response_holds_one_chunk_for_a_client_whose_window_is_shut_and_goes_on_when
 }
 
 #[test]
+fn a_response_is_taken_from_the_apiserver_no_faster_than_its_clients_window_opens() {
+    // Shut from the start: nothing is to be taken (what is not taken stays upstream, where the
+    // response budget counts it).
+    let (shared, key) = connection_with_a_request(0);
+    let mut respond = Responder::new(shared.clone(), key);
+    assert!(respond.send_head(http::Response::new(()).into_parts().0));
+    assert!(respond.is_shut());
+    let mut cx = Context::from_waker(Waker::noop());
+    assert!(respond.poll_room(&mut cx).is_pending());
+    // Open by 8 KiB: room. A chunk of 16 KiB queued shuts it again.
+    shared.lock().on_window_update(StreamId::from(1), 8 << 10);
+    assert!(matches!(respond.poll_room(&mut cx), Poll::Ready(Ok(()))));
+    let mut chunk = Some(Bytes::from(vec![b'x'; 16 << 10]));
+    assert!(matches!(
+        respond.poll_send(&mut cx, &mut chunk, None),
+        Poll::Ready(Ok(()))
+    ));
+    assert!(respond.is_shut());
+    assert!(respond.poll_room(&mut cx).is_pending());
+    // The client's window opens past what is queued: room again.
+    shared.lock().on_window_update(StreamId::from(1), 16 << 10);
+    assert!(matches!(respond.poll_room(&mut cx), Poll::Ready(Ok(()))));
+}
+
+#[test]
 fn a_response_holds_up_to_what_an_open_window_takes_at_once() {
     let (shared, key) = connection_with_a_request(32 << 10);
     let mut respond = Responder::new(shared.clone(), key);
