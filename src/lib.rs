@@ -54,6 +54,7 @@ pub mod cluster;
 pub mod config;
 #[cfg(any(test, feature = "fuzzing"))]
 mod fuzz_io;
+mod http2core;
 pub mod identity;
 mod keys;
 pub(crate) mod metrics;

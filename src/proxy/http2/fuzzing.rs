@@ -14,8 +14,9 @@ use h2::frame::{Headers, Pseudo};
 use http::{HeaderMap, StatusCode};
 
 use super::conn::{Read, Wire};
-use super::state::{MAX_QUEUED, MAX_WINDOW, Opened, State};
+use super::state::{MAX_QUEUED, Opened, State};
 use crate::fuzz_io::Sink;
+use crate::http2core::Window;
 
 /// Serves `input` as the frames a client sends after its preface; panics when an invariant breaks.
 pub(crate) fn serve_frames(input: &[u8]) {
@@ -94,8 +95,8 @@ fn read_bodies(state: &mut State) {
 /// The invariants no client can break.
 fn check(state: &State) {
     let limits = &state.limits;
-    assert!(state.send_window <= MAX_WINDOW || state.error.is_some());
-    assert!(state.recv_window <= i64::from(limits.connection_window));
+    assert!(state.send_window.size() <= Window::MAX || state.error.is_some());
+    assert!(state.recv_window.size() <= i64::from(limits.connection_window));
     assert!(state.open <= limits.max_concurrent_streams);
     // Open streams, and those over but not yet written out or let go of.
     assert!(state.streams.len() <= 2 * limits.max_concurrent_streams as usize + 64);
@@ -105,8 +106,8 @@ fn check(state: &State) {
         state.out.len()
     );
     for (_, s) in state.streams.iter() {
-        assert!(s.send_window <= MAX_WINDOW || state.error.is_some());
-        assert!(s.recv_window <= i64::from(limits.stream_window));
+        assert!(s.send_window.size() <= Window::MAX || state.error.is_some());
+        assert!(s.recv_window.size() <= i64::from(limits.stream_window));
         assert!(s.held <= limits.stream_window as usize, "{} held", s.held);
     }
 }

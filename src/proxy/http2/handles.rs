@@ -156,7 +156,7 @@ impl Responder {
         if let Some(why) = s.failure.as_ref().or(failed.as_ref()) {
             return Poll::Ready(Err(why.to_error()));
         }
-        if s.send_window > s.queued_len as i64 {
+        if s.send_window.size() > s.queued_len as i64 {
             self.shut = false;
             return Poll::Ready(Ok(()));
         }
@@ -214,7 +214,7 @@ impl Responder {
             return false;
         }
         // A client whose window is shut already is sent nothing of the body until it opens.
-        self.shut = s.send_window <= 0;
+        self.shut = s.send_window.is_shut();
         let frame = Headers::new(s.id, Pseudo::response(head.status), head.headers);
         state.push(frame.into());
         true
@@ -240,13 +240,17 @@ impl Responder {
         }
         // Beyond one chunk, no more is held than the client's windows take at once: a client that
         // does not read holds one chunk here, and the apiserver's stream window upstream.
-        let room = s.send_window.min(connection_window).min(limit as i64);
+        let room = s
+            .send_window
+            .size()
+            .min(connection_window.size())
+            .min(limit as i64);
         if s.queued_len > 0 && s.queued_len as i64 >= room && end.is_none() {
             store_waker(&mut s.writer, cx);
             return Poll::Pending;
         }
         let data = chunk.take().unwrap_or_default();
-        self.shut = s.send_window <= (s.queued_len + data.len()) as i64;
+        self.shut = s.send_window.size() <= (s.queued_len + data.len()) as i64;
         state.queue_data(self.key, data, end);
         Poll::Ready(Ok(()))
     }

@@ -9,6 +9,7 @@ use http::{HeaderMap, StatusCode};
 use super::closed::{Gone, Verdict};
 use super::request::{self, Malformed};
 use super::state::{Opened, State, Stream};
+use crate::http2core::Window;
 use crate::upstream::frames::{Chunks, Failure, wake};
 
 impl State {
@@ -131,11 +132,11 @@ impl State {
             small: bytes::BytesMut::new(),
             trailers: None,
             recv_closed: end_stream,
-            recv_window: i64::from(self.limits.stream_window),
+            recv_window: Window::new(self.limits.stream_window),
             released: 0,
             content_length,
             reader: None,
-            send_window: self.peer_initial_window,
+            send_window: Window::new(self.peer_initial_window as u32),
             queued: Chunks::default(),
             queued_len: 0,
             end_queued: None,
@@ -191,9 +192,8 @@ impl State {
     pub(super) fn on_data(&mut self, frame: Data<Bytes>) {
         let id = frame.stream_id();
         let flow = frame.flow_controlled_len();
-        self.recv_window -= flow as i64;
-        if self.recv_window < 0 {
-            return self.go_away(Reason::FLOW_CONTROL_ERROR);
+        if let Err(reason) = self.recv_window.receive(flow) {
+            return self.go_away(reason);
         }
         if self.idle(id) {
             return self.go_away(Reason::PROTOCOL_ERROR);
@@ -234,9 +234,9 @@ impl State {
         if !s.recv_handle {
             return self.drop_unread(key, flow, end);
         }
-        s.recv_window -= flow as i64;
+        let within = s.recv_window.receive(flow).is_ok();
         let over_length = s.count_length(payload.len(), end);
-        if s.recv_window < 0 || over_length {
+        if !within || over_length {
             let reason = if over_length {
                 Reason::PROTOCOL_ERROR
             } else {
@@ -247,9 +247,9 @@ impl State {
         }
         if payload.is_empty() {
             given_back = flow;
-            s.recv_window += flow as i64;
+            s.recv_window.grant(flow);
         } else {
-            s.recv_window += given_back as i64;
+            s.recv_window.grant(given_back);
             s.hold(payload);
         }
         s.recv_closed = end;
@@ -283,7 +283,7 @@ impl State {
         if len == 0 {
             return;
         }
-        self.recv_window += len as i64;
+        self.recv_window.grant(len);
         self.unacked = self.unacked.saturating_add(len as u32);
         if self.unacked >= self.limits.connection_window / 2 {
             let grant = std::mem::take(&mut self.unacked);
@@ -299,7 +299,7 @@ impl State {
                 s.released = s.released.saturating_add(len as u32);
                 (s.released >= self.limits.stream_window / 2).then(|| {
                     let grant = std::mem::take(&mut s.released);
-                    s.recv_window += i64::from(grant);
+                    s.recv_window.grant(grant as usize);
                     (s.id, grant)
                 })
             }

@@ -6,20 +6,14 @@ use h2::Reason;
 use h2::frame::{Data, Frame, Headers, StreamId};
 use http::HeaderMap;
 
-use super::state::{MAX_WINDOW, State};
+use super::state::State;
 use crate::upstream::frames::wake;
 
 impl State {
     /// WINDOW_UPDATE from the client: more room for responses.
     pub(super) fn on_window_update(&mut self, id: StreamId, increment: u32) {
         if id.is_zero() {
-            self.send_window += i64::from(increment);
-            if increment == 0 || self.send_window > MAX_WINDOW {
-                let reason = if increment == 0 {
-                    Reason::PROTOCOL_ERROR
-                } else {
-                    Reason::FLOW_CONTROL_ERROR
-                };
+            if let Err(reason) = self.send_window.widen(increment) {
                 self.go_away(reason);
             }
             return;
@@ -33,16 +27,12 @@ impl State {
         if s.failure.is_some() {
             return;
         }
-        if increment == 0 {
-            return self.reset_for(key, Reason::PROTOCOL_ERROR);
-        }
-        let was_shut = s.send_window <= s.queued_len as i64;
-        s.send_window += i64::from(increment);
-        if s.send_window > MAX_WINDOW {
-            return self.reset_for(key, Reason::FLOW_CONTROL_ERROR);
+        let was_shut = s.send_window.size() <= s.queued_len as i64;
+        if let Err(reason) = s.send_window.widen(increment) {
+            return self.reset_for(key, reason);
         }
         // A pipe waiting for room takes from the apiserver's answer again (`poll_room`).
-        if was_shut && s.send_window > s.queued_len as i64 {
+        if was_shut && s.send_window.size() > s.queued_len as i64 {
             wake(&mut s.writer);
         }
         self.schedule(key);
@@ -56,9 +46,8 @@ impl State {
         let keys: Vec<usize> = self.streams.iter().map(|(key, _)| key).collect();
         for key in keys {
             if let Some(s) = self.streams.get_mut(key) {
-                s.send_window += delta;
-                if s.send_window > MAX_WINDOW {
-                    return self.go_away(Reason::FLOW_CONTROL_ERROR);
+                if let Err(reason) = s.send_window.shift(delta) {
+                    return self.go_away(reason);
                 }
                 if delta > 0 {
                     wake(&mut s.writer);
@@ -73,7 +62,7 @@ impl State {
         if let Some(s) = self.streams.get_mut(key)
             && !s.in_ready
             && s.failure.is_none()
-            && (s.end_queued.is_some() || (!s.queued.is_empty() && s.send_window > 0))
+            && (s.end_queued.is_some() || (!s.queued.is_empty() && !s.send_window.is_shut()))
         {
             s.in_ready = true;
             self.ready.push_back(key);
@@ -162,12 +151,13 @@ impl State {
         };
         let room = s
             .send_window
-            .min(self.send_window)
+            .size()
+            .min(self.send_window.size())
             .min(self.max_frame as i64);
         if room <= 0 {
             s.queued.push_front(chunk);
             // Shut by the stream's own window, it waits out of turn for its WINDOW_UPDATE.
-            return if self.send_window <= 0 && s.send_window > 0 {
+            return if self.send_window.is_shut() && !s.send_window.is_shut() {
                 Taken::ConnectionWindowShut
             } else {
                 Taken::Nothing
@@ -178,8 +168,8 @@ impl State {
             s.queued.push_front(rest);
         }
         let n = chunk.len();
-        s.send_window -= n as i64;
-        self.send_window -= n as i64;
+        s.send_window.spend(n);
+        self.send_window.spend(n);
         s.queued_len -= n;
         let last = s.queued.is_empty() && matches!(s.end_queued, Some(None));
         if last {

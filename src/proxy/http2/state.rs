@@ -14,10 +14,8 @@ use http::{HeaderMap, Request};
 
 use super::Limits;
 use super::closed::{ClosedStreams, Gone};
+use crate::http2core::Window;
 use crate::upstream::frames::{Chunks, Failure, wake};
-
-/// The largest flow-control window HTTP/2 allows (RFC 9113, 6.9.1).
-pub(super) const MAX_WINDOW: i64 = (1 << 31) - 1;
 
 /// How many control frames (acknowledgements, resets, window updates) may wait to be written
 /// before the connection stops reading: a client that sends PINGs or SETTINGS and does not read
@@ -40,7 +38,7 @@ pub(super) struct Stream {
     /// END_STREAM received (or the stream was reset).
     pub(super) recv_closed: bool,
     /// How much more the client may send on the stream, as skewgate granted it.
-    pub(super) recv_window: i64,
+    pub(super) recv_window: Window,
     /// Data the request took and skewgate has not given back to the client yet.
     pub(super) released: u32,
     /// What the request's `content-length` says is still to come.
@@ -48,7 +46,7 @@ pub(super) struct Stream {
     pub(super) reader: Option<Waker>,
     // The response, as skewgate sends it.
     /// How much more skewgate may send on the stream, as the client granted it.
-    pub(super) send_window: i64,
+    pub(super) send_window: Window,
     /// Response data queued and not yet written.
     pub(super) queued: Chunks,
     pub(super) queued_len: usize,
@@ -94,13 +92,13 @@ pub(super) struct State {
     /// Streams open (not closed both ways, not reset), against the stream limit.
     pub(super) open: u32,
     /// The client's connection-level window for what skewgate sends.
-    pub(super) send_window: i64,
+    pub(super) send_window: Window,
     /// The client's `SETTINGS_INITIAL_WINDOW_SIZE`, given to each new stream.
     pub(super) peer_initial_window: i64,
     /// The largest DATA payload the client accepts.
     pub(super) max_frame: usize,
     /// How much more the client may send on the connection.
-    pub(super) recv_window: i64,
+    pub(super) recv_window: Window,
     /// Data taken (or dropped) and not yet given back in a connection WINDOW_UPDATE.
     pub(super) unacked: u32,
     /// The connection's task is in its turn: a frame queued is written in it, no wake-up needed.
@@ -140,10 +138,10 @@ impl State {
             waker,
             last_id: 0,
             open: 0,
-            send_window: 65_535,
+            send_window: Window::new(65_535),
             peer_initial_window: 65_535,
             max_frame: 16_384,
-            recv_window: i64::from(limits.connection_window),
+            recv_window: Window::new(limits.connection_window),
             unacked: 0,
             quiet: false,
             local_resets: 0,
@@ -363,7 +361,7 @@ impl Stream {
             Gone::Closed
         } else {
             Gone::Reset {
-                window: self.recv_window.max(0),
+                window: self.recv_window.size().max(0),
             }
         }
     }

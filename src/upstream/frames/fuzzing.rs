@@ -89,7 +89,7 @@ fn take_responses(state: &mut State) {
 /// The invariants no apiserver can break.
 fn check(state: &State, budget: &ResponseBudget) {
     const MAX_WINDOW: i64 = (1 << 31) - 1;
-    assert!(state.send_window <= MAX_WINDOW);
+    assert!(state.send_window.size() <= MAX_WINDOW);
     assert!(
         state.out.len() <= 4096 + 64,
         "{} frames queued",
@@ -97,15 +97,15 @@ fn check(state: &State, budget: &ResponseBudget) {
     );
     let (mut held, mut promised) = (0, 0);
     for (_, s) in state.streams.iter() {
-        assert!(s.send_window <= MAX_WINDOW);
-        assert!(s.recv_window <= i64::from(STREAM_WINDOW));
+        assert!(s.send_window.size() <= MAX_WINDOW);
+        assert!(s.recv_window.size() <= i64::from(STREAM_WINDOW));
         // No stream holds more than its window, and none is given more than that.
         assert!(
             s.data.len() <= STREAM_WINDOW as usize,
             "{} held",
             s.data.len()
         );
-        assert!(s.recv_window + s.data.len() as i64 <= i64::from(STREAM_WINDOW));
+        assert!(s.recv_window.size() + s.data.len() as i64 <= i64::from(STREAM_WINDOW));
         held += s.data.len();
         promised += s.promised as usize;
     }

@@ -331,7 +331,7 @@ impl RecvBody {
         }
         store_waker(&mut s.recv_task, cx);
         // Nothing held: a stream the budget shut is given a small window (`budget.rs`).
-        if s.recv_window <= 0 {
+        if s.recv_window.is_shut() {
             state.demand(handle.key);
         }
         Poll::Pending
@@ -370,17 +370,21 @@ impl SendBody {
             if s.send_closed {
                 return Poll::Ready(Ok(()));
             }
-            let room = s.send_window.min(st.send_window).min(st.max_frame as i64);
+            let room = s
+                .send_window
+                .size()
+                .min(st.send_window.size())
+                .min(st.max_frame as i64);
             if room <= 0 && !data.is_empty() {
                 store_waker(&mut s.send_task, cx);
                 return Poll::Pending;
             }
             let chunk = data.split_to((room.max(0) as usize).min(data.len()));
             let last = end && data.is_empty();
-            s.send_window -= chunk.len() as i64;
+            s.send_window.spend(chunk.len());
             s.send_closed = last;
             let id = s.id;
-            st.send_window -= chunk.len() as i64;
+            st.send_window.spend(chunk.len());
             let mut frame = Data::new(id, chunk);
             frame.set_end_stream(last);
             st.push(frame.into());

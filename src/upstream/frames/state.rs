@@ -16,10 +16,8 @@ use http::{HeaderMap, StatusCode};
 use super::CONNECTION_WINDOW;
 use super::stream::{Chunks, Failure, Stream, wake};
 use super::windows::Shrink;
+use crate::http2core::Window;
 use crate::upstream::budget::{Level, ResponseBudget, SMALL_WINDOW};
-
-/// The largest flow-control window HTTP/2 allows (RFC 9113, 6.9.1).
-const MAX_WINDOW: i64 = (1 << 31) - 1;
 
 /// The connection's state.
 pub(super) struct State {
@@ -32,7 +30,7 @@ pub(super) struct State {
     pub(super) task: Option<Waker>,
     pub(super) next_id: u32,
     /// The apiserver's connection-level window for what skewgate sends.
-    pub(super) send_window: i64,
+    pub(super) send_window: Window,
     /// The apiserver's `SETTINGS_INITIAL_WINDOW_SIZE`, given to each new stream.
     pub(super) peer_initial_window: u32,
     /// The largest DATA payload the apiserver accepts.
@@ -73,7 +71,7 @@ impl State {
             out: VecDeque::new(),
             task: None,
             next_id: 1,
-            send_window: 65_535,
+            send_window: Window::new(65_535),
             peer_initial_window: 65_535,
             max_frame: 16_384,
             unacked: 0,
@@ -135,9 +133,9 @@ impl State {
             recv_closed: false,
             send_closed: end,
             failure: None,
-            recv_window: i64::from(self.level.window()),
+            recv_window: Window::new(self.level.window()),
             released: 0,
-            send_window: i64::from(self.peer_initial_window),
+            send_window: Window::new(self.peer_initial_window),
             recv_task: None,
             send_task: None,
             recv_handle: true,
@@ -164,10 +162,10 @@ impl State {
         }
         s.released = s.released.saturating_add(len as u32);
         if i64::from(s.released) >= target / 2 {
-            let credit = s.recv_window + s.data.len() as i64;
+            let credit = s.recv_window.size() + s.data.len() as i64;
             let grant = (target - credit).min(i64::from(std::mem::take(&mut s.released)));
             if grant > 0 {
-                s.recv_window += grant;
+                s.recv_window.grant(grant as usize);
                 let id = s.id;
                 self.push(WindowUpdate::new(id, grant as u32).into());
                 self.recount(key);
@@ -290,14 +288,10 @@ impl State {
         if s.failure.is_some() || s.recv_closed {
             return;
         }
-        s.recv_window -= flow_len as i64;
-        if !s.head_seen || s.recv_window < 0 {
+        let within = s.recv_window.receive(flow_len);
+        if !s.head_seen || within.is_err() {
             // Data before the head, or past the window skewgate granted.
-            let reason = if s.recv_window < 0 {
-                Reason::FLOW_CONTROL_ERROR
-            } else {
-                Reason::PROTOCOL_ERROR
-            };
+            let reason = within.err().unwrap_or(Reason::PROTOCOL_ERROR);
             return self.reset(key, reason);
         }
         let payload = frame.into_payload();
@@ -342,17 +336,13 @@ impl State {
     /// error, on any stream, before it gets here.)
     pub(super) fn on_window_update(&mut self, id: StreamId, increment: u32) -> Result<(), Reason> {
         if id.is_zero() {
-            self.send_window += i64::from(increment);
-            if self.send_window > MAX_WINDOW {
-                return Err(Reason::FLOW_CONTROL_ERROR);
-            }
+            self.send_window.widen(increment)?;
             for (_, s) in self.streams.iter_mut() {
                 wake(&mut s.send_task);
             }
         } else if let Some((key, s)) = self.stream(id) {
-            s.send_window += i64::from(increment);
-            if s.send_window > MAX_WINDOW {
-                self.reset(key, Reason::FLOW_CONTROL_ERROR);
+            if let Err(reason) = s.send_window.widen(increment) {
+                self.reset(key, reason);
                 return Ok(());
             }
             wake(&mut s.send_task);
@@ -366,10 +356,7 @@ impl State {
         let delta = i64::from(size) - i64::from(self.peer_initial_window);
         self.peer_initial_window = size;
         for (_, s) in self.streams.iter_mut() {
-            s.send_window += delta;
-            if s.send_window > MAX_WINDOW {
-                return Err(Reason::FLOW_CONTROL_ERROR);
-            }
+            s.send_window.shift(delta)?;
             if delta > 0 {
                 wake(&mut s.send_task);
             }

@@ -10,6 +10,8 @@ use h2::Reason;
 use h2::frame::StreamId;
 use http::HeaderMap;
 
+use crate::http2core::Window;
+
 /// Why a stream, or the whole connection, can go no further. Kept as data (h2's error is not
 /// `Clone`) and turned into an `h2::Error` for each one who asks.
 #[derive(Clone, Debug)]
@@ -49,11 +51,11 @@ pub(super) struct Stream {
     pub(super) send_closed: bool,
     pub(super) failure: Option<Failure>,
     /// How much more the apiserver may send on the stream, as skewgate granted it.
-    pub(super) recv_window: i64,
+    pub(super) recv_window: Window,
     /// Data the request took and skewgate has not given back to the apiserver yet.
     pub(super) released: u32,
     /// How much more the request's body may send on the stream, as the apiserver granted it.
-    pub(super) send_window: i64,
+    pub(super) send_window: Window,
     pub(super) recv_task: Option<Waker>,
     pub(super) send_task: Option<Waker>,
     /// The handles still held: the response's (head, then body) and the request body's sender.

@@ -6,10 +6,8 @@
 use h2::frame::{Settings, WindowUpdate};
 
 use super::state::State;
+use crate::http2core::Window;
 use crate::upstream::budget::SMALL_WINDOW;
-
-/// The largest flow-control window HTTP/2 allows (RFC 9113, 6.9.1).
-const MAX_WINDOW: i64 = (1 << 31) - 1;
 
 /// A smaller initial window announced and not yet acknowledged: the streams opened before it
 /// (ids below `from_id`) are held to it once the apiserver acknowledges it, those opened after
@@ -92,7 +90,8 @@ impl State {
             .collect();
         for key in keys {
             if let Some(s) = self.streams.get_mut(key) {
-                s.recv_window += delta;
+                // Skewgate's own window, moved by what it announced: never past the largest.
+                let _ = s.recv_window.shift(delta);
             }
             self.recount(key);
         }
@@ -110,17 +109,17 @@ impl State {
         let Some(s) = self.streams.get_mut(key) else {
             return;
         };
-        if s.recv_window > 0 || s.recv_closed || s.failure.is_some() || !s.data.is_empty() {
+        if !s.recv_window.is_shut() || s.recv_closed || s.failure.is_some() || !s.data.is_empty() {
             return;
         }
-        let grant = i64::from(SMALL_WINDOW) - s.recv_window;
+        let grant = i64::from(SMALL_WINDOW) - s.recv_window.size();
         let Some(increment) = u32::try_from(grant)
             .ok()
-            .filter(|i| i64::from(*i) <= MAX_WINDOW)
+            .filter(|i| i64::from(*i) <= Window::MAX)
         else {
             return;
         };
-        s.recv_window += grant;
+        s.recv_window.grant(increment as usize);
         s.released = 0;
         let id = s.id;
         self.push(WindowUpdate::new(id, increment).into());
@@ -142,7 +141,7 @@ impl State {
         let now = if s.recv_closed || s.failure.is_some() {
             0
         } else {
-            u32::try_from(s.recv_window.clamp(0, MAX_WINDOW)).unwrap_or(0)
+            u32::try_from(s.recv_window.size().clamp(0, Window::MAX)).unwrap_or(0)
         };
         let before = std::mem::replace(&mut s.promised, now);
         if now != before {
