@@ -85,7 +85,7 @@ enum Sender {
 
 /// Accepts clients; each connection is served by hyper, HTTP/2 when it opens with the preface.
 async fn serve(listener: TcpListener, send: Sender) {
-    // As skewgate's listener sets them up (src/proxy/listener.rs).
+    // As skewgate's listener sets them up (src/edge/listener.rs).
     let mut h2 = hyper::server::conn::http2::Builder::new(Local);
     h2.timer(TokioTimer::new())
         .max_concurrent_streams(1000)

@@ -13,7 +13,8 @@ mod targets;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use skewgate::proxy::{ProxySettings, ServeOptions, Server};
+use skewgate::edge::{ServeOptions, Server};
+use skewgate::proxy::ProxySettings;
 use skewgate_sim::{self as sim, SimConfig, Store};
 
 const OLD_KUBECTL: &str = "kubectl/v1.29.4 (linux/amd64) kubernetes/abc1234";

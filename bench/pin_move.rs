@@ -14,7 +14,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use skewgate::proxy::{ProxySettings, ServeOptions, Server};
+use skewgate::edge::{ServeOptions, Server};
+use skewgate::proxy::ProxySettings;
 use skewgate_sim::{self as sim, SimConfig, Store};
 
 fn table(old: &str, new: &str, to: &str) -> String {

@@ -1,5 +1,5 @@
 //! A connection without a socket for the HTTP/2 engines' fuzz harnesses
-//! (`proxy/http2/fuzzing.rs`, `upstream/frames/fuzzing.rs`): the peer's bytes read from memory,
+//! (`edge/http2/fuzzing.rs`, `upstream/frames/fuzzing.rs`): the peer's bytes read from memory,
 //! what skewgate writes dropped.
 
 use std::io;

@@ -52,6 +52,7 @@ pub(crate) mod admin;
 pub mod classify;
 pub mod cluster;
 pub mod config;
+pub mod edge;
 #[cfg(any(test, feature = "fuzzing"))]
 mod fuzz_io;
 mod http2core;

@@ -1,4 +1,4 @@
-//! What an HTTP/2 client's connection gets from skewgate's own HTTP/2 server (src/proxy/http2):
+//! What an HTTP/2 client's connection gets from skewgate's own HTTP/2 server (src/edge/http2):
 //! keep-alive PINGs that close a connection whose client no longer answers, and a stream the client
 //! resets ending its request at once, before or after the response's head, while the connection's
 //! other streams go on; frames read whole however the client's writes cut them, and a frame over

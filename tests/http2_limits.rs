@@ -1,4 +1,4 @@
-//! The limits skewgate's HTTP/2 server (src/proxy/http2, at the frame level) holds a client to,
+//! The limits skewgate's HTTP/2 server (src/edge/http2, at the frame level) holds a client to,
 //! each seen on the wire by a client that speaks frame by frame: the stream limit, the windows
 //! skewgate grants, a request's `content-length`, the bound on streams reset for the client's
 //! fault, the connection's window, and answers (PONGs) a client must read before it is read again.

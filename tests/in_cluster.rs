@@ -12,7 +12,8 @@ use std::time::Duration;
 use common::*;
 use serde_json::Value;
 use skewgate::cluster::PublishSettings;
-use skewgate::proxy::{ProxySettings, ServeOptions, Server};
+use skewgate::edge::{ServeOptions, Server};
+use skewgate::proxy::ProxySettings;
 
 /// A replica listening at `listen` that publishes itself there.
 async fn replica(routes: &std::path::Path, listen: SocketAddr) -> Server {

@@ -1,5 +1,5 @@
 //! Idle client connections through the real server let their buffers go: HTTP/1.1 keep-alive
-//! (`proxy::keepalive`), and h2 connections each time they wait for their client (the patch in
+//! (`edge::keepalive`), and h2 connections each time they wait for their client (the patch in
 //! vendor/h2). That never costs a client a byte of a response or its connection.
 
 mod common;

@@ -13,7 +13,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 struct Bed {
     runtime: tokio::runtime::Runtime,
     addr: SocketAddr,
-    _server: skewgate::proxy::Server,
+    _server: skewgate::edge::Server,
     _sim: skewgate_sim::SimHandle,
 }
 
@@ -38,7 +38,7 @@ fn bed() -> &'static Bed {
                 ),
             )
             .expect("routes");
-            let server = skewgate::proxy::Server::start(skewgate::proxy::ServeOptions {
+            let server = skewgate::edge::Server::start(skewgate::edge::ServeOptions {
                 routes,
                 listen: any,
                 admin_listen: any,

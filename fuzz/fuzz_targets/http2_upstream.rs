@@ -7,5 +7,5 @@
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    skewgate::proxy::fuzz_http2_upstream(data);
+    skewgate::upstream::fuzz_http2_upstream(data);
 });

@@ -9,7 +9,8 @@ use std::time::Duration;
 use anyhow::{Context, Result, anyhow, bail};
 
 use skewgate::config;
-use skewgate::proxy::{ProxySettings, ServeOptions, Server};
+use skewgate::edge::{ServeOptions, Server};
+use skewgate::proxy::ProxySettings;
 use skewgate_sim::{self as sim, SimConfig, Store};
 
 use super::DemoArgs;

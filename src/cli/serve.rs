@@ -6,8 +6,9 @@ use std::sync::Arc;
 use anyhow::{Result, bail};
 
 use skewgate::cluster::PublishSettings;
+use skewgate::edge::{ServeOptions, Server};
 use skewgate::identity::{IdentityHeaders, ServingTls, TlsFiles, UpstreamTls, UpstreamTlsFiles};
-use skewgate::proxy::{ProxySettings, ServeOptions, Server};
+use skewgate::proxy::ProxySettings;
 use skewgate::upstream::{PoolSettings, ResponseBudget};
 
 use super::{ServeArgs, UpstreamArgs};

@@ -1,4 +1,4 @@
-//! What skewgate's two HTTP/2 engines share: the server for clients (`proxy::http2`) and the
+//! What skewgate's two HTTP/2 engines share: the server for clients (`edge::http2`) and the
 //! client to apiservers (`upstream::frames`), each on h2's codec for framing and HPACK. Both hold
 //! their streams under one lock per connection and read frames into that state without I/O; what
 //! RFC 9113 asks of both alike lives here once, so that the checks are the same on both sides.

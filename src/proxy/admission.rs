@@ -14,7 +14,7 @@ use crate::steer::{Decision, Reason, Refused, WriteAdmission, WriteTicket};
 
 /// The client's place among its requests in flight (after waiting its turn when it has too many),
 /// or why there is none; `None` when there is no limit.
-pub(super) async fn admit_client(
+pub(crate) async fn admit_client(
     proxy: &Proxy,
     limit: Option<&Arc<ClientLimit>>,
     identity: Option<&Identity>,
@@ -37,7 +37,7 @@ pub(super) async fn admit_client(
 /// once when the request's own `timeout` would pass first), then admitted to the ledger, waiting up
 /// to that `timeout` (or `writes.fence`, if shorter) for the object's writes on another backend;
 /// past that, 429 and nothing is sent.
-pub(super) async fn admit_write(
+pub(crate) async fn admit_write(
     proxy: &Proxy,
     routing: &Routing,
     decision: &Decision,

@@ -10,9 +10,8 @@ use http_body::{Body, Frame, SizeHint};
 use tokio_util::sync::WaitForCancellationFutureOwned;
 
 use super::access_log::AccessRecord;
-use super::keepalive::Exchange;
-use super::resets::StreamGuard;
 use super::routing::RequestTracker;
+use super::wire::{Exchange, StreamGuard};
 use crate::upstream::UpstreamBody;
 
 /// A response body.

@@ -20,7 +20,7 @@ fn reserve(nofile: usize) -> usize {
 
 /// Raises the soft descriptor limit to the hard one, as Go programs (kube-apiserver among them) do
 /// at start, and returns the soft limit then in force (`None` when unlimited or unknown).
-pub(super) fn raise_fd_limit() -> Option<usize> {
+pub(crate) fn raise_fd_limit() -> Option<usize> {
     let limit = getrlimit(Resource::Nofile);
     if limit.current != limit.maximum {
         let raised = Rlimit {
@@ -37,7 +37,7 @@ pub(super) fn raise_fd_limit() -> Option<usize> {
 }
 
 /// The default bound on client connections for a descriptor limit of `nofile`.
-pub(super) fn default_max_connections(nofile: Option<usize>) -> usize {
+pub(crate) fn default_max_connections(nofile: Option<usize>) -> usize {
     match nofile {
         Some(n) => n.saturating_sub(reserve(n)).max(16),
         None => usize::MAX >> 4,
@@ -130,7 +130,7 @@ impl ConnectionSlots {
 const TRIM_AFTER: usize = 512;
 
 /// How often the trim looks.
-pub(super) const TRIM_EVERY: Duration = Duration::from_secs(10);
+pub(crate) const TRIM_EVERY: Duration = Duration::from_secs(10);
 
 thread_local! {
     /// Requests this worker began since its trim last looked: a count of its own, so that the
@@ -139,7 +139,7 @@ thread_local! {
 }
 
 /// Counts a request begun on this worker.
-pub(super) fn request_begun() {
+pub(crate) fn request_begun() {
     BEGUN.with(|b| b.set(b.get().wrapping_add(1)));
 }
 
@@ -154,7 +154,7 @@ fn many_requests_begun() -> bool {
 /// peak. Closes: a restart storm of kubelets, gone. Opens: thousands connecting at once (a storm's
 /// return, a cluster starting), each holding read and write buffers for its first request, which
 /// it frees once idle.
-pub(super) fn spawn_memory_trim(
+pub(crate) fn spawn_memory_trim(
     slots: Arc<ConnectionSlots>,
     every: Duration,
     stop: CancellationToken,
@@ -180,7 +180,7 @@ pub(super) fn spawn_memory_trim(
 /// Left to itself, mimalloc gives that back only when the worker next allocates in a way that
 /// makes it purge: seconds or minutes later, and the resident memory stays at the burst's peak
 /// until then.
-pub(super) fn spawn_worker_trim(slots: &ConnectionSlots, stop: CancellationToken) {
+pub(crate) fn spawn_worker_trim(slots: &ConnectionSlots, stop: CancellationToken) {
     let mut asked = slots.trim.subscribe();
     tokio::spawn(async move {
         let mut look = tokio::time::interval(TRIM_EVERY);
@@ -205,7 +205,7 @@ pub(super) fn spawn_worker_trim(slots: &ConnectionSlots, stop: CancellationToken
 }
 
 /// Returns this thread's free heap pages, and abandoned ones, to the operating system.
-pub(super) fn release_free_memory() {
+pub(crate) fn release_free_memory() {
     // SAFETY: mi_collect takes no arguments but a flag and only walks mimalloc's own heaps; the
     // process's global allocator is mimalloc (main.rs). In the library's tests, where it is not,
     // mimalloc's heaps are empty and this does nothing.

@@ -25,7 +25,7 @@ thread_local! {
 }
 
 /// The time now, or the time of this turn.
-pub(super) fn now() -> Instant {
+pub(crate) fn now() -> Instant {
     TURN.with(|t| match t.get() {
         Turn::Off => Instant::now(),
         Turn::Read(at) => at,
@@ -38,10 +38,10 @@ pub(super) fn now() -> Instant {
 }
 
 /// A turn of a connection's task on this thread: until it is dropped, `now` reads the clock once.
-pub(super) struct TurnGuard(());
+pub(crate) struct TurnGuard(());
 
 impl TurnGuard {
-    pub(super) fn begin() -> TurnGuard {
+    pub(crate) fn begin() -> TurnGuard {
         TURN.with(|t| t.set(Turn::Unread));
         TurnGuard(())
     }

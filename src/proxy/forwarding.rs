@@ -24,7 +24,7 @@ const HOP_BY_HOP: [HeaderName; 6] = [
 
 /// A client with neither a verified certificate nor a token reaches the apiserver with no
 /// credentials at all, so that the apiserver's own anonymous policy decides about it.
-pub(super) fn credential_of(identity: Option<&Identity>, headers: &HeaderMap) -> Credential {
+pub(crate) fn credential_of(identity: Option<&Identity>, headers: &HeaderMap) -> Credential {
     if identity.is_some() || headers.contains_key(header::AUTHORIZATION) {
         Credential::FrontProxy
     } else {
@@ -33,7 +33,7 @@ pub(super) fn credential_of(identity: Option<&Identity>, headers: &HeaderMap) ->
 }
 
 /// The request's URI as the endpoint is asked for it.
-pub(super) fn upstream_uri(uri: &Uri, endpoint: &EndpointPool) -> Result<Uri, UpstreamError> {
+pub(crate) fn upstream_uri(uri: &Uri, endpoint: &EndpointPool) -> Result<Uri, UpstreamError> {
     let path = uri
         .path_and_query()
         .cloned()
@@ -50,7 +50,7 @@ pub(super) fn upstream_uri(uri: &Uri, endpoint: &EndpointPool) -> Result<Uri, Up
         .map_err(|e| UpstreamError::Protocol(format!("cannot build the upstream URI: {e}").into()))
 }
 
-pub(super) fn strip_hop_by_hop(headers: &mut HeaderMap) {
+pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap) {
     // Most requests and every HTTP/2 response carry none: one pass over the names (comparisons of
     // known names, no hashing) finds out, and only then are they looked up and removed.
     if !headers.keys().any(is_hop_by_hop) {
@@ -80,7 +80,7 @@ fn is_hop_by_hop(name: &HeaderName) -> bool {
 
 /// The request's headers as they go upstream: hop-by-hop ones and Host removed, and the client's
 /// address (`forwarded_for`, formatted once per connection) added to X-Forwarded-For.
-pub(super) fn prepare_headers(
+pub(crate) fn prepare_headers(
     headers: &mut HeaderMap,
     remote: SocketAddr,
     forwarded_for: &HeaderValue,
@@ -108,7 +108,7 @@ pub(super) fn prepare_headers(
 }
 
 /// A client's address as an X-Forwarded-For value.
-pub(super) fn forwarded_for(remote: SocketAddr) -> HeaderValue {
+pub(crate) fn forwarded_for(remote: SocketAddr) -> HeaderValue {
     HeaderValue::from_str(&remote.ip().to_string())
         .unwrap_or_else(|_| HeaderValue::from_static("unknown"))
 }

@@ -12,7 +12,7 @@ use http::{StatusCode, Version, header};
 use super::status::ProxyError;
 
 /// The head's framing as Go's server checks it (`readRequest`, `readTransfer`).
-pub(super) fn check(parts: &Parts) -> Result<(), ProxyError> {
+pub(crate) fn check(parts: &Parts) -> Result<(), ProxyError> {
     if parts.version != Version::HTTP_11 {
         return Ok(());
     }

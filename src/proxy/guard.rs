@@ -17,24 +17,24 @@ use super::routing::Routing;
 use super::status::ProxyError;
 use crate::classify::{ClientVersion, RequestInfo};
 use crate::config::{BackendId, Guard, GuardAction, UnknownVersion};
-use crate::skew::{Loss, LossReason, losses, restore};
+use crate::skew::{Loss, losses, restore};
 use crate::upstream::{Credential, EndpointPool, head, send};
 
 /// kube-apiserver's limit on a request body (3 MiB): larger updates are refused.
-pub(super) const MAX_BODY: usize = 3 << 20;
+pub(crate) const MAX_BODY: usize = 3 << 20;
 
 /// The update to guard.
-pub(super) struct Update<'a> {
-    pub(super) guard: usize,
-    pub(super) info: &'a RequestInfo<'a>,
-    pub(super) client: Option<ClientVersion>,
-    pub(super) backend: BackendId,
+pub(crate) struct Update<'a> {
+    pub(crate) guard: usize,
+    pub(crate) info: &'a RequestInfo<'a>,
+    pub(crate) client: Option<ClientVersion>,
+    pub(crate) backend: BackendId,
 }
 
 /// Checks a guarded update before it is sent: `Ok(Some(warning))` to send it with a `Warning`,
 /// `Ok(None)` to send it as it is, `Err` to answer instead. `head` is the update's head as it will
 /// be sent (its identity headers and credentials are those of the stored object's read).
-pub(super) async fn check(
+pub(crate) async fn check(
     proxy: &Proxy,
     routing: &Routing,
     update: Update<'_>,
@@ -227,16 +227,4 @@ fn decide(
 fn warning(text: &str) -> Option<HeaderValue> {
     let text = text.replace(['"', '\\'], "'");
     HeaderValue::from_str(&format!("299 - \"{text}\"")).ok()
-}
-
-/// What a person reads for one lost field.
-pub(super) fn describe(why: LossReason, client: &str) -> String {
-    match why {
-        LossReason::Unknown => format!(
-            "a {client} client does not know this field; the update would drop the stored value"
-        ),
-        LossReason::DefaultChanged => format!(
-            "the default of this field changed after {client}; the update would replace the stored value with the new default"
-        ),
-    }
 }

@@ -100,7 +100,7 @@ impl ClientKey<'_> {
     }
 
     /// A hash of the client, the key of its entries.
-    pub(super) fn hash(&self) -> u64 {
+    pub(crate) fn hash(&self) -> u64 {
         match self {
             ClientKey::User(u) => xxhash_rust::xxh3::xxh3_64_with_seed(u.as_bytes(), 1),
             ClientKey::Address(IpAddr::V4(a)) => {

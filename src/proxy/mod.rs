@@ -1,34 +1,28 @@
-//! The proxy: listeners and the service that runs one request through classify, steer and upstream.
+//! The request pipeline: one request run through classify, steer and upstream, in phases
+//! (`service::decide`, `admission`, `forwarding`, the send, `service::respond`), and what they
+//! share (`Proxy`: the routing in force, limits, offenders, metrics). The wire it is served on is
+//! `crate::edge`'s; what the pipeline asks of it is `wire`.
 
-mod access_log;
+pub(crate) mod access_log;
 mod admission;
-mod balance;
-mod body;
-mod capacity;
-mod clock;
+pub(crate) mod body;
+pub(crate) mod capacity;
+pub(crate) mod clock;
 mod debug;
-mod detect;
 mod discovery;
-mod forwarding;
+pub(crate) mod forwarding;
 pub(crate) mod framing;
 mod guard;
-mod handshake;
-mod http1;
-mod http2;
-mod keepalive;
-mod limits;
-mod listener;
-mod offenders;
-mod rebalance;
-mod request_body;
-mod resets;
-mod routing;
+pub(crate) mod limits;
+pub(crate) mod offenders;
+pub(crate) mod rebalance;
+pub(crate) mod request_body;
+pub(crate) mod routing;
 mod schemas;
-mod server;
-mod service;
-mod signals;
+pub(crate) mod service;
 mod status;
 mod upgrade;
+pub(crate) mod wire;
 
 use crate::cluster::PublishSettings;
 use std::sync::Arc;
@@ -36,29 +30,17 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use tokio_util::sync::CancellationToken;
 
-pub(crate) use listener::serve;
 pub(crate) use routing::Routing;
-pub use server::{ServeOptions, Server};
-
-/// The HTTP/2 server's frames-in, frames-out core driven by `input` as a client's bytes after the
-/// preface, its invariants checked after every read (`fuzz/fuzz_targets/http2_server.rs`).
-#[cfg(feature = "fuzzing")]
-pub fn fuzz_http2_server(input: &[u8]) {
-    http2::fuzzing::serve_frames(input);
-}
-
-/// The upstream HTTP/2 client's core driven by `input` as an apiserver's bytes, with requests
-/// open, its invariants checked after every read (`fuzz/fuzz_targets/http2_upstream.rs`).
-#[cfg(feature = "fuzzing")]
-pub fn fuzz_http2_upstream(input: &[u8]) {
-    crate::upstream::frames::fuzzing::answer_frames(input);
-}
 
 use crate::config::{ConfigErrors, RouteTable};
 use crate::identity::{IdentityHeaders, ServingTls};
 use crate::metrics::Metrics;
 use crate::steer::{Clock, SystemClock, WriteLedger};
 use crate::upstream::{PoolSettings, Upstreams};
+
+/// How long an HTTP/1.1 connection may wait for its next request by default: kube-apiserver's
+/// `IdleTimeout`.
+const IDLE_TIMEOUT: Duration = Duration::from_secs(90);
 
 /// Tunables of the proxy.
 #[derive(Clone, Debug)]
@@ -125,7 +107,7 @@ impl Default for ProxySettings {
             tls: None,
             handshake_timeout: Duration::from_secs(10),
             first_request_timeout: Duration::from_secs(30),
-            idle_timeout: keepalive::IDLE_TIMEOUT,
+            idle_timeout: IDLE_TIMEOUT,
             max_requests_per_client: 100,
             client_queue_wait: Duration::from_secs(15),
             max_client_connections: 0,
@@ -160,7 +142,7 @@ pub(crate) enum ReloadOutcome {
 
 /// The proxy's shared state.
 pub(crate) struct Proxy {
-    routing: routing::Current,
+    pub(crate) routing: routing::Current,
     upstreams: Upstreams,
     /// The metrics.
     pub metrics: Arc<Metrics>,

@@ -162,7 +162,7 @@ impl Offenders {
 /// A client held back (cut off for resets, or sending malformed requests) waits before this
 /// connection of its is served; one known only by its address on HTTP/1.1 (`by_address`) is
 /// served at once, on probation: its hold's end is returned, for its malformed heads to wait out.
-pub(super) async fn hold_if_held_back(
+pub(crate) async fn hold_if_held_back(
     proxy: &Proxy,
     client: u64,
     remote: SocketAddr,
@@ -183,7 +183,7 @@ pub(super) async fn hold_if_held_back(
 /// A request of a client known only by its address failed by its fault: while the address is held
 /// back, its answer waits out the hold (its connections are served on probation, not made to wait
 /// before they are: `probation_if_held_back`).
-pub(super) async fn wait_out_probation(
+pub(crate) async fn wait_out_probation(
     proxy: &Proxy,
     identity: Option<&crate::identity::Identity>,
     remote: SocketAddr,
@@ -199,7 +199,7 @@ pub(super) async fn wait_out_probation(
 
 /// A connection that reset most of its streams as soon as it opened them is closed (by the caller),
 /// and its client held back.
-pub(super) fn cut_off_for_resets(proxy: &Proxy, client: u64, remote: SocketAddr) {
+pub(crate) fn cut_off_for_resets(proxy: &Proxy, client: u64, remote: SocketAddr) {
     let hold = proxy.offenders.strike(client, Instant::now());
     tracing::warn!(%remote, ?hold, "closing a client connection that reset most of its streams as soon as it opened them (HTTP/2 rapid reset); its next connections wait");
     let metrics = &proxy.metrics;
@@ -216,7 +216,7 @@ pub(super) fn cut_off_for_resets(proxy: &Proxy, client: u64, remote: SocketAddr)
 }
 
 /// A request or connection failed by its client's fault: counted towards holding the client back.
-pub(super) fn note_client_fault(proxy: &Proxy, client: u64, remote: SocketAddr) {
+pub(crate) fn note_client_fault(proxy: &Proxy, client: u64, remote: SocketAddr) {
     if let Some(hold) = proxy.offenders.fault(client, Instant::now()) {
         tracing::warn!(%remote, ?hold, "a client keeps sending malformed requests; its next connections wait");
         proxy
@@ -229,7 +229,7 @@ pub(super) fn note_client_fault(proxy: &Proxy, client: u64, remote: SocketAddr) 
 
 /// `n` requests (HTTP/2 streams reset for the client's fault, told by a turn of their connection)
 /// failed by their client's fault; no more than a strike's worth is counted at once.
-pub(super) fn note_client_faults(proxy: &Proxy, client: u64, remote: SocketAddr, n: usize) {
+pub(crate) fn note_client_faults(proxy: &Proxy, client: u64, remote: SocketAddr, n: usize) {
     for _ in 0..n.min(FAULTS_PER_STRIKE as usize) {
         note_client_fault(proxy, client, remote);
     }
@@ -238,7 +238,7 @@ pub(super) fn note_client_faults(proxy: &Proxy, client: u64, remote: SocketAddr,
 /// Whether a connection ended by its client's fault: a malformed or oversized head, or one not sent
 /// in time (hyper's errors); an HTTP/2 connection error of the client's (the GOAWAY skewgate sent
 /// it: PROTOCOL_ERROR, FLOW_CONTROL_ERROR, STREAM_CLOSED, ENHANCE_YOUR_CALM, a codec's error).
-pub(super) fn is_client_fault(e: &(dyn std::error::Error + 'static)) -> bool {
+pub(crate) fn is_client_fault(e: &(dyn std::error::Error + 'static)) -> bool {
     if let Some(e) = e.downcast_ref::<h2::Error>() {
         return e
             .reason()

@@ -18,7 +18,7 @@ const PER: u32 = 1_000_000;
 
 /// A client HTTP/2 connection's GOAWAY, once one of its requests drew it.
 #[derive(Default)]
-pub(super) struct Goaway {
+pub(crate) struct Goaway {
     drawn: AtomicBool,
     notify: Notify,
 }
@@ -26,7 +26,7 @@ pub(super) struct Goaway {
 impl Goaway {
     /// After a request's response: draws with `chance` (per million) unless the request is
     /// long-running or the connection is going away already. Returns whether it drew.
-    pub(super) fn after_response(&self, chance: u32, long_running: bool) -> bool {
+    pub(crate) fn after_response(&self, chance: u32, long_running: bool) -> bool {
         if long_running || self.drawn.load(Ordering::Relaxed) || draw() >= chance {
             return false;
         }
@@ -38,7 +38,7 @@ impl Goaway {
     }
 
     /// Resolves once a request drew the GOAWAY.
-    pub(super) async fn drawn(&self) {
+    pub(crate) async fn drawn(&self) {
         self.notify.notified().await;
     }
 }

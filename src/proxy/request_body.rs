@@ -15,18 +15,18 @@ use crate::identity::IdentityHeaders;
 
 /// Whether reading a client's request body failed: shared by the body and the request's handler.
 #[derive(Clone, Debug, Default)]
-pub(super) struct ClientFault(Option<Arc<AtomicBool>>);
+pub(crate) struct ClientFault(Option<Arc<AtomicBool>>);
 
 impl ClientFault {
     /// Whether the client's body failed.
-    pub(super) fn happened(&self) -> bool {
+    pub(crate) fn happened(&self) -> bool {
         self.0.as_ref().is_some_and(|f| f.load(Ordering::Acquire))
     }
 }
 
 /// Why a body could not be read whole.
 #[derive(Debug, PartialEq, Eq)]
-pub(super) enum WholeBody {
+pub(crate) enum WholeBody {
     /// Longer than the limit.
     TooLarge,
     /// The client's body failed (malformed, reset, gone).
@@ -37,7 +37,7 @@ pub(super) enum WholeBody {
 /// HTTP/2 server's (`http2::RecvBody`) over HTTP/2.
 pub(crate) enum Incoming {
     Http1(hyper::body::Incoming),
-    Http2(super::http2::RecvBody),
+    Http2(super::wire::StreamBody),
     /// No body: a request the HTTP/1.1 fast path read (`http1`).
     Empty,
 }
@@ -86,7 +86,7 @@ impl Incoming {
 }
 
 /// A client's request body, forwarded.
-pub(super) struct ClientBody {
+pub(crate) struct ClientBody {
     /// The client's body was at its end when the request arrived (most requests): asking it again
     /// takes its connection's lock each time.
     at_end: bool,
@@ -106,7 +106,7 @@ const LOOK_AHEAD_BYTES: usize = 64 << 10;
 impl ClientBody {
     /// Wraps `inner`; the returned `ClientFault` says later whether reading it failed. A body that
     /// is already at its end (most requests) costs no allocation.
-    pub(super) fn new(inner: Incoming, names: Arc<IdentityHeaders>) -> (ClientBody, ClientFault) {
+    pub(crate) fn new(inner: Incoming, names: Arc<IdentityHeaders>) -> (ClientBody, ClientFault) {
         let at_end = inner.is_end_stream();
         let fault = ClientFault((!at_end).then(Arc::default));
         (
@@ -127,7 +127,7 @@ impl ClientBody {
     /// broken in what came with the head (bad chunked framing sent at once) fails here, before the
     /// request is sent upstream: the apiserver never starts work on it. The frames that arrived
     /// are kept and sent first; a body in one frame (most writes) allocates nothing more.
-    pub(super) async fn check_arrived(&mut self) -> Result<(), IncomingError> {
+    pub(crate) async fn check_arrived(&mut self) -> Result<(), IncomingError> {
         if self.at_end || self.inner.is_end_stream() {
             return Ok(());
         }
@@ -165,7 +165,7 @@ impl ClientBody {
 
     /// Reads the whole body, at most `limit` bytes (a guarded update is checked whole). Its
     /// trailers are kept, to be sent after it.
-    pub(super) async fn read_whole(&mut self, limit: usize) -> Result<Bytes, WholeBody> {
+    pub(crate) async fn read_whole(&mut self, limit: usize) -> Result<Bytes, WholeBody> {
         let mut data = bytes::BytesMut::new();
         let mut trailers = VecDeque::new();
         let mut take = |frame: Frame<Bytes>, data: &mut bytes::BytesMut| match frame.into_data() {
@@ -198,7 +198,7 @@ impl ClientBody {
     }
 
     /// Sends `bytes` as the body (after `read_whole`), then the trailers it kept.
-    pub(super) fn replace(&mut self, bytes: Bytes) {
+    pub(crate) fn replace(&mut self, bytes: Bytes) {
         self.first = (!bytes.is_empty()).then_some(bytes);
     }
 

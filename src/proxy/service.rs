@@ -21,7 +21,7 @@ use super::offenders::note_client_fault;
 use super::rebalance::Goaway;
 use super::request_body::{ClientBody, ClientFault, Incoming};
 use super::routing::{RequestTracker, Routing};
-use super::status::ProxyError;
+use super::status::{self, ProxyError};
 use super::upgrade::{Upgrade, forward_upgrade};
 use crate::classify::{Client, ClientVersion, Verb, classify};
 use crate::identity::{ForwardedIdentity, Identity, VerifiedClient, forward_made};
@@ -31,7 +31,7 @@ use crate::upstream::{
 };
 
 /// What the requests of one client connection share.
-pub(super) struct Peer {
+pub(crate) struct Peer {
     pub proxy: Arc<Proxy>,
     pub remote: SocketAddr,
     /// The client, when its certificate was verified.
@@ -49,7 +49,7 @@ pub(super) struct Peer {
 /// and as its body's own variables). An async block holds what it captures once. The request's head
 /// is boxed (`upstream::Head`): the future is 1,240 bytes, 2,592 before this and the first frame
 /// of a body held as data (`-Zprint-type-sizes`).
-pub(super) fn handle(
+pub(crate) fn handle(
     peer: Arc<Peer>,
     req: Request<Incoming>,
     start: Instant,
@@ -172,7 +172,7 @@ fn decide(
     let merge = (!info.is_resource && parts.method == Method::GET)
         .then(|| discovery_path(parts.uri.path()))
         .flatten()
-        .and_then(|path| merged_discovery(routing, path));
+        .and_then(|path| merged_discovery(routing.discovery().as_deref(), path));
     // A group/version's discovery and OpenAPI documents come from the backend merged discovery
     // took them from, so that what kubectl reads about a kind matches where its requests go.
     if let Some(Merge::Source(b)) = merge {
@@ -243,7 +243,8 @@ fn forward(
             let upgrade = forward_upgrade(proxy, backend, endpoint, upgrade, *parts, body, session);
             return Box::pin(upgrade).await;
         }
-        parts.uri = upstream_uri(&parts.uri, endpoint).map_err(|e| upstream(backend, e, safe))?;
+        parts.uri =
+            upstream_uri(&parts.uri, endpoint).map_err(|e| status::upstream(backend, e, safe))?;
         let mut head = parts;
         let (mut body, client_fault) = ClientBody::new(body, names.clone());
         body.check_arrived()
@@ -348,9 +349,11 @@ fn judge(
     }
     match sent {
         Ok(resp) => Ok(resp),
-        Err(error) if error.is_client_error() => Err(upstream_named("", error, request.safe)),
+        Err(error) if error.is_client_error() => {
+            Err(status::upstream_named("", error, request.safe))
+        }
         Err(_) if client_failed => Err(ProxyError::ClientBody),
-        Err(error) => Err(upstream(backend, error, request.safe)),
+        Err(error) => Err(status::upstream(backend, error, request.safe)),
     }
 }
 
@@ -363,8 +366,10 @@ fn relay(
     resp: Response<UpstreamBody>,
     tracker: RequestTracker,
 ) -> Response<ProxyBody> {
-    if let Some(merged) = merged_answer.and_then(|m| m.answer(routing, resp.status())) {
-        return merged;
+    let merged =
+        merged_answer.and_then(|m| m.answer(routing.discovery().as_deref(), resp.status()));
+    if let Some(merged) = merged {
+        return merged.map(ProxyBody::full);
     }
     let (mut head, body) = resp.into_parts();
     strip_hop_by_hop(&mut head.headers);
@@ -437,16 +442,4 @@ fn respond(
     }
     resp.body_mut().with_access(access);
     resp
-}
-
-pub(super) fn upstream(backend: &BackendPool, error: UpstreamError, safe: bool) -> ProxyError {
-    upstream_named(&backend.name, error, safe)
-}
-
-fn upstream_named(backend: &str, error: UpstreamError, safe: bool) -> ProxyError {
-    ProxyError::Upstream {
-        backend: backend.to_owned(),
-        error,
-        safe,
-    }
 }

@@ -5,11 +5,12 @@ use http::{HeaderValue, Response, StatusCode, header};
 use skewgate_shared::{Cause, Status};
 
 use super::body::ProxyBody;
-use crate::upstream::UpstreamError;
+use crate::skew::LossReason;
+use crate::upstream::{BackendPool, UpstreamError};
 
 /// Why the proxy answered a request itself.
 #[derive(Debug)]
-pub(super) enum ProxyError {
+pub(crate) enum ProxyError {
     /// The chosen backend has no endpoint that is up.
     NoEndpoint {
         /// The backend's name.
@@ -78,7 +79,7 @@ pub(super) enum ProxyError {
 
 impl ProxyError {
     /// Whether the client caused it (and nothing failed on the apiserver's side).
-    pub(super) fn is_client_fault(&self) -> bool {
+    pub(crate) fn is_client_fault(&self) -> bool {
         match self {
             ProxyError::ClientBody
             | ProxyError::UpgradeWithBody
@@ -91,7 +92,7 @@ impl ProxyError {
 
     /// The backend and reason label of a failure on the apiserver's side (for
     /// `skewgate_upstream_errors_total`), if it is one.
-    pub(super) fn upstream_failure(&self) -> Option<(&str, &'static str)> {
+    pub(crate) fn upstream_failure(&self) -> Option<(&str, &'static str)> {
         match self {
             ProxyError::NoEndpoint { backend, .. } => Some((backend, "unavailable")),
             ProxyError::Upstream { backend, error, .. } if !error.is_client_error() => {
@@ -102,7 +103,7 @@ impl ProxyError {
     }
 
     /// What the access log says of it: a short reason, and the upstream error's own words.
-    pub(super) fn log_reason(&self) -> String {
+    pub(crate) fn log_reason(&self) -> String {
         let reason = match self {
             ProxyError::NoEndpoint { why, .. } => return format!("unavailable: {why}"),
             ProxyError::Upstream { error, .. } => {
@@ -199,14 +200,14 @@ impl ProxyError {
     }
 
     /// The response a client sees.
-    pub(super) fn into_response(self) -> Response<ProxyBody> {
+    pub(crate) fn into_response(self) -> Response<ProxyBody> {
         let (code, reason, message, retry) = self.parts();
         let causes = match &self {
             ProxyError::GuardRejected { client, fields, .. } => fields
                 .iter()
                 .map(|(path, why)| Cause {
                     reason: "FieldValueForbidden".to_owned(),
-                    message: super::guard::describe(*why, client),
+                    message: describe(*why, client),
                     field: path.clone(),
                 })
                 .collect(),
@@ -292,7 +293,7 @@ fn malformed_head_parts(code: StatusCode, why: &str) -> (StatusCode, &'static st
 
 /// A Kubernetes `Status` failure response, with `Retry-After: 1` (and `details.retryAfterSeconds`)
 /// when trying again may work.
-pub(super) fn status_response(
+pub(crate) fn status_response(
     code: StatusCode,
     reason: &str,
     message: &str,
@@ -330,4 +331,29 @@ fn error_chain(error: &dyn std::error::Error) -> String {
         source = s.source();
     }
     line
+}
+
+/// The error of a request that failed upstream, on `backend`'s pool.
+pub(crate) fn upstream(backend: &BackendPool, error: UpstreamError, safe: bool) -> ProxyError {
+    upstream_named(&backend.name, error, safe)
+}
+
+pub(crate) fn upstream_named(backend: &str, error: UpstreamError, safe: bool) -> ProxyError {
+    ProxyError::Upstream {
+        backend: backend.to_owned(),
+        error,
+        safe,
+    }
+}
+
+/// What a person reads for one lost field.
+pub(crate) fn describe(why: LossReason, client: &str) -> String {
+    match why {
+        LossReason::Unknown => format!(
+            "a {client} client does not know this field; the update would drop the stored value"
+        ),
+        LossReason::DefaultChanged => format!(
+            "the default of this field changed after {client}; the update would replace the stored value with the new default"
+        ),
+    }
 }

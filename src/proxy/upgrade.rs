@@ -31,7 +31,7 @@ const MAX_REFUSAL: usize = 1 << 20;
 /// that accepts connections but does not answer (a frozen process) never holds a client forever.
 /// `session`'s tracker is kept until the tunnel closes (the session counts as in flight), and its
 /// access-log record is taken and written then, with the bytes sent to the client.
-pub(super) async fn tunnel(
+pub(crate) async fn tunnel(
     endpoint: &EndpointPool,
     credential: Credential,
     mut parts: Parts,
@@ -171,14 +171,14 @@ where
 }
 
 /// How an upgrade request goes upstream.
-pub(super) struct Upgrade {
+pub(crate) struct Upgrade {
     pub credential: Credential,
     pub protocol: HeaderValue,
     pub safe: bool,
 }
 
 /// Exec, attach and port-forward: tunnelled on a connection of their own.
-pub(super) async fn forward_upgrade(
+pub(crate) async fn forward_upgrade(
     proxy: &Proxy,
     backend: &BackendPool,
     endpoint: &EndpointPool,
@@ -195,5 +195,5 @@ pub(super) async fn forward_upgrade(
     let (credential, protocol) = (upgrade.credential, upgrade.protocol);
     tunnel(endpoint, credential, parts, protocol, head_timeout, session)
         .await
-        .map_err(|error| super::service::upstream(backend, error, upgrade.safe))
+        .map_err(|error| super::status::upstream(backend, error, upgrade.safe))
 }

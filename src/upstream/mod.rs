@@ -26,6 +26,13 @@ pub use pool::PoolSettings;
 pub(crate) use pool::{Credential, EndpointPool, EndpointState};
 pub(crate) use send::{UpstreamBody, send};
 
+/// The upstream HTTP/2 client's core driven by `input` as an apiserver's bytes, with requests
+/// open, its invariants checked after every read (`fuzz/fuzz_targets/http2_upstream.rs`).
+#[cfg(feature = "fuzzing")]
+pub fn fuzz_http2_upstream(input: &[u8]) {
+    frames::fuzzing::answer_frames(input);
+}
+
 /// A request's head on its way upstream, boxed: 224 bytes unboxed, it was copied into each future
 /// that held it on the way (the request's, `forward`'s, `send`'s) and held there once more as each
 /// moved it on; boxed once, each holds and moves a pointer.

@@ -9,7 +9,8 @@ use std::process::{Command, Output};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use skewgate::proxy::{ProxySettings, ServeOptions, Server};
+use skewgate::edge::{ServeOptions, Server};
+use skewgate::proxy::ProxySettings;
 use skewgate_sim::{self as sim, SimConfig, SimHandle, Store};
 
 pub const OLD: &str = "v1.29.4";

@@ -6,9 +6,10 @@ use http::header::{self, HeaderMap, HeaderValue};
 use http::{Response, StatusCode};
 
 use super::DiscoveryPath;
+use bytes::Bytes;
+
+use super::MergedDiscovery;
 use crate::config::BackendId;
-use crate::proxy::Routing;
-use crate::proxy::body::ProxyBody;
 
 /// A discovery document answered merged once the apiserver has let the client read it: the
 /// client's `Accept` and `If-None-Match`, the latter kept from the apiserver (its copy, or a 304 for
@@ -23,15 +24,13 @@ impl MergedAnswer {
     /// The merged document in place of the apiserver's answer, once the apiserver answered 200.
     pub(crate) fn answer(
         &self,
-        routing: &Routing,
+        discovery: Option<&MergedDiscovery>,
         status: StatusCode,
-    ) -> Option<Response<ProxyBody>> {
+    ) -> Option<Response<Bytes>> {
         if status != StatusCode::OK {
             return None;
         }
-        routing
-            .discovery()?
-            .respond(self.path, self.accept.as_ref(), self.if_none_match.as_ref())
+        discovery?.respond(self.path, self.accept.as_ref(), self.if_none_match.as_ref())
     }
 
     pub(crate) fn take(merge: Merge, headers: &mut HeaderMap) -> Option<MergedAnswer> {
@@ -55,12 +54,14 @@ pub(crate) enum Merge {
     Answer(DiscoveryPath<'static>),
 }
 
-pub(crate) fn merged_discovery(routing: &Routing, path: DiscoveryPath<'_>) -> Option<Merge> {
+pub(crate) fn merged_discovery(
+    discovery: Option<&MergedDiscovery>,
+    path: DiscoveryPath<'_>,
+) -> Option<Merge> {
     match path {
-        DiscoveryPath::GroupVersion { group, version } => routing
-            .discovery()?
-            .source(group, version)
-            .map(Merge::Source),
+        DiscoveryPath::GroupVersion { group, version } => {
+            discovery?.source(group, version).map(Merge::Source)
+        }
         DiscoveryPath::Root { core } => Some(Merge::Answer(DiscoveryPath::Root { core })),
         DiscoveryPath::OpenApiIndex => Some(Merge::Answer(DiscoveryPath::OpenApiIndex)),
     }

@@ -23,7 +23,6 @@ mod documents;
 
 pub(crate) use answer::{Merge, MergedAnswer, merged_discovery};
 
-use super::body::ProxyBody;
 use crate::config::BackendId;
 use crate::upstream::Served;
 use documents::{
@@ -224,7 +223,7 @@ impl MergedDiscovery {
         path: DiscoveryPath<'_>,
         accept: Option<&HeaderValue>,
         if_none_match: Option<&HeaderValue>,
-    ) -> Option<Response<ProxyBody>> {
+    ) -> Option<Response<Bytes>> {
         let (doc, content_type) = match path {
             DiscoveryPath::Root { core } => {
                 let forms = if core { &self.api } else { &self.apis };
@@ -239,11 +238,11 @@ impl MergedDiscovery {
         };
         let fresh = if_none_match.is_some_and(|v| v == doc.etag);
         let mut resp = if fresh {
-            let mut r = Response::new(ProxyBody::full(Bytes::new()));
+            let mut r = Response::new(Bytes::new());
             *r.status_mut() = StatusCode::NOT_MODIFIED;
             r
         } else {
-            Response::new(ProxyBody::full(doc.body.clone()))
+            Response::new(doc.body.clone())
         };
         let h = resp.headers_mut();
         h.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));

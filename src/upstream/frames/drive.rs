@@ -294,7 +294,7 @@ impl<T: AsyncRead + AsyncWrite + Unpin> Wire<T> {
 
 /// The peer's SETTINGS that its codec applies to what is written to it (the largest frame, the
 /// HPACK table size); the largest DATA payload the peer now accepts, if it said. Both sides of
-/// skewgate's frame-level HTTP/2 (here, and `proxy::http2` for clients) apply them so.
+/// skewgate's frame-level HTTP/2 (here, and `edge::http2` for clients) apply them so.
 pub(crate) fn apply_codec_settings<T, B>(
     codec: &mut Codec<T, B>,
     settings: &Settings,

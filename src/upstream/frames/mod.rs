@@ -37,7 +37,7 @@ use h2::frame::{Data, Headers, Pseudo};
 use http::{HeaderMap, header};
 
 pub(crate) use drive::{Hooks, apply_codec_settings, handshake};
-// The stream parts the frame-level server for HTTP/2 clients shares (`proxy::http2`).
+// The stream parts the frame-level server for HTTP/2 clients shares (`edge::http2`).
 use state::State;
 
 use super::Head;

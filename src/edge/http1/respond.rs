@@ -155,7 +155,7 @@ fn framing(parts: &mut Parts, body: &ProxyBody) -> Framing {
         }
     }
     if !dated {
-        parts.headers.insert(DATE, crate::proxy::http2::date());
+        parts.headers.insert(DATE, crate::edge::http2::date());
     }
     let status = parts.status;
     if status.is_informational() || status == StatusCode::NO_CONTENT {

@@ -13,6 +13,8 @@ use std::time::{Duration, Instant};
 
 use tokio_util::sync::CancellationToken;
 
+use crate::proxy::wire::{StreamEnd, StreamGuard};
+
 /// Streams opened before the ratio is judged.
 const MIN_STREAMS: u32 = 100;
 /// A stream given up on later than this is a client changing its mind, not an attack.
@@ -35,11 +37,7 @@ impl ResetBudget {
     /// Counts a new stream; the guard says at its drop whether it ended prematurely.
     pub(super) fn open(self: &Arc<Self>) -> StreamGuard {
         self.streams.fetch_add(1, Ordering::Relaxed);
-        StreamGuard {
-            budget: self.clone(),
-            started: super::clock::now(),
-            done: false,
-        }
+        StreamGuard::new(self.clone(), crate::proxy::clock::now())
     }
 
     /// Resolves when the connection has used up its budget.
@@ -56,30 +54,11 @@ impl ResetBudget {
     }
 }
 
-/// One stream of a client connection; dropped before `done()` within a second, it is premature.
-#[derive(Debug)]
-pub(crate) struct StreamGuard {
-    budget: Arc<ResetBudget>,
-    started: Instant,
-    done: bool,
-}
-
-impl StreamGuard {
-    /// When the stream was opened.
-    pub(crate) fn started(&self) -> Instant {
-        self.started
-    }
-
-    /// The stream's response has ended (or failed on the apiserver's side).
-    pub(crate) fn done(&mut self) {
-        self.done = true;
-    }
-}
-
-impl Drop for StreamGuard {
-    fn drop(&mut self) {
-        if !self.done && super::clock::now().saturating_duration_since(self.started) < PREMATURE {
-            self.budget.premature();
+impl StreamEnd for ResetBudget {
+    /// A stream let go of before its response ended, within a second of opening, is premature.
+    fn stream_dropped(&self, started: Instant, done: bool) {
+        if !done && crate::proxy::clock::now().saturating_duration_since(started) < PREMATURE {
+            self.premature();
         }
     }
 }

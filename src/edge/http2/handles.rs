@@ -10,6 +10,7 @@ use h2::frame::{Headers, Pseudo};
 use http::HeaderMap;
 
 use super::state::State;
+use crate::proxy::wire::{StreamBody, StreamSource};
 use crate::upstream::frames::store_waker;
 
 /// What the connection's task and its streams' handles share.
@@ -30,47 +31,18 @@ impl Shared {
 }
 
 /// A request's body, as the client sends it: data within the stream's window, then trailers.
-pub(crate) struct RecvBody {
-    /// `None` for a request that ended with its head (most of them): nothing to read, no lock.
-    stream: Option<(Arc<Shared>, usize)>,
-    ended: bool,
-}
-
-impl std::fmt::Debug for RecvBody {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RecvBody")
-            .field("stream", &self.stream.as_ref().map(|(_, key)| key))
-            .field("ended", &self.ended)
-            .finish()
-    }
-}
-
-impl RecvBody {
-    pub(super) fn new(shared: &Arc<Shared>, key: usize, end_stream: bool) -> RecvBody {
-        RecvBody {
-            stream: (!end_stream).then(|| (shared.clone(), key)),
-            ended: end_stream,
-        }
-    }
-
-    /// Whether the body is known to be at its end (no lock: as of the last poll).
-    pub(crate) fn is_end_stream(&self) -> bool {
-        self.ended
-    }
-
-    /// The next data or trailers; `None` at the end. The window data took is given back to the
-    /// client as it is taken: the upstream stream's window is what holds a client that sends
-    /// faster than the apiserver reads.
-    pub(crate) fn poll_frame(
-        &mut self,
+/// The window data took is given back to the client as it is taken: the upstream stream's window
+/// is what holds a client that sends faster than the apiserver reads.
+impl StreamSource for Shared {
+    fn poll_frame(
+        &self,
+        key: usize,
+        ended: &mut bool,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<http_body::Frame<Bytes>, h2::Error>>> {
-        let Some((shared, key)) = &self.stream else {
-            return Poll::Ready(None);
-        };
-        let mut state = shared.lock();
+        let mut state = self.lock();
         let failed = state.failed.clone();
-        let Some(s) = state.streams.get_mut(*key) else {
+        let Some(s) = state.streams.get_mut(key) else {
             return Poll::Ready(None);
         };
         if let Some(why) = s.failure.as_ref().or(failed.as_ref()) {
@@ -83,39 +55,40 @@ impl RecvBody {
         if let Some(data) = data {
             let len = data.len();
             s.held -= len;
-            self.ended =
+            *ended =
                 s.recv_closed && s.data.is_empty() && s.small.is_empty() && s.trailers.is_none();
-            state.release(*key, len);
+            state.release(key, len);
             return Poll::Ready(Some(Ok(http_body::Frame::data(data))));
         }
         if let Some(trailers) = s.trailers.take() {
-            self.ended = true;
+            *ended = true;
             return Poll::Ready(Some(Ok(http_body::Frame::trailers(*trailers))));
         }
         if s.recv_closed {
-            self.ended = true;
+            *ended = true;
             return Poll::Ready(None);
         }
         store_waker(&mut s.reader, cx);
         Poll::Pending
     }
+
+    fn body_dropped(&self, key: usize) {
+        let mut state = self.lock();
+        if let Some(s) = state.streams.get_mut(key) {
+            s.recv_handle = false;
+            // What came and was not read is not held any longer.
+            let held = std::mem::take(&mut s.held);
+            s.data.clear();
+            s.small = bytes::BytesMut::new();
+            state.release(key, held);
+        }
+        state.settle(key);
+    }
 }
 
-impl Drop for RecvBody {
-    fn drop(&mut self) {
-        if let Some((shared, key)) = self.stream.take() {
-            let mut state = shared.lock();
-            if let Some(s) = state.streams.get_mut(key) {
-                s.recv_handle = false;
-                // What came and was not read is not held any longer.
-                let held = std::mem::take(&mut s.held);
-                s.data.clear();
-                s.small = bytes::BytesMut::new();
-                state.release(key, held);
-            }
-            state.settle(key);
-        }
-    }
+/// A request's body on stream `key` of the connection `shared`.
+pub(super) fn request_body(shared: &Arc<Shared>, key: usize, end_stream: bool) -> StreamBody {
+    StreamBody::new(shared.clone(), key, end_stream)
 }
 
 /// The sender of a stream's response.

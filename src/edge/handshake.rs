@@ -3,7 +3,7 @@
 
 use std::net::SocketAddr;
 
-use super::Proxy;
+use crate::proxy::Proxy;
 
 /// Logs and counts a failed handshake; the connection is dropped, other clients are not affected.
 pub(super) fn handshake_failed(

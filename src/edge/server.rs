@@ -11,9 +11,9 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use super::balance::{Balance, Inbox, Intake};
-use super::{Proxy, ProxySettings};
 use crate::config::{self, ConfigErrors};
 use crate::metrics::Metrics;
+use crate::proxy::{Proxy, ProxySettings};
 
 /// What to serve, and where.
 #[derive(Clone, Debug)]
@@ -142,9 +142,9 @@ impl Server {
         let stop = CancellationToken::new();
         let background = stop.child_token();
         proxy.spawn_health_checks(background.clone());
-        super::capacity::spawn_memory_trim(
+        crate::proxy::capacity::spawn_memory_trim(
             proxy.connection_slots.clone(),
-            super::capacity::TRIM_EVERY,
+            crate::proxy::capacity::TRIM_EVERY,
             background.clone(),
         );
         watch_for_changes(&proxy, &opts, loaded, background.clone());

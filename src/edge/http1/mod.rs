@@ -27,8 +27,8 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::time::{Instant, Sleep};
 use tokio_util::sync::CancellationToken;
 
-use super::body::ProxyBody;
-use super::request_body::Incoming;
+use crate::proxy::body::ProxyBody;
+use crate::proxy::request_body::Incoming;
 
 /// How long the rest of a head may take once its first bytes came, as hyper's header timeout.
 const HEAD_TIMEOUT: Duration = Duration::from_secs(30);

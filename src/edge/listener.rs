@@ -15,24 +15,25 @@ use hyper::service::service_fn;
 use hyper_util::server::graceful::{GracefulShutdown, Watcher};
 use tokio_util::sync::CancellationToken;
 
-use super::Proxy;
 use super::balance::{Intake, Place};
-use super::body::ProxyBody;
 use super::detect::detect_h2;
-use super::forwarding::forwarded_for;
 use super::handshake::{handshake_failed, reason_of};
 use super::http1::FastPath;
-use super::keepalive::{self, Exchange, Exchanges};
-use super::limits::ClientKey;
-use super::offenders::{
-    cut_off_for_resets, hold_if_held_back, is_client_fault, note_client_fault, note_client_faults,
-};
-use super::rebalance::Goaway;
-use super::request_body::Incoming;
-use super::resets::{ResetBudget, StreamGuard};
-use super::service::{self, Peer};
+use super::keepalive::{self, Exchanges};
+use super::resets::ResetBudget;
 use super::signals::unless;
 use crate::identity::VerifiedClient;
+use crate::proxy::Proxy;
+use crate::proxy::body::ProxyBody;
+use crate::proxy::forwarding::forwarded_for;
+use crate::proxy::limits::ClientKey;
+use crate::proxy::offenders::{
+    cut_off_for_resets, hold_if_held_back, is_client_fault, note_client_fault, note_client_faults,
+};
+use crate::proxy::rebalance::Goaway;
+use crate::proxy::request_body::Incoming;
+use crate::proxy::service::{self, Peer};
+use crate::proxy::wire::{Exchange, StreamGuard};
 use crate::upstream::WheelTimer;
 
 /// How much of a response an h2 client stream may have queued in skewgate, unsent for want of the
@@ -45,7 +46,7 @@ const SEND_BUFFER: usize = 64 << 10;
 pub(crate) async fn serve(proxy: Arc<Proxy>, mut intake: Intake, stop: CancellationToken) -> bool {
     let graceful = GracefulShutdown::new();
     let builders = Arc::new(builders(&proxy));
-    super::capacity::spawn_worker_trim(&proxy.connection_slots, stop.clone());
+    crate::proxy::capacity::spawn_worker_trim(&proxy.connection_slots, stop.clone());
     proxy.routing.spawn_worker_release(stop.clone());
     while let Some(client) = intake.next(&proxy.connection_slots, &stop).await {
         let accepted = Accepted {
@@ -409,29 +410,6 @@ fn ended_with_error(
     }
 }
 
-/// Serves an HTTP/1.1 connection until it closes; when the server shuts down, the request under
-/// way finishes and the connection is closed after it. (An HTTP/2 connection's GOAWAY is
-/// `http2::serve`'s.)
-///
-/// The connection is borrowed pinned, not moved in: moved, it would be held twice in this future's
-/// state (as the argument and as the pinned local).
-pub(super) async fn until_closed<C, E>(
-    mut conn: Pin<&mut C>,
-    stop: CancellationToken,
-) -> Result<(), E>
-where
-    C: Future<Output = Result<(), E>> + GracefulShutdownable + ?Sized,
-{
-    let signal = std::pin::pin!(stop.cancelled());
-    match unless(conn.as_mut(), signal).await {
-        Ok(r) => r,
-        Err(()) => {
-            conn.as_mut().shut_down_gracefully();
-            conn.await
-        }
-    }
-}
-
 /// When an HTTP/2 connection is to be sent GOAWAY: the server shuts down, or one of its requests
 /// drew the rebalancing GOAWAY.
 async fn shutdown_signal(stop: CancellationToken, goaway: Option<Arc<Goaway>>) {
@@ -444,23 +422,6 @@ async fn shutdown_signal(stop: CancellationToken, goaway: Option<Arc<Goaway>>) {
     tokio::select! {
         _ = stop.cancelled() => {}
         () = drawn => {}
-    }
-}
-
-/// A connection that can be closed gracefully (GOAWAY, its open streams finish).
-pub(super) trait GracefulShutdownable {
-    fn shut_down_gracefully(self: Pin<&mut Self>);
-}
-
-impl<I, S> GracefulShutdownable for http1::UpgradeableConnection<I, S>
-where
-    S: hyper::service::HttpService<hyper::body::Incoming>,
-    S::ResBody: http_body::Body + 'static,
-    <S::ResBody as http_body::Body>::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
-    I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
-{
-    fn shut_down_gracefully(self: Pin<&mut Self>) {
-        self.graceful_shutdown();
     }
 }
 

@@ -38,7 +38,6 @@ mod streams;
 #[cfg(test)]
 mod tests;
 
-pub(crate) use handles::RecvBody;
 use handles::{Responder, Shared};
 use state::State;
 use stream::Stream;
@@ -58,8 +57,8 @@ use http::{Request, Response};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::time::{Instant, Sleep};
 
-use super::body::ProxyBody;
-use super::request_body::Incoming;
+use crate::proxy::body::ProxyBody;
+use crate::proxy::request_body::Incoming;
 use crate::upstream::frames::Failure;
 
 /// The settings skewgate announces to HTTP/2 clients and the limits it holds them to.
@@ -141,7 +140,7 @@ where
     let mut streams = Streams::new(wakes.conn.clone());
     let ended = poll_fn(|cx| {
         // The requests this turn begins and ends read the clock once (`clock`).
-        let _turn = super::clock::TurnGuard::begin();
+        let _turn = crate::proxy::clock::TurnGuard::begin();
         wakes.conn.task.register(cx.waker());
         if wakes.control.woken.swap(false, Ordering::Acquire)
             && control.poll(&wakes.control_waker, &shared).is_ready()
@@ -188,7 +187,7 @@ where
             // A request is handed over as its HEADERS is read, under the connection's lock:
             // `handle` makes its future and does not poll it.
             let mut open = |o: state::Opened| {
-                let body = RecvBody::new(&shared, o.key, o.end_stream);
+                let body = handles::request_body(&shared, o.key, o.end_stream);
                 let req = o.request.map(|()| Incoming::Http2(body));
                 streams.push(Stream::new(
                     handle(req),

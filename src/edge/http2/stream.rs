@@ -168,7 +168,7 @@ fn complete_head(headers: &mut HeaderMap, body: &ProxyBody) {
 }
 
 /// Now as an HTTP date, made once a second per worker.
-pub(in crate::proxy) fn date() -> HeaderValue {
+pub(in crate::edge) fn date() -> HeaderValue {
     thread_local! {
         static NOW: RefCell<(u64, HeaderValue)> =
             const { RefCell::new((u64::MAX, HeaderValue::from_static(""))) };

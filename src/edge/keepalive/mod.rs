@@ -43,14 +43,11 @@ use tokio_util::sync::CancellationToken;
 
 mod sweep;
 
-use super::body::ProxyBody;
 use super::http1::{FastPath, Outcome};
-use super::listener::until_closed;
-use super::request_body::Incoming as RequestBody;
-
-/// How long an HTTP/1.1 connection may wait for its next request by default: kube-apiserver's
-/// `IdleTimeout`.
-pub(super) const IDLE_TIMEOUT: Duration = Duration::from_secs(90);
+use super::signals::unless;
+use crate::proxy::body::ProxyBody;
+use crate::proxy::request_body::Incoming as RequestBody;
+use crate::proxy::wire::{Exchange, ExchangeEnd};
 
 /// How long a closing idle connection may take to send its TLS close or FIN.
 const CLOSE_TIMEOUT: Duration = Duration::from_secs(1);
@@ -143,7 +140,7 @@ impl Exchanges {
     pub(super) fn begin(self: &Arc<Self>) -> Exchange {
         self.open.fetch_add(1, Ordering::Relaxed);
         self.begun.fetch_add(1, Ordering::Relaxed);
-        Exchange(self.clone())
+        Exchange::new(self.clone())
     }
 
     fn begun(&self) -> u32 {
@@ -172,22 +169,15 @@ impl Exchanges {
     }
 }
 
-/// One request under way on an HTTP/1.1 connection; carried by its response's body.
-pub(crate) struct Exchange(Arc<Exchanges>);
-
-impl Exchange {
-    /// The response switches protocols: the stream becomes a tunnel and is never given back.
-    pub(super) fn upgraded(&self) {
-        self.0.upgraded.store(true, Ordering::Relaxed);
-    }
-}
-
-impl Drop for Exchange {
-    fn drop(&mut self) {
-        let e = &self.0;
-        if e.open.fetch_sub(1, Ordering::Relaxed) == 1 {
-            e.wake_at_next_tick(|| e.waiting.take());
+impl ExchangeEnd for Exchanges {
+    fn exchange_ended(&self) {
+        if self.open.fetch_sub(1, Ordering::Relaxed) == 1 {
+            self.wake_at_next_tick(|| self.waiting.take());
         }
+    }
+
+    fn upgraded(&self) {
+        self.upgraded.store(true, Ordering::Relaxed);
     }
 }
 
@@ -322,6 +312,43 @@ impl<I: AsyncWrite + Unpin> AsyncWrite for Lent<I> {
             Some(io) => Pin::new(io).poll_shutdown(cx),
             None => Poll::Ready(Ok(())),
         }
+    }
+}
+
+/// Serves an HTTP/1.1 connection until it closes; when the server shuts down, the request under
+/// way finishes and the connection is closed after it. (An HTTP/2 connection's GOAWAY is
+/// `http2::serve`'s.)
+///
+/// The connection is borrowed pinned, not moved in: moved, it would be held twice in this future's
+/// state (as the argument and as the pinned local).
+async fn until_closed<C, E>(mut conn: Pin<&mut C>, stop: CancellationToken) -> Result<(), E>
+where
+    C: Future<Output = Result<(), E>> + GracefulShutdownable + ?Sized,
+{
+    let signal = std::pin::pin!(stop.cancelled());
+    match unless(conn.as_mut(), signal).await {
+        Ok(r) => r,
+        Err(()) => {
+            conn.as_mut().shut_down_gracefully();
+            conn.await
+        }
+    }
+}
+
+/// A connection that can be closed gracefully (GOAWAY, its open streams finish).
+trait GracefulShutdownable {
+    fn shut_down_gracefully(self: Pin<&mut Self>);
+}
+
+impl<I, S> GracefulShutdownable for http1::UpgradeableConnection<I, S>
+where
+    S: hyper::service::HttpService<hyper::body::Incoming>,
+    S::ResBody: http_body::Body + 'static,
+    <S::ResBody as http_body::Body>::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
+{
+    fn shut_down_gracefully(self: Pin<&mut Self>) {
+        self.graceful_shutdown();
     }
 }
 
