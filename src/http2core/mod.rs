@@ -6,7 +6,10 @@
 //! - `window`: a flow-control window (RFC 9113, 6.9) and its checks: a WINDOW_UPDATE of 0 or one
 //!   past 2^31-1, a change of SETTINGS_INITIAL_WINDOW_SIZE that takes a window past it, data
 //!   received beyond what was granted.
+//! - `stream`: a stream's states once open (RFC 9113, 5.1), each end closed once.
 
+mod stream;
 mod window;
 
+pub(crate) use stream::{Ends, StreamState};
 pub(crate) use window::Window;

@@ -82,7 +82,7 @@ fn read_bodies(state: &mut State) {
         }
         taken += s.small.split().len();
         s.held -= taken;
-        if s.recv_closed || s.failure.is_some() {
+        if s.ends.recv_closed() || s.failure.is_some() {
             s.recv_handle = false;
             state.release(key, taken);
             state.settle(key);

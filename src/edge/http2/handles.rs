@@ -55,8 +55,10 @@ impl StreamSource for Shared {
         if let Some(data) = data {
             let len = data.len();
             s.held -= len;
-            *ended =
-                s.recv_closed && s.data.is_empty() && s.small.is_empty() && s.trailers.is_none();
+            *ended = s.ends.recv_closed()
+                && s.data.is_empty()
+                && s.small.is_empty()
+                && s.trailers.is_none();
             state.release(key, len);
             return Poll::Ready(Some(Ok(http_body::Frame::data(data))));
         }
@@ -64,7 +66,7 @@ impl StreamSource for Shared {
             *ended = true;
             return Poll::Ready(Some(Ok(http_body::Frame::trailers(*trailers))));
         }
-        if s.recv_closed {
+        if s.ends.recv_closed() {
             *ended = true;
             return Poll::Ready(None);
         }
@@ -144,13 +146,13 @@ impl Responder {
         let Some(s) = state.streams.get_mut(self.key) else {
             return;
         };
-        if s.failure.is_some() || s.send_closed {
+        if s.failure.is_some() || s.ends.send_closed() {
             return;
         }
         let mut frame = Headers::new(s.id, Pseudo::response(head.status), head.headers);
         if chunk.is_none() {
             frame.set_end_stream();
-            s.send_closed = true;
+            s.ends.close_send();
         }
         s.send_handle = false;
         state.push(frame.into());
@@ -183,7 +185,7 @@ impl Responder {
         let Some(s) = state.streams.get_mut(self.key) else {
             return false;
         };
-        if s.failure.is_some() || s.send_closed {
+        if s.failure.is_some() || s.ends.send_closed() {
             return false;
         }
         // A client whose window is shut already is sent nothing of the body until it opens.
@@ -242,7 +244,7 @@ impl Drop for Responder {
         let mut state = self.shared.lock();
         if let Some(s) = state.streams.get_mut(self.key) {
             s.send_handle = false;
-            if !s.send_closed {
+            if !s.ends.send_closed() {
                 // The response was dropped unfinished: the client is told at once.
                 state.reset(self.key, Reason::CANCEL);
             }

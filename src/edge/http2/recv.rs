@@ -9,7 +9,7 @@ use http::{HeaderMap, StatusCode};
 use super::closed::{Gone, Verdict};
 use super::request::{self, Malformed};
 use super::state::{Opened, State, Stream};
-use crate::http2core::Window;
+use crate::http2core::{Ends, Window};
 use crate::upstream::frames::{Chunks, Failure, wake};
 
 impl State {
@@ -131,7 +131,7 @@ impl State {
             held: 0,
             small: bytes::BytesMut::new(),
             trailers: None,
-            recv_closed: end_stream,
+            ends: Ends::new(end_stream, false),
             recv_window: Window::new(self.limits.stream_window),
             released: 0,
             content_length,
@@ -140,7 +140,6 @@ impl State {
             queued: Chunks::default(),
             queued_len: 0,
             end_queued: None,
-            send_closed: false,
             in_ready: false,
             writer: None,
             failure: None,
@@ -163,7 +162,7 @@ impl State {
             return;
         }
         let id = s.id;
-        if s.recv_closed {
+        if s.ends.recv_closed() {
             // As DATA on a half-closed or closed stream (`on_data`).
             if s.is_over() {
                 return self.go_away(Reason::STREAM_CLOSED);
@@ -183,7 +182,7 @@ impl State {
             return self.reset_for(key, Reason::PROTOCOL_ERROR);
         }
         s.trailers = Some(Box::new(fields));
-        s.recv_closed = true;
+        s.ends.close_recv();
         wake(&mut s.reader);
         self.settle(key);
     }
@@ -218,7 +217,7 @@ impl State {
             // The connection failed: dropped, its window given back.
             return self.give_back(flow);
         }
-        if s.recv_closed {
+        if s.ends.recv_closed() {
             // Half-closed (remote): a stream error, or a connection error once the response is
             // written whole too (closed: RFC 9113, 5.1).
             let over = s.is_over();
@@ -252,7 +251,9 @@ impl State {
             s.recv_window.grant(given_back);
             s.hold(payload);
         }
-        s.recv_closed = end;
+        if end {
+            s.ends.close_recv();
+        }
         wake(&mut s.reader);
         self.give_back(given_back);
         if end {
@@ -266,7 +267,9 @@ impl State {
         let Some(s) = self.streams.get_mut(key) else {
             return;
         };
-        s.recv_closed = end;
+        if end {
+            s.ends.close_recv();
+        }
         let id = s.id;
         let grant = u32::try_from(flow).unwrap_or(u32::MAX);
         if grant > 0 && !end {
@@ -295,7 +298,7 @@ impl State {
     /// it was taken (as h2 does), unless the stream is done receiving; the connection's with it.
     pub(super) fn release(&mut self, key: usize, len: usize) {
         let stream_grant = match self.streams.get_mut(key) {
-            Some(s) if !s.recv_closed && s.failure.is_none() => {
+            Some(s) if !s.ends.recv_closed() && s.failure.is_none() => {
                 s.released = s.released.saturating_add(len as u32);
                 (s.released >= self.limits.stream_window / 2).then(|| {
                     let grant = std::mem::take(&mut s.released);

@@ -83,7 +83,7 @@ impl State {
         let Some(s) = self.streams.get_mut(key) else {
             return;
         };
-        if s.failure.is_some() || s.send_closed {
+        if s.failure.is_some() || s.ends.send_closed() {
             return;
         }
         if !chunk.is_empty() {
@@ -92,7 +92,7 @@ impl State {
         }
         if let Some(end) = end {
             s.end_queued = Some(end);
-            s.send_closed = true;
+            s.ends.close_send();
         }
         self.schedule(key);
     }

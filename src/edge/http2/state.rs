@@ -14,7 +14,7 @@ use http::{HeaderMap, Request};
 
 use super::Limits;
 use super::closed::{ClosedStreams, Gone};
-use crate::http2core::Window;
+use crate::http2core::{Ends, StreamState, Window};
 use crate::upstream::frames::{Chunks, Failure, wake};
 
 /// How many control frames (acknowledgements, resets, window updates) may wait to be written
@@ -35,8 +35,9 @@ pub(super) struct Stream {
     pub(super) small: BytesMut,
     /// Boxed: few requests have trailers.
     pub(super) trailers: Option<Box<HeaderMap>>,
-    /// END_STREAM received (or the stream was reset).
-    pub(super) recv_closed: bool,
+    /// Which ends are closed (RFC 9113, 5.1): the request's by END_STREAM received, the
+    /// response's once its end was queued to be written; both by a reset.
+    pub(super) ends: Ends,
     /// How much more the client may send on the stream, as skewgate granted it.
     pub(super) recv_window: Window,
     /// Data the request took and skewgate has not given back to the client yet.
@@ -52,8 +53,6 @@ pub(super) struct Stream {
     pub(super) queued_len: usize,
     /// The response's end (END_STREAM, or trailers) comes after what is queued.
     pub(super) end_queued: Option<Option<Box<HeaderMap>>>,
-    /// The response's end was queued to be written (or the stream was reset).
-    pub(super) send_closed: bool,
     /// In the queue of streams with data to write.
     pub(super) in_ready: bool,
     /// The stream's response (its pipe), waiting for room or for a reset.
@@ -284,8 +283,7 @@ impl State {
     /// A stream failed: nothing more is sent or received on it, and its handles are told.
     pub(super) fn close(&mut self, key: usize) {
         if let Some(s) = self.streams.get_mut(key) {
-            s.recv_closed = true;
-            s.send_closed = true;
+            s.ends.close();
             let dropped = std::mem::take(&mut s.held);
             s.data.clear();
             s.small = BytesMut::new();
@@ -313,7 +311,7 @@ impl State {
             return;
         }
         if !over {
-            if s.send_closed && (!s.queued.is_empty() || s.end_queued.is_some()) {
+            if s.ends.send_closed() && (!s.queued.is_empty() || s.end_queued.is_some()) {
                 // The response is whole but not yet written (it waits for the client's window):
                 // settled again when its end is written.
                 return;
@@ -321,7 +319,7 @@ impl State {
             // Both handles gone before the stream ended: the client is told (to stop sending, with
             // NO_ERROR, when its response is complete: RFC 9113, 8.1), and the stream is forgotten
             // by the reset's own settling.
-            let reason = if s.send_closed {
+            let reason = if s.ends.send_closed() {
                 Reason::NO_ERROR
             } else {
                 Reason::CANCEL
@@ -357,21 +355,19 @@ impl Stream {
     /// How the stream closes when it is reset now: what the client may still send on it, if it
     /// had not ended its side.
     pub(super) fn gone_by_reset(&self) -> Gone {
-        if self.recv_closed {
-            Gone::Closed
-        } else {
-            Gone::Reset {
+        match self.ends.state() {
+            // The client's side was closed already: nothing of it may come.
+            StreamState::HalfClosedRemote | StreamState::Closed => Gone::Closed,
+            // Still open: what was in flight, up to its window, may come yet.
+            StreamState::Open | StreamState::HalfClosedLocal => Gone::Reset {
                 window: self.recv_window.size().max(0),
-            }
+            },
         }
     }
 
     /// Over both ways: reset, or the request received whole and the response's end written.
     pub(super) fn is_over(&self) -> bool {
         self.failure.is_some()
-            || (self.recv_closed
-                && self.send_closed
-                && self.queued.is_empty()
-                && self.end_queued.is_none())
+            || (self.ends.is_closed() && self.queued.is_empty() && self.end_queued.is_none())
     }
 }

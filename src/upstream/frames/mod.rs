@@ -305,8 +305,8 @@ impl RecvBody {
         };
         if let Some(data) = s.data.pop_front() {
             let len = data.len();
-            self.ended = s.recv_closed && s.data.is_empty() && s.trailers.is_none();
-            let both = self.ended && s.send_closed;
+            self.ended = s.ends.recv_closed() && s.data.is_empty() && s.trailers.is_none();
+            let both = self.ended && s.ends.send_closed();
             state.taken(len);
             if both {
                 // Over both ways with this frame (a small GET's whole answer): the stream is given
@@ -322,7 +322,7 @@ impl RecvBody {
             self.ended = true;
             return Poll::Ready(Some(Ok(http_body::Frame::trailers(*trailers))));
         }
-        if s.recv_closed {
+        if s.ends.recv_closed() {
             self.ended = true;
             return Poll::Ready(None);
         }
@@ -367,7 +367,7 @@ impl SendBody {
             if let Some(why) = s.failure.as_ref().or(failed.as_ref()) {
                 return Poll::Ready(Err(why.to_error()));
             }
-            if s.send_closed {
+            if s.ends.send_closed() {
                 return Poll::Ready(Ok(()));
             }
             let room = s
@@ -382,7 +382,9 @@ impl SendBody {
             let chunk = data.split_to((room.max(0) as usize).min(data.len()));
             let last = end && data.is_empty();
             s.send_window.spend(chunk.len());
-            s.send_closed = last;
+            if last {
+                s.ends.close_send();
+            }
             let id = s.id;
             st.send_window.spend(chunk.len());
             let mut frame = Data::new(id, chunk);
@@ -400,10 +402,10 @@ impl SendBody {
         let Some(s) = state.streams.get_mut(self.handle.key) else {
             return;
         };
-        if s.failure.is_some() || s.send_closed {
+        if s.failure.is_some() || s.ends.send_closed() {
             return;
         }
-        s.send_closed = true;
+        s.ends.close_send();
         let mut frame = Headers::trailers(s.id, trailers);
         frame.set_end_stream();
         state.push(frame.into());

@@ -16,7 +16,7 @@ use http::{HeaderMap, StatusCode};
 use super::CONNECTION_WINDOW;
 use super::stream::{Chunks, Failure, Stream, wake};
 use super::windows::Shrink;
-use crate::http2core::Window;
+use crate::http2core::{Ends, Window};
 use crate::upstream::budget::{Level, ResponseBudget, SMALL_WINDOW};
 
 /// The connection's state.
@@ -130,8 +130,7 @@ impl State {
             head_seen: false,
             data: Chunks::default(),
             trailers: None,
-            recv_closed: false,
-            send_closed: end,
+            ends: Ends::new(false, end),
             failure: None,
             recv_window: Window::new(self.level.window()),
             released: 0,
@@ -157,7 +156,7 @@ impl State {
         let Some(s) = self.streams.get_mut(key) else {
             return;
         };
-        if s.recv_closed || s.failure.is_some() {
+        if s.ends.recv_closed() || s.failure.is_some() {
             return;
         }
         s.released = s.released.saturating_add(len as u32);
@@ -179,11 +178,11 @@ impl State {
         let Some(s) = self.streams.get_mut(key) else {
             return;
         };
-        if s.failure.is_some() || (s.recv_closed && s.send_closed) {
+        if s.failure.is_some() || s.ends.is_closed() {
             return;
         }
         s.failure = Some(Failure::Reset(reason));
-        s.send_closed = true;
+        s.ends.close_send();
         let dropped = s.data.len();
         s.data.clear();
         wake(&mut s.recv_task);
@@ -234,7 +233,7 @@ impl State {
         let Some((key, s)) = self.stream(frame.stream_id()) else {
             return;
         };
-        if s.failure.is_some() || s.recv_closed {
+        if s.failure.is_some() || s.ends.recv_closed() {
             return;
         }
         let (pseudo, fields) = frame.into_parts();
@@ -262,7 +261,9 @@ impl State {
         if !wellformed {
             return self.reset(key, Reason::PROTOCOL_ERROR);
         }
-        s.recv_closed = end;
+        if end {
+            s.ends.close_recv();
+        }
         wake(&mut s.recv_task);
         self.recount(key);
     }
@@ -285,7 +286,7 @@ impl State {
         let Some(s) = self.streams.get_mut(key) else {
             return;
         };
-        if s.failure.is_some() || s.recv_closed {
+        if s.failure.is_some() || s.ends.recv_closed() {
             return;
         }
         let within = s.recv_window.receive(flow_len);
@@ -311,7 +312,9 @@ impl State {
             self.budget.add(payload.len());
             s.data.push_back(payload);
         }
-        s.recv_closed = end;
+        if end {
+            s.ends.close_recv();
+        }
         wake(&mut s.recv_task);
         self.recount(key);
     }
@@ -323,7 +326,7 @@ impl State {
         };
         if s.failure.is_none() {
             s.failure = Some(Failure::Reset(reason));
-            s.send_closed = true;
+            s.ends.close_send();
             wake(&mut s.recv_task);
             wake(&mut s.send_task);
             self.recount(key);
@@ -382,7 +385,7 @@ impl State {
         self.closing.get_or_insert(why.clone());
         self.failed.get_or_insert(why.clone());
         for (_, s) in self.streams.iter_mut() {
-            if s.failure.is_none() && !(s.recv_closed && s.send_closed) {
+            if s.failure.is_none() && !s.ends.is_closed() {
                 s.failure = Some(why.clone());
             }
             wake(&mut s.recv_task);

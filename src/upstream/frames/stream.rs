@@ -10,7 +10,7 @@ use h2::Reason;
 use h2::frame::StreamId;
 use http::HeaderMap;
 
-use crate::http2core::Window;
+use crate::http2core::{Ends, Window};
 
 /// Why a stream, or the whole connection, can go no further. Kept as data (h2's error is not
 /// `Clone`) and turned into an `h2::Error` for each one who asks.
@@ -45,10 +45,9 @@ pub(super) struct Stream {
     pub(super) data: Chunks,
     /// Boxed: few responses have trailers, and every stream would carry an inline map's size.
     pub(super) trailers: Option<Box<HeaderMap>>,
-    /// END_STREAM received.
-    pub(super) recv_closed: bool,
-    /// END_STREAM (or RST_STREAM) sent.
-    pub(super) send_closed: bool,
+    /// Which ends are closed (RFC 9113, 5.1): the response's by END_STREAM received, the
+    /// request's by END_STREAM or RST_STREAM sent.
+    pub(super) ends: Ends,
     pub(super) failure: Option<Failure>,
     /// How much more the apiserver may send on the stream, as skewgate granted it.
     pub(super) recv_window: Window,

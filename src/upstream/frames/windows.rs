@@ -54,7 +54,7 @@ impl State {
             let receiving = self
                 .streams
                 .iter()
-                .filter(|(_, s)| !s.recv_closed && s.failure.is_none())
+                .filter(|(_, s)| !s.ends.recv_closed() && s.failure.is_none())
                 .count();
             let growth = receiving * (size - before) as usize;
             if !self.budget.below_entry(self.level, growth) {
@@ -85,7 +85,9 @@ impl State {
         let keys: Vec<usize> = self
             .streams
             .iter()
-            .filter(|(_, s)| u32::from(s.id) < from_id && !s.recv_closed && s.failure.is_none())
+            .filter(|(_, s)| {
+                u32::from(s.id) < from_id && !s.ends.recv_closed() && s.failure.is_none()
+            })
             .map(|(key, _)| key)
             .collect();
         for key in keys {
@@ -109,7 +111,11 @@ impl State {
         let Some(s) = self.streams.get_mut(key) else {
             return;
         };
-        if !s.recv_window.is_shut() || s.recv_closed || s.failure.is_some() || !s.data.is_empty() {
+        if !s.recv_window.is_shut()
+            || s.ends.recv_closed()
+            || s.failure.is_some()
+            || !s.data.is_empty()
+        {
             return;
         }
         let grant = i64::from(SMALL_WINDOW) - s.recv_window.size();
@@ -138,7 +144,7 @@ impl State {
         let Some(s) = self.streams.get_mut(key) else {
             return;
         };
-        let now = if s.recv_closed || s.failure.is_some() {
+        let now = if s.ends.recv_closed() || s.failure.is_some() {
             0
         } else {
             u32::try_from(s.recv_window.size().clamp(0, Window::MAX)).unwrap_or(0)
