@@ -225,7 +225,8 @@ pub struct ServeArgs {
     pub max_request_header_bytes: usize,
     /// The most response data held for clients that have not read it yet, across all of them
     /// (bytes; 0: no bound). From half of it, apiservers are given a 16 KiB window per stream
-    /// instead of 256 KiB; at it, a response whose client holds 16 KiB unread is cut.
+    /// instead of 256 KiB; at it, none beyond 16 KiB at a time for a client that has read all it
+    /// was sent, and a response whose client still holds 16 KiB unread when more comes is cut.
     #[arg(long, default_value_t = skewgate::upstream::DEFAULT_RESPONSE_BUFFER)]
     pub max_buffered_response_bytes: usize,
     /// Headers that carry the user upstream, and are removed from clients (default X-Remote-User).
