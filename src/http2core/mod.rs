@@ -7,9 +7,12 @@
 //!   past 2^31-1, a change of SETTINGS_INITIAL_WINDOW_SIZE that takes a window past it, data
 //!   received beyond what was granted.
 //! - `stream`: a stream's states once open (RFC 9113, 5.1), each end closed once.
+//! - `settings`: the peer's SETTINGS as both apply them (its codec's, and the initial window).
 
+mod settings;
 mod stream;
 mod window;
 
+pub(crate) use settings::{InitialWindow, apply_codec_settings};
 pub(crate) use stream::{Ends, StreamState};
 pub(crate) use window::Window;

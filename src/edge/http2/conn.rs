@@ -13,7 +13,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 use super::handles::Shared;
 use super::state::{Opened, State};
-use crate::upstream::frames::apply_codec_settings;
+use crate::http2core::apply_codec_settings;
 
 const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 

@@ -136,7 +136,7 @@ impl State {
             released: 0,
             content_length,
             reader: None,
-            send_window: Window::new(self.peer_initial_window as u32),
+            send_window: self.peer_initial_window.window(),
             queued: Chunks::default(),
             queued_len: 0,
             end_queued: None,

@@ -41,8 +41,7 @@ impl State {
     /// The client's new SETTINGS_INITIAL_WINDOW_SIZE: every open stream's window moves by the
     /// difference (RFC 9113, 6.9.2).
     pub(super) fn on_initial_window(&mut self, size: u32) {
-        let delta = i64::from(size) - self.peer_initial_window;
-        self.peer_initial_window = i64::from(size);
+        let delta = self.peer_initial_window.set(size);
         let keys: Vec<usize> = self.streams.iter().map(|(key, _)| key).collect();
         for key in keys {
             if let Some(s) = self.streams.get_mut(key) {

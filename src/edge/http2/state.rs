@@ -14,7 +14,7 @@ use http::{HeaderMap, Request};
 
 use super::Limits;
 use super::closed::{ClosedStreams, Gone};
-use crate::http2core::{Ends, StreamState, Window};
+use crate::http2core::{Ends, InitialWindow, StreamState, Window};
 use crate::upstream::frames::{Chunks, Failure, wake};
 
 /// How many control frames (acknowledgements, resets, window updates) may wait to be written
@@ -93,7 +93,7 @@ pub(super) struct State {
     /// The client's connection-level window for what skewgate sends.
     pub(super) send_window: Window,
     /// The client's `SETTINGS_INITIAL_WINDOW_SIZE`, given to each new stream.
-    pub(super) peer_initial_window: i64,
+    pub(super) peer_initial_window: InitialWindow,
     /// The largest DATA payload the client accepts.
     pub(super) max_frame: usize,
     /// How much more the client may send on the connection.
@@ -138,7 +138,7 @@ impl State {
             last_id: 0,
             open: 0,
             send_window: Window::new(65_535),
-            peer_initial_window: 65_535,
+            peer_initial_window: InitialWindow::default(),
             max_frame: 16_384,
             recv_window: Window::new(limits.connection_window),
             unacked: 0,

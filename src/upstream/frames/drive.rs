@@ -19,6 +19,7 @@ use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use super::state::State;
 use super::stream::Failure;
 use super::{CONNECTION_WINDOW, Link, STREAM_WINDOW, Shared};
+use crate::http2core::apply_codec_settings;
 use crate::upstream::ResponseBudget;
 
 const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
@@ -290,21 +291,6 @@ impl<T: AsyncRead + AsyncWrite + Unpin> Wire<T> {
             }
         }
     }
-}
-
-/// The peer's SETTINGS that its codec applies to what is written to it (the largest frame, the
-/// HPACK table size); the largest DATA payload the peer now accepts, if it said. Both sides of
-/// skewgate's frame-level HTTP/2 (here, and `edge::http2` for clients) apply them so.
-pub(crate) fn apply_codec_settings<T, B>(
-    codec: &mut Codec<T, B>,
-    settings: &Settings,
-) -> Option<usize> {
-    if let Some(size) = settings.header_table_size() {
-        codec.set_send_header_table_size(size as usize);
-    }
-    let size = settings.max_frame_size()? as usize;
-    codec.set_max_send_frame_size(size);
-    Some(size)
 }
 
 fn broken() -> Failure {

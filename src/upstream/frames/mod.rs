@@ -36,7 +36,7 @@ use h2::Reason;
 use h2::frame::{Data, Headers, Pseudo};
 use http::{HeaderMap, header};
 
-pub(crate) use drive::{Hooks, apply_codec_settings, handshake};
+pub(crate) use drive::{Hooks, handshake};
 // The stream parts the frame-level server for HTTP/2 clients shares (`edge::http2`).
 use state::State;
 

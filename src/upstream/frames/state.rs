@@ -16,7 +16,7 @@ use http::{HeaderMap, StatusCode};
 use super::CONNECTION_WINDOW;
 use super::stream::{Chunks, Failure, Stream, wake};
 use super::windows::Shrink;
-use crate::http2core::{Ends, Window};
+use crate::http2core::{Ends, InitialWindow, Window};
 use crate::upstream::budget::{Level, ResponseBudget, SMALL_WINDOW};
 
 /// The connection's state.
@@ -32,7 +32,7 @@ pub(super) struct State {
     /// The apiserver's connection-level window for what skewgate sends.
     pub(super) send_window: Window,
     /// The apiserver's `SETTINGS_INITIAL_WINDOW_SIZE`, given to each new stream.
-    pub(super) peer_initial_window: u32,
+    pub(super) peer_initial_window: InitialWindow,
     /// The largest DATA payload the apiserver accepts.
     pub(super) max_frame: usize,
     /// Data received on the connection and not yet given back in a connection WINDOW_UPDATE.
@@ -72,7 +72,7 @@ impl State {
             task: None,
             next_id: 1,
             send_window: Window::new(65_535),
-            peer_initial_window: 65_535,
+            peer_initial_window: InitialWindow::default(),
             max_frame: 16_384,
             unacked: 0,
             closing: None,
@@ -134,7 +134,7 @@ impl State {
             failure: None,
             recv_window: Window::new(self.level.window()),
             released: 0,
-            send_window: Window::new(self.peer_initial_window),
+            send_window: self.peer_initial_window.window(),
             recv_task: None,
             send_task: None,
             recv_handle: true,
@@ -356,8 +356,7 @@ impl State {
     /// The apiserver's new SETTINGS_INITIAL_WINDOW_SIZE: every open stream's window moves by the
     /// difference (RFC 9113, 6.9.2); one moved past 2^31-1 is the connection's FLOW_CONTROL_ERROR.
     pub(super) fn on_initial_window(&mut self, size: u32) -> Result<(), Reason> {
-        let delta = i64::from(size) - i64::from(self.peer_initial_window);
-        self.peer_initial_window = size;
+        let delta = self.peer_initial_window.set(size);
         for (_, s) in self.streams.iter_mut() {
             s.send_window.shift(delta)?;
             if delta > 0 {
