@@ -41,6 +41,58 @@ async fn a_hash_in_the_target_is_part_of_the_name_as_the_apiserver_reads_it() {
     }
 }
 
+/// The status codes of the HTTP/1.1 responses `requests` (written at once, pipelined) get, read
+/// until `n` have come or the server closes.
+async fn pipelined(addr: std::net::SocketAddr, requests: &str, n: usize) -> Vec<u16> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut conn = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    conn.write_all(requests.as_bytes()).await.expect("write");
+    let mut text = String::new();
+    let mut buf = [0u8; 4096];
+    let codes = |text: &str| -> Vec<u16> {
+        text.match_indices("HTTP/1.1 ")
+            .filter_map(|(i, _)| text.get(i + 9..i + 12)?.parse().ok())
+            .collect()
+    };
+    let read = async {
+        while codes(&text).len() < n {
+            match conn.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(k) => text.push_str(&String::from_utf8_lossy(&buf[..k])),
+            }
+        }
+    };
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(10), read).await;
+    codes(&text)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hash_in_a_request_pipelined_after_one_hyper_serves_is_part_of_the_name_too() {
+    let sims = sims().await;
+    let gate = gate(&routes(&sims, DEFAULTS)).await;
+    let create = |name: &str| {
+        let body =
+            format!(r#"{{"apiVersion":"v1","kind":"ConfigMap","metadata":{{"name":"{name}"}}}}"#);
+        format!(
+            "POST /api/v1/namespaces/default/configmaps HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        )
+    };
+    let keep = pipelined(gate.server.addr, &create("keep"), 1).await;
+    assert_eq!(keep, [201]);
+    // A request with a body (hyper's) and, behind it in the same write, DELETEs of `keep#…`
+    // without and with a body: hyper reads the first request only, and the fast path the next.
+    for delete in [
+        "DELETE /api/v1/namespaces/default/configmaps/keep#not-this-one HTTP/1.1\r\nHost: x\r\n\r\n",
+        "DELETE /api/v1/namespaces/default/configmaps/keep#not-this-one HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}",
+    ] {
+        let name = format!("other-{}", delete.len());
+        let codes = pipelined(gate.server.addr, &format!("{}{delete}", create(&name)), 2).await;
+        assert_eq!(codes, [201, 404], "{delete}");
+        assert_eq!(configmap(&gate, "keep").await, 200, "`keep` was deleted");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_list_whose_watch_pair_go_drops_is_counted_as_a_list() {
     let sims = sims().await;

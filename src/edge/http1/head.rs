@@ -100,6 +100,37 @@ pub(super) fn escape_hash_in_request_line(bytes: Bytes) -> Bytes {
     Bytes::from(out)
 }
 
+/// The length of the request at the start of `bytes`, head and body, when its framing says it
+/// without reading on: HTTP/1.1, no `Transfer-Encoding`, no upgrade, a body of one
+/// `Content-Length` (or none). hyper is lent the stream for that request only, and the requests
+/// after it are the fast path's again (`keepalive::Lent`); `None` leaves hyper the stream as long
+/// as it reads requests.
+pub(super) fn request_len(bytes: &[u8]) -> Option<usize> {
+    let mut fields = [httparse::EMPTY_HEADER; MAX_HEADERS];
+    let mut req = httparse::Request::new(&mut fields);
+    let httparse::Status::Complete(head) = req.parse(bytes).ok()? else {
+        return None;
+    };
+    if req.version != Some(1) || req.method == Some("CONNECT") {
+        return None;
+    }
+    let mut body = None;
+    for field in req.headers.iter() {
+        let name = field.name;
+        if name.eq_ignore_ascii_case("transfer-encoding") || name.eq_ignore_ascii_case("upgrade") {
+            return None;
+        }
+        if name.eq_ignore_ascii_case("content-length") {
+            let text = std::str::from_utf8(field.value).ok()?;
+            if body.is_some() || text.is_empty() || !text.bytes().all(|b| b.is_ascii_digit()) {
+                return None;
+            }
+            body = Some(text.parse::<usize>().ok()?);
+        }
+    }
+    head.checked_add(body.unwrap_or(0))
+}
+
 /// A head the fast path does not serve: hyper's, or nobody's.
 enum Unsupported {
     /// hyper serves it (or answers it 400).
@@ -189,6 +220,27 @@ fn check_field(name: &HeaderName, value: &[u8], close: &mut bool) -> Result<(), 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_requests_length_is_known_from_its_content_length_only() {
+        let head = "POST /a HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n";
+        assert_eq!(
+            request_len(format!("{head}{{}}GET /b").as_bytes()),
+            Some(head.len() + 2)
+        );
+        let bare = "GET /a HTTP/1.1\r\nHost: x\r\n\r\n";
+        assert_eq!(request_len(bare.as_bytes()), Some(bare.len()));
+        for unknown in [
+            "POST /a HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n",
+            "GET /a HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n",
+            "POST /a HTTP/1.0\r\nHost: x\r\nContent-Length: 2\r\n\r\n",
+            "POST /a HTTP/1.1\r\nContent-Length: 2\r\nContent-Length: 2\r\n\r\n",
+            "POST /a HTTP/1.1\r\nContent-Length: +2\r\n\r\n",
+            "POST /a HTTP/1.1\r\nHost: x\r\n",
+        ] {
+            assert_eq!(request_len(unknown.as_bytes()), None, "{unknown}");
+        }
+    }
 
     fn parsed(raw: &[u8]) -> (Option<Head>, Parsed, BytesMut) {
         let mut buf = BytesMut::from(raw);

@@ -57,8 +57,9 @@ pub(super) struct FastPath<H> {
 pub(super) enum Outcome {
     /// It is over (closed by the client, idle too long, the server stopping, or failed).
     Closed,
-    /// It has a request for hyper: the bytes read so far, from the start of its head.
-    ToHyper(Bytes),
+    /// It has a request for hyper: the bytes read so far, from the start of its head, and the
+    /// request's length when its framing says it (`head::request_len`).
+    ToHyper(Bytes, Option<usize>),
 }
 
 /// What waiting for the next head brought.
@@ -102,12 +103,18 @@ where
         self
     }
 
-    /// Serves requests on `io` until one is for hyper or the connection is over.
-    pub(super) async fn serve<I>(&mut self, io: &mut I, stop: &CancellationToken) -> Outcome
+    /// Serves requests on `io`, beginning with the bytes `read` of it already, until one is for
+    /// hyper or the connection is over.
+    pub(super) async fn serve<I>(
+        &mut self,
+        io: &mut I,
+        read: Bytes,
+        stop: &CancellationToken,
+    ) -> Outcome
     where
         I: AsyncRead + AsyncWrite + Unpin,
     {
-        let mut buf = BytesMut::new();
+        let mut buf = BytesMut::from(read);
         let mut stopped = pin!(stop.cancelled());
         let mut slot = None;
         loop {
@@ -119,7 +126,8 @@ where
                 Next::Closed => return Outcome::Closed,
                 Next::ToHyper => {
                     let bytes = head::escape_hash_in_request_line(buf.split().freeze());
-                    return Outcome::ToHyper(bytes);
+                    let len = head::request_len(&bytes);
+                    return Outcome::ToHyper(bytes, len);
                 }
                 Next::Malformed => {
                     if let Some(until) = self.probation.filter(|u| *u > Instant::now()) {
@@ -127,7 +135,7 @@ where
                         // (its neighbours on the address are served meanwhile).
                         tokio::time::sleep_until(until).await;
                     }
-                    return Outcome::ToHyper(buf.split().freeze());
+                    return Outcome::ToHyper(buf.split().freeze(), None);
                 }
             }
             let Some(head) = slot.take() else {

@@ -53,9 +53,10 @@ use crate::proxy::wire::{Exchange, ExchangeEnd};
 const CLOSE_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// How often a worker's quiet connections are woken to give their buffers back: within a tick of
-/// its last response. Not at once: a client that sends its requests back to back keeps its hyper
-/// connection, as building one per request costs about 1 µs, and no request wakes its connection
-/// an extra time.
+/// its last response. Not at once: a client that sends requests of unknown length (a chunked body)
+/// back to back keeps its hyper connection, as building one per request costs about 1 µs, and no
+/// request wakes its connection an extra time. A request whose head gives its length is hyper's
+/// alone, and the stream comes back as its response ends (`Lent::read_within`).
 const SWEEP: Duration = Duration::from_secs(1);
 
 /// Serves an HTTP/1.1 connection until it closes (or `stop` fires): its requests go to the fast
@@ -78,27 +79,29 @@ where
     H: FnMut(http::Request<RequestBody>) -> F,
     F: Future<Output = http::Response<ProxyBody>>,
 {
+    let mut leftover = Bytes::new();
     loop {
-        let prefix = match fast.serve(&mut io, stop).await {
+        let (prefix, limit) = match fast.serve(&mut io, leftover, stop).await {
             Outcome::Closed => {
                 let _ = tokio::time::timeout(CLOSE_TIMEOUT, io.shutdown()).await;
                 return Ok(());
             }
-            Outcome::ToHyper(prefix) => prefix,
+            Outcome::ToHyper(prefix, limit) => (prefix, limit),
         };
         exchanges.bursts.fetch_add(1, Ordering::Relaxed);
         let (back, mut returned) = oneshot::channel();
-        let lent = TokioIo::new(Lent::new(io, exchanges.clone(), back, prefix));
+        let lent = TokioIo::new(Lent::new(io, exchanges.clone(), back, prefix, limit));
         // Boxed: the connection's task holds hyper's state only while a burst is served.
         let mut conn = Box::pin(h1.serve_connection(lent, service.clone()).with_upgrades());
         until_closed(conn.as_mut(), stop.clone()).await?;
         // hyper's state (its buffers) goes now, not when the next request comes.
         drop(conn);
         // Not handed back: the client closed, hyper closed, or the stream was upgraded.
-        let Ok(back) = returned.try_recv() else {
+        let Ok((back, rest)) = returned.try_recv() else {
             return Ok(());
         };
         io = back;
+        leftover = rest;
     }
 }
 
@@ -117,6 +120,9 @@ pub(super) struct Exchanges {
     waiting: AtomicWaker,
     /// The sweep tick at which the connection last asked to be woken (`NEVER` before it did).
     registered: AtomicU64,
+    /// hyper has had the whole of the one request it was lent the stream for: the stream goes
+    /// back as soon as its response ends, not at the sweep's next tick.
+    prompt: AtomicBool,
 }
 
 const NEVER: u64 = u64::MAX;
@@ -128,6 +134,7 @@ impl Default for Exchanges {
             begun: AtomicU32::new(0),
             upgraded: AtomicBool::new(false),
             bursts: AtomicU32::new(0),
+            prompt: AtomicBool::new(false),
             waiting: AtomicWaker::new(),
             registered: AtomicU64::new(NEVER),
         }
@@ -172,6 +179,12 @@ impl Exchanges {
 impl ExchangeEnd for Exchanges {
     fn exchange_ended(&self) {
         if self.open.fetch_sub(1, Ordering::Relaxed) == 1 {
+            if self.prompt.load(Ordering::Relaxed) {
+                if let Some(waker) = self.waiting.take() {
+                    waker.wake();
+                }
+                return;
+            }
             self.wake_at_next_tick(|| self.waiting.take());
         }
     }
@@ -185,7 +198,7 @@ impl ExchangeEnd for Exchanges {
 struct Lent<I> {
     io: Option<I>,
     exchanges: Arc<Exchanges>,
-    back: Option<oneshot::Sender<I>>,
+    back: Option<oneshot::Sender<(I, Bytes)>>,
     /// hyper was shown the end of the stream; the next shutdown hands it back.
     ended: bool,
     /// Bytes were read while no request was under way, and `begun` was this then: until a request
@@ -193,23 +206,107 @@ struct Lent<I> {
     unclaimed: Option<u32>,
     /// What the fast path read of the request it left to hyper: read first.
     prefix: Bytes,
+    /// How much more hyper may read before the stream is held back from it: the rest of the
+    /// request the fast path left, when its framing says its length (`head::request_len`). The
+    /// requests after it go back to the fast path, which reads their targets as Go does
+    /// (`#` kept in the path): hyper's `http::Uri` would cut the path at a `#`.
+    limit: Option<usize>,
+    /// The bytes read past `limit` (pipelined after the request): the fast path's, with the stream.
+    leftover: Bytes,
 }
 
 impl<I> Lent<I> {
-    fn new(io: I, exchanges: Arc<Exchanges>, back: oneshot::Sender<I>, prefix: Bytes) -> Lent<I> {
+    fn new(
+        io: I,
+        exchanges: Arc<Exchanges>,
+        back: oneshot::Sender<(I, Bytes)>,
+        mut prefix: Bytes,
+        limit: Option<usize>,
+    ) -> Lent<I> {
+        let leftover = match limit {
+            Some(n) if n < prefix.len() => prefix.split_off(n),
+            _ => Bytes::new(),
+        };
+        exchanges.prompt.store(false, Ordering::Relaxed);
         Lent {
             io: Some(io),
             exchanges,
             back: Some(back),
             ended: false,
             unclaimed: None,
+            limit: limit.map(|n| n - prefix.len().min(n)),
             prefix,
+            leftover,
         }
+    }
+
+    /// Nothing to read now (the client sent nothing, or hyper has had all of its request): once
+    /// every response has ended and the sweep has ticked, hyper is shown the end of the stream and
+    /// gives it back.
+    fn idle(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        if self.can_give_back() {
+            // Woken by the sweep (or the first read of a burst): quiet now, so the buffers go.
+            if self.exchanges.swept() {
+                self.ended = true;
+                return Poll::Ready(Ok(()));
+            }
+            self.exchanges
+                .wake_at_next_tick(|| Some(cx.waker().clone()));
+            return Poll::Pending;
+        }
+        // A response is under way: the last to end has the sweep wake this task.
+        self.exchanges.waiting.register(cx.waker());
+        Poll::Pending
     }
 
     /// Whether hyper holds nothing of the client's: no request under way, no partial head.
     fn can_give_back(&self) -> bool {
         self.exchanges.quiet() && self.unclaimed.is_none_or(|at| at != self.exchanges.begun())
+    }
+}
+
+impl<I: AsyncRead + Unpin> Lent<I> {
+    /// Reads no more than `left` bytes of the request hyper serves; at its end, the stream is
+    /// held back from hyper (the client's next request waits for the fast path).
+    fn read_within(
+        &mut self,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+        left: usize,
+    ) -> Poll<io::Result<()>> {
+        if left == 0 {
+            // hyper has all of its request: the stream goes back once the response has ended.
+            self.exchanges.prompt.store(true, Ordering::Relaxed);
+            if self.can_give_back() {
+                self.ended = true;
+                return Poll::Ready(Ok(()));
+            }
+            self.exchanges.waiting.register(cx.waker());
+            // The response may have ended meanwhile.
+            if self.can_give_back() {
+                self.ended = true;
+                return Poll::Ready(Ok(()));
+            }
+            return Poll::Pending;
+        }
+        let Some(io) = self.io.as_mut() else {
+            return Poll::Ready(Ok(()));
+        };
+        let mut part = vec![0u8; left.min(buf.remaining()).min(16 << 10)];
+        let mut read = ReadBuf::new(&mut part);
+        match Pin::new(io).poll_read(cx, &mut read) {
+            Poll::Pending => self.idle(cx),
+            Poll::Ready(Ok(())) => {
+                let n = read.filled().len();
+                buf.put_slice(read.filled());
+                self.limit = Some(left - n);
+                if n > 0 && self.exchanges.quiet() {
+                    self.unclaimed = Some(self.exchanges.begun());
+                }
+                Poll::Ready(Ok(()))
+            }
+            Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
+        }
     }
 }
 
@@ -229,26 +326,18 @@ impl<I: AsyncRead + Unpin> AsyncRead for Lent<I> {
             }
             return Poll::Ready(Ok(()));
         }
-        let Some(io) = this.io.as_mut().filter(|_| !this.ended) else {
+        if this.ended || this.io.is_none() {
+            return Poll::Ready(Ok(()));
+        }
+        if let Some(left) = this.limit {
+            return this.read_within(cx, buf, left);
+        }
+        let Some(io) = this.io.as_mut() else {
             return Poll::Ready(Ok(()));
         };
         let before = buf.filled().len();
         match Pin::new(io).poll_read(cx, buf) {
-            Poll::Pending if this.can_give_back() => {
-                // Woken by the sweep (or the first read of a burst): quiet now, so the buffers go.
-                if this.exchanges.swept() {
-                    this.ended = true;
-                    return Poll::Ready(Ok(()));
-                }
-                this.exchanges
-                    .wake_at_next_tick(|| Some(cx.waker().clone()));
-                Poll::Pending
-            }
-            Poll::Pending => {
-                // A response is under way: the last to end has the sweep wake this task.
-                this.exchanges.waiting.register(cx.waker());
-                Poll::Pending
-            }
+            Poll::Pending => this.idle(cx),
             Poll::Ready(Ok(())) => {
                 if buf.filled().len() > before && this.exchanges.quiet() {
                     this.unclaimed = Some(this.exchanges.begun());
@@ -304,7 +393,7 @@ impl<I: AsyncWrite + Unpin> AsyncWrite for Lent<I> {
             && let (Some(io), Some(back)) = (this.io.take(), this.back.take())
         {
             // hyper flushed before this; the stream goes back to the connection's idle wait.
-            let _ = back.send(io);
+            let _ = back.send((io, std::mem::take(&mut this.leftover)));
             sweep::gave_back();
             return Poll::Ready(Ok(()));
         }

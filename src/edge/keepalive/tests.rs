@@ -110,13 +110,16 @@ async fn pipelined_requests_are_all_answered() {
 }
 
 #[tokio::test]
-async fn back_to_back_requests_keep_their_hyper_connection() {
+async fn back_to_back_requests_each_go_to_hyper_alone_and_come_back_when_answered() {
+    // hyper is lent the stream for one request of known length at a time (so that what follows
+    // is read by the fast path, as Go reads it), and gives it back as its response ends, not at
+    // the sweep's tick: twenty requests, twenty bursts, none waiting for a tick.
     let (mut client, exchanges, _served) = serve_one(Duration::from_secs(60)).await;
     for _ in 0..20 {
         client.write_all(GET).await.expect("write");
         read_responses(&mut client, 1).await;
     }
-    assert_eq!(bursts(&exchanges), 1);
+    assert_eq!(bursts(&exchanges), 20);
 }
 
 #[tokio::test]
