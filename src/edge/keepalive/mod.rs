@@ -275,14 +275,10 @@ impl<I: AsyncRead + Unpin> Lent<I> {
         left: usize,
     ) -> Poll<io::Result<()>> {
         if left == 0 {
-            // hyper has all of its request: the stream goes back once the response has ended.
+            // hyper has all of its request: the stream goes back once the response has ended
+            // (registered first, so that an end that comes meanwhile wakes this read).
             self.exchanges.prompt.store(true, Ordering::Relaxed);
-            if self.can_give_back() {
-                self.ended = true;
-                return Poll::Ready(Ok(()));
-            }
             self.exchanges.waiting.register(cx.waker());
-            // The response may have ended meanwhile.
             if self.can_give_back() {
                 self.ended = true;
                 return Poll::Ready(Ok(()));
@@ -292,13 +288,21 @@ impl<I: AsyncRead + Unpin> Lent<I> {
         let Some(io) = self.io.as_mut() else {
             return Poll::Ready(Ok(()));
         };
-        let mut part = vec![0u8; left.min(buf.remaining()).min(16 << 10)];
-        let mut read = ReadBuf::new(&mut part);
-        match Pin::new(io).poll_read(cx, &mut read) {
+        let before = buf.filled().len();
+        let read = if left >= buf.remaining() {
+            // hyper's buffer takes no more than the request's rest: read into it.
+            Pin::new(io).poll_read(cx, buf)
+        } else {
+            let mut part = [0u8; 4096];
+            let mut within = ReadBuf::new(&mut part[..left.min(4096)]);
+            let read = Pin::new(io).poll_read(cx, &mut within);
+            buf.put_slice(within.filled());
+            read
+        };
+        match read {
             Poll::Pending => self.idle(cx),
             Poll::Ready(Ok(())) => {
-                let n = read.filled().len();
-                buf.put_slice(read.filled());
+                let n = buf.filled().len() - before;
                 self.limit = Some(left - n);
                 if n > 0 && self.exchanges.quiet() {
                     self.unclaimed = Some(self.exchanges.begun());
