@@ -56,6 +56,14 @@ pub mod edge;
 #[cfg(any(test, feature = "fuzzing"))]
 mod fuzz_io;
 mod http2core;
+
+/// For the fuzz target over the HTTP/2 connection core both engines share
+/// (`fuzz/fuzz_targets/http2_core.rs`): the first byte picks the side, the rest is the peer's
+/// frames; the core's invariants are checked after every frame.
+#[cfg(feature = "fuzzing")]
+pub fn fuzz_http2_core(input: &[u8]) {
+    http2core::fuzzing::drive(input);
+}
 pub mod identity;
 mod keys;
 pub(crate) mod metrics;

@@ -8,11 +8,22 @@
 //!   received beyond what was granted.
 //! - `stream`: a stream's states once open (RFC 9113, 5.1), each end closed once.
 //! - `settings`: the peer's SETTINGS as both apply them (its codec's, and the initial window).
+//! - `closed`: the streams closed and forgotten, and what a frame on one comes to.
+//! - `conn`: the connection's no-I/O core: frames in, what they come to out, the stream-id space,
+//!   the connection's windows, both sides' SETTINGS, PING, GOAWAY, and the bounds on the peer.
 
+mod closed;
+mod conn;
+#[cfg(any(test, feature = "fuzzing"))]
+pub(crate) mod fuzzing;
 mod settings;
+mod store;
 mod stream;
 mod window;
 
+pub(crate) use closed::Gone;
+pub(crate) use conn::{Bounds, Conn, Event, MAX_STREAM_ID, Role};
 pub(crate) use settings::{InitialWindow, apply_codec_settings};
+pub(crate) use store::Store;
 pub(crate) use stream::{Ends, StreamState};
 pub(crate) use window::Window;

@@ -7,13 +7,13 @@ use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use futures_util::Stream;
-use h2::frame::{Frame, Ping, Settings, StreamId, WindowUpdate};
+use h2::frame::{Frame, Settings};
 use h2::{Codec, CodecError, Reason};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 use super::handles::Shared;
 use super::state::{Opened, State};
-use crate::http2core::apply_codec_settings;
+use crate::http2core::{Event, apply_codec_settings};
 
 const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
@@ -57,14 +57,10 @@ where
     settings.set_max_concurrent_streams(Some(limits.max_concurrent_streams));
     settings.set_initial_window_size(Some(limits.stream_window));
     settings.set_max_header_list_size(Some(limits.max_header_list_size));
-    let grant = limits.connection_window.saturating_sub(65_535);
     let mut codec = Codec::new(io);
     codec.set_max_recv_header_list_size(limits.max_header_list_size as usize);
     codec.release_buffers_while_idle();
-    state.push(settings.into());
-    if grant > 0 {
-        state.push(WindowUpdate::new(StreamId::zero(), grant).into());
-    }
+    state.conn.start(settings, ());
     Ok(codec)
 }
 
@@ -97,13 +93,12 @@ impl<I: AsyncRead + AsyncWrite + Unpin> Wire<I> {
         opened: &mut dyn FnMut(Opened),
     ) -> Turn {
         let mut state = shared.lock();
-        state.quiet = true;
+        state.conn.quiet = true;
         let result = self.exchange(cx, &mut state, opened);
-        state.quiet = false;
-        self.faults = state.local_resets - state.told_resets;
-        state.told_resets = state.local_resets;
+        state.conn.quiet = false;
+        self.faults = state.conn.faults();
         state.release_if_idle();
-        let (finished, error) = (state.finished(), state.error);
+        let (finished, error) = (state.finished(), state.conn.error);
         drop(state);
         let flushed = match self.codec.flush(cx) {
             Poll::Ready(Err(e)) => return Turn::Failed(e.into()),
@@ -138,7 +133,7 @@ impl<I: AsyncRead + AsyncWrite + Unpin> Wire<I> {
             match read {
                 Read::End => return Ok(false),
                 Read::Waiting => return Ok(true),
-                Read::Stopped if state.error.is_none() && state.reading() => {}
+                Read::Stopped if state.reading() => {}
                 Read::Stopped => return Ok(true),
             }
         }
@@ -184,7 +179,7 @@ impl<I: AsyncRead + AsyncWrite + Unpin> Wire<I> {
                 Poll::Ready(r) => r?,
                 Poll::Pending => return Ok(()),
             }
-            let Some(frame) = state.out.pop_front().or_else(|| state.next_data()) else {
+            let Some(frame) = state.conn.out.pop_front().or_else(|| state.next_data()) else {
                 return Ok(());
             };
             if let Err(e) = self.codec.buffer(frame) {
@@ -194,52 +189,42 @@ impl<I: AsyncRead + AsyncWrite + Unpin> Wire<I> {
         }
     }
 
-    /// One frame from the client.
+    /// One frame from the client, through the connection's core (`http2core::Conn`).
     fn on_frame(&mut self, frame: Frame, state: &mut State, opened: &mut dyn FnMut(Opened)) {
-        match frame {
-            Frame::Headers(headers) => {
-                if let Some(o) = state.on_headers(headers) {
+        match state.conn.recv(frame) {
+            Event::Done | Event::ConnectionWindow => {}
+            Event::Open(headers) => {
+                if let Some(o) = state.on_open(headers) {
                     opened(o);
                 }
             }
-            Frame::Data(data) => state.on_data(data),
-            Frame::Reset(reset) => state.on_reset(reset.stream_id(), reset.reason()),
-            Frame::WindowUpdate(w) => state.on_window_update(w.stream_id(), w.size_increment()),
-            Frame::Settings(settings) => self.on_settings(&settings, state),
-            Frame::Ping(ping) if ping.is_ack() => {
-                if *ping.payload() == PING_PAYLOAD {
+            Event::Headers(headers) => state.on_headers(headers),
+            Event::Data(data) => state.on_data(data),
+            Event::Reset(id, reason) => state.on_reset(id, reason),
+            Event::StreamWindow(id, increment) => state.on_window_update(id, increment),
+            Event::Settings(settings, delta) => {
+                apply_codec_settings(&mut self.codec, &settings);
+                if let Some(delta) = delta {
+                    state.on_initial_window(delta);
+                }
+            }
+            Event::SettingsAcked(()) => {}
+            Event::Pong(payload) => {
+                if payload == PING_PAYLOAD {
                     state.ponged = true;
                     if let Some(w) = state.pong_waker.take() {
                         w.wake();
                     }
                 }
             }
-            Frame::Ping(ping) => state.push(Ping::pong(ping.into_payload()).into()),
-            Frame::GoAway(go_away) => {
-                if go_away.reason() != Reason::NO_ERROR {
-                    tracing::debug!(reason = ?go_away.reason(), "an HTTP/2 client sent GOAWAY");
+            Event::GoAway(_, reason) => {
+                if reason != Reason::NO_ERROR {
+                    tracing::debug!(?reason, "an HTTP/2 client sent GOAWAY");
                 }
                 // The client opens no more streams; those open finish.
                 state.graceful_go_away();
             }
-            // A client cannot push (RFC 9113, 8.4).
-            Frame::PushPromise(_) => state.go_away(Reason::PROTOCOL_ERROR),
-            Frame::Priority(_) => {}
         }
-    }
-
-    /// The client's SETTINGS: applied, then acknowledged.
-    fn on_settings(&mut self, settings: &Settings, state: &mut State) {
-        if settings.is_ack() {
-            return;
-        }
-        if let Some(size) = apply_codec_settings(&mut self.codec, settings) {
-            state.max_frame = size;
-        }
-        if let Some(size) = settings.initial_window_size() {
-            state.on_initial_window(size);
-        }
-        state.push(Settings::ack().into());
     }
 }
 

@@ -40,7 +40,7 @@ pub(crate) fn serve_frames(input: &[u8]) {
         check(&state);
         match read {
             Ok(Read::End) | Err(_) => return,
-            _ if state.error.is_some() => return,
+            _ if state.conn.error.is_some() => return,
             _ => {}
         }
     }
@@ -68,7 +68,7 @@ fn answer(state: &mut State, o: Opened) {
 /// What the reading streams' bodies have, taken (as `RecvBody` takes it); a body at its end lets
 /// go of its stream.
 fn read_bodies(state: &mut State) {
-    let keys: Vec<usize> = state.streams.iter().map(|(k, _)| k).collect();
+    let keys = state.streams.keys();
     for key in keys {
         let Some(s) = state.streams.get_mut(key) else {
             continue;
@@ -95,18 +95,18 @@ fn read_bodies(state: &mut State) {
 /// The invariants no client can break.
 fn check(state: &State) {
     let limits = &state.limits;
-    assert!(state.send_window.size() <= Window::MAX || state.error.is_some());
-    assert!(state.recv_window.size() <= i64::from(limits.connection_window));
+    assert!(state.conn.send_window.size() <= Window::MAX || state.conn.error.is_some());
+    assert!(state.conn.recv_window.size() <= i64::from(limits.connection_window));
     assert!(state.open <= limits.max_concurrent_streams);
     // Open streams, and those over but not yet written out or let go of.
     assert!(state.streams.len() <= 2 * limits.max_concurrent_streams as usize + 64);
     assert!(
-        state.out.len() <= MAX_QUEUED + 3 * 32 + 8,
+        state.conn.out.len() <= MAX_QUEUED + 3 * 32 + 8,
         "{}",
-        state.out.len()
+        state.conn.out.len()
     );
     for (_, s) in state.streams.iter() {
-        assert!(s.send_window.size() <= Window::MAX || state.error.is_some());
+        assert!(s.send_window.size() <= Window::MAX || state.conn.error.is_some());
         assert!(s.recv_window.size() <= i64::from(limits.stream_window));
         assert!(s.held <= limits.stream_window as usize, "{} held", s.held);
     }

@@ -206,7 +206,7 @@ impl Responder {
     ) -> Poll<Result<(), h2::Error>> {
         let mut state = self.shared.lock();
         let failed = state.failed.clone();
-        let (limit, connection_window) = (state.limits.send_buffer, state.send_window);
+        let (limit, connection_window) = (state.limits.send_buffer, state.conn.send_window);
         let Some(s) = state.streams.get_mut(self.key) else {
             return Poll::Ready(Err(h2::Error::from(Reason::CANCEL)));
         };

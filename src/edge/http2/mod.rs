@@ -24,7 +24,6 @@
 //! - here: the connection's task: its woken streams polled by it, the connection driven only when
 //!   it was woken for it, keep-alive PINGs (`KeepAlive`), and a graceful GOAWAY.
 
-mod closed;
 mod conn;
 #[cfg(any(test, feature = "fuzzing"))]
 pub(crate) mod fuzzing;

@@ -6,25 +6,16 @@ use h2::Reason;
 use h2::frame::{Data, Headers, Pseudo, StreamId, WindowUpdate};
 use http::{HeaderMap, StatusCode};
 
-use super::closed::{Gone, Verdict};
 use super::request::{self, Malformed};
 use super::state::{Opened, State, Stream};
-use crate::http2core::{Ends, Window};
+use crate::http2core::{Ends, Gone, Window};
 use crate::upstream::frames::{Chunks, Failure, wake};
 
 impl State {
-    /// A HEADERS frame: a new request, or a request's trailers. Returns the request opened.
-    pub(super) fn on_headers(&mut self, frame: Headers) -> Option<Opened> {
+    /// A HEADERS frame opening a stream (an odd id above any before, `Conn::recv`). Returns the
+    /// request opened.
+    pub(super) fn on_open(&mut self, frame: Headers) -> Option<Opened> {
         let id = frame.stream_id();
-        if u32::from(id) % 2 == 0 {
-            self.go_away(Reason::PROTOCOL_ERROR);
-            return None;
-        }
-        if u32::from(id) <= self.last_id {
-            self.on_headers_again(id, frame);
-            return None;
-        }
-        self.last_id = u32::from(id);
         let end_stream = frame.is_end_stream();
         if !self.admit(id, &frame) {
             self.remember_refused(id, end_stream);
@@ -52,53 +43,29 @@ impl State {
     /// (RFC 9113, 5.1): ignored in flight after skewgate's reset, a stream error after the
     /// client's, a connection error after both ends; on a stream forgotten or never opened (a lower
     /// id than one opened since), GOAWAY PROTOCOL_ERROR (5.1.1), as h2 answers it.
-    fn on_headers_again(&mut self, id: StreamId, frame: Headers) {
-        let end = frame.is_end_stream();
-        if let Some((key, s)) = self.stream(id) {
-            return match &mut s.gone {
-                None => self.on_trailers(key, frame),
-                Some(gone) => {
-                    let verdict = gone.on_headers(end);
-                    self.judge(id, verdict, 0);
-                }
-            };
-        }
-        match self.closed.get_mut(u32::from(id)) {
+    pub(super) fn on_headers(&mut self, frame: Headers) {
+        let (id, end) = (frame.stream_id(), frame.is_end_stream());
+        let Some((key, s)) = self.stream(id) else {
+            return self.conn.closed_headers(id, end);
+        };
+        match &mut s.gone {
+            None => self.on_trailers(key, frame),
             Some(gone) => {
                 let verdict = gone.on_headers(end);
-                self.judge(id, verdict, 0);
+                self.conn.judge(id, verdict, 0);
             }
-            None => self.go_away(Reason::PROTOCOL_ERROR),
-        }
-    }
-
-    /// What a frame on a closed stream comes to, carried out; `flow`, its flow-controlled length,
-    /// given back to the connection's window.
-    fn judge(&mut self, id: StreamId, verdict: Verdict, flow: usize) {
-        self.give_back(flow);
-        match verdict {
-            Verdict::Ignore => {}
-            Verdict::StreamError => self.refuse(id, Reason::STREAM_CLOSED),
-            Verdict::ConnectionError => self.go_away(Reason::STREAM_CLOSED),
         }
     }
 
     /// A stream refused as it opened: the client may have its body in flight.
     fn remember_refused(&mut self, id: StreamId, end_stream: bool) {
-        let gone = if end_stream {
-            Gone::Closed
-        } else {
-            Gone::Reset {
-                window: i64::from(self.limits.stream_window),
-            }
-        };
-        self.closed.remember(u32::from(id), gone);
+        self.conn.refused(id, end_stream, self.limits.stream_window);
     }
 
     /// Whether a new stream is taken: not after GOAWAY, not with a head over the header-list bound
     /// (answered 431), not over the stream limit (REFUSED_STREAM).
     fn admit(&mut self, id: StreamId, frame: &Headers) -> bool {
-        if self.going_away.is_some() {
+        if self.conn.going_away.is_some() {
             return false;
         }
         if frame.is_over_size() {
@@ -125,30 +92,32 @@ impl State {
         end_stream: bool,
         content_length: Option<u64>,
     ) -> usize {
-        let key = self.streams.insert(Stream {
-            id,
-            data: Chunks::default(),
-            held: 0,
-            small: bytes::BytesMut::new(),
-            trailers: None,
-            ends: Ends::new(end_stream, false),
-            recv_window: Window::new(self.limits.stream_window),
-            released: 0,
-            content_length,
-            reader: None,
-            send_window: self.peer_initial_window.window(),
-            queued: Chunks::default(),
-            queued_len: 0,
-            end_queued: None,
-            in_ready: false,
-            writer: None,
-            failure: None,
-            gone: None,
-            recv_handle: !end_stream,
-            send_handle: true,
-            open: true,
-        });
-        self.ids.insert(u32::from(id), key);
+        let key = self.streams.insert(
+            u32::from(id),
+            Stream {
+                id,
+                data: Chunks::default(),
+                held: 0,
+                small: bytes::BytesMut::new(),
+                trailers: None,
+                ends: Ends::new(end_stream, false),
+                recv_window: Window::new(self.limits.stream_window),
+                released: 0,
+                content_length,
+                reader: None,
+                send_window: self.conn.peer_initial_window.window(),
+                queued: Chunks::default(),
+                queued_len: 0,
+                end_queued: None,
+                in_ready: false,
+                writer: None,
+                failure: None,
+                gone: None,
+                recv_handle: !end_stream,
+                send_handle: true,
+                open: true,
+            },
+        );
         self.open += 1;
         key
     }
@@ -187,31 +156,19 @@ impl State {
         self.settle(key);
     }
 
-    /// A DATA frame: kept for the request's body, within the windows skewgate granted.
+    /// A DATA frame (taken from the connection's window, `Conn::recv`): kept for the request's
+    /// body, within the stream's window skewgate granted.
     pub(super) fn on_data(&mut self, frame: Data<Bytes>) {
         let id = frame.stream_id();
         let flow = frame.flow_controlled_len();
-        if let Err(reason) = self.recv_window.receive(flow) {
-            return self.go_away(reason);
-        }
-        if self.idle(id) {
-            return self.go_away(Reason::PROTOCOL_ERROR);
-        }
         let end = frame.is_end_stream();
-        if frame.payload().is_empty() && !end && !self.count_empty_data() {
-            return;
-        }
         let Some((key, s)) = self.stream(id) else {
             // Closed and forgotten: RST_STREAM STREAM_CLOSED, as h2 answers it.
-            let verdict = match self.closed.get_mut(u32::from(id)) {
-                Some(gone) => gone.on_data(flow, end),
-                None => Verdict::StreamError,
-            };
-            return self.judge(id, verdict, flow);
+            return self.conn.closed_data(id, flow, end);
         };
         if let Some(gone) = &mut s.gone {
             let verdict = gone.on_data(flow, end);
-            return self.judge(id, verdict, flow);
+            return self.conn.judge(id, verdict, flow);
         }
         if s.failure.is_some() {
             // The connection failed: dropped, its window given back.
@@ -283,15 +240,7 @@ impl State {
 
     /// Connection window taken by data skewgate will not hold: given back once half the window is.
     pub(super) fn give_back(&mut self, len: usize) {
-        if len == 0 {
-            return;
-        }
-        self.recv_window.grant(len);
-        self.unacked = self.unacked.saturating_add(len as u32);
-        if self.unacked >= self.limits.connection_window / 2 {
-            let grant = std::mem::take(&mut self.unacked);
-            self.push(WindowUpdate::new(StreamId::zero(), grant).into());
-        }
+        self.conn.give_back(len);
     }
 
     /// Data the request's body took off stream `key`: the stream's window given back once half of
@@ -316,9 +265,6 @@ impl State {
 
     /// RST_STREAM from the client: its request is dropped, its response stops.
     pub(super) fn on_reset(&mut self, id: StreamId, reason: Reason) {
-        if self.idle(id) {
-            return self.go_away(Reason::PROTOCOL_ERROR);
-        }
         if let Some((key, s)) = self.stream(id)
             && s.failure.is_none()
         {
@@ -327,23 +273,7 @@ impl State {
             self.close(key);
         }
     }
-
-    /// Counts an empty DATA frame without END_STREAM; false (and GOAWAY ENHANCE_YOUR_CALM) past
-    /// h2's bound: such a frame carries nothing and costs a turn of the connection.
-    fn count_empty_data(&mut self) -> bool {
-        self.empty_data += 1;
-        if self.empty_data > MAX_EMPTY_DATA {
-            tracing::debug!("an HTTP/2 client sent too many empty DATA frames; GOAWAY");
-            self.go_away(Reason::ENHANCE_YOUR_CALM);
-            return false;
-        }
-        true
-    }
 }
-
-/// Empty DATA frames without END_STREAM a client may send in a connection's life (h2's
-/// `MAX_RECV_EMPTY_DATA_FRAMES`).
-const MAX_EMPTY_DATA: usize = 100;
 
 /// A DATA payload shorter than this is copied into the stream's `small` buffer (h2's
 /// `DEFAULT_DATA_FRAME_OVERHEAD_THRESHOLD`: about what one held chunk costs beside its bytes).

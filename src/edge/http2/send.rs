@@ -2,7 +2,6 @@
 //! windows the client grants (WINDOW_UPDATE, SETTINGS_INITIAL_WINDOW_SIZE) and its frame size.
 
 use bytes::Bytes;
-use h2::Reason;
 use h2::frame::{Data, Frame, Headers, StreamId};
 use http::HeaderMap;
 
@@ -12,15 +11,6 @@ use crate::upstream::frames::wake;
 impl State {
     /// WINDOW_UPDATE from the client: more room for responses.
     pub(super) fn on_window_update(&mut self, id: StreamId, increment: u32) {
-        if id.is_zero() {
-            if let Err(reason) = self.send_window.widen(increment) {
-                self.go_away(reason);
-            }
-            return;
-        }
-        if self.idle(id) {
-            return self.go_away(Reason::PROTOCOL_ERROR);
-        }
         let Some((key, s)) = self.stream(id) else {
             return;
         };
@@ -40,9 +30,8 @@ impl State {
 
     /// The client's new SETTINGS_INITIAL_WINDOW_SIZE: every open stream's window moves by the
     /// difference (RFC 9113, 6.9.2).
-    pub(super) fn on_initial_window(&mut self, size: u32) {
-        let delta = self.peer_initial_window.set(size);
-        let keys: Vec<usize> = self.streams.iter().map(|(key, _)| key).collect();
+    pub(super) fn on_initial_window(&mut self, delta: i64) {
+        let keys = self.streams.keys();
         for key in keys {
             if let Some(s) = self.streams.get_mut(key) {
                 if let Err(reason) = s.send_window.shift(delta) {
@@ -65,9 +54,7 @@ impl State {
         {
             s.in_ready = true;
             self.ready.push_back(key);
-            if !self.quiet {
-                self.waker.wake_by_ref();
-            }
+            self.conn.wake();
         }
     }
 
@@ -151,12 +138,12 @@ impl State {
         let room = s
             .send_window
             .size()
-            .min(self.send_window.size())
-            .min(self.max_frame as i64);
+            .min(self.conn.send_window.size())
+            .min(self.conn.max_frame as i64);
         if room <= 0 {
             s.queued.push_front(chunk);
             // Shut by the stream's own window, it waits out of turn for its WINDOW_UPDATE.
-            return if self.send_window.is_shut() && !s.send_window.is_shut() {
+            return if self.conn.send_window.is_shut() && !s.send_window.is_shut() {
                 Taken::ConnectionWindowShut
             } else {
                 Taken::Nothing
@@ -168,7 +155,7 @@ impl State {
         }
         let n = chunk.len();
         s.send_window.spend(n);
-        self.send_window.spend(n);
+        self.conn.send_window.spend(n);
         s.queued_len -= n;
         let last = s.queued.is_empty() && matches!(s.end_queued, Some(None));
         if last {

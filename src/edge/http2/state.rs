@@ -4,17 +4,16 @@
 //! stream's handles (a response sent, request data taken); all of them run on the connection's
 //! task, so the lock is never contended.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::task::Waker;
 
 use bytes::{Bytes, BytesMut};
 use h2::Reason;
-use h2::frame::{Frame, GoAway, Reset, StreamId};
+use h2::frame::{Frame, Reset, StreamId};
 use http::{HeaderMap, Request};
 
 use super::Limits;
-use super::closed::{ClosedStreams, Gone};
-use crate::http2core::{Ends, InitialWindow, StreamState, Window};
+use crate::http2core::{Bounds, Conn, Ends, Gone, Role, Store, StreamState, Window};
 use crate::upstream::frames::{Chunks, Failure, wake};
 
 /// How many control frames (acknowledgements, resets, window updates) may wait to be written
@@ -69,49 +68,18 @@ pub(super) struct Stream {
 
 /// The connection's state.
 pub(super) struct State {
-    pub(super) streams: slab::Slab<Stream>,
-    /// Stream id to slab key, for the frames coming in.
-    /// The ids are the client's choice: hashed with a seed of the connection's own, as h2's store
-    /// hashes them.
-    pub(super) ids: HashMap<u32, usize, foldhash::fast::RandomState>,
-    /// Streams closed and forgotten, the latest of them, for the frames still in flight.
-    pub(super) closed: ClosedStreams,
-    /// Empty DATA frames without END_STREAM the client sent (h2's bound: 100 in a connection's
-    /// life, then GOAWAY ENHANCE_YOUR_CALM).
-    pub(super) empty_data: usize,
-    /// Frames to write before any stream's data, in order.
-    pub(super) out: VecDeque<Frame<Bytes>>,
+    /// The streams held, by slab key and by id (`http2core::Store`).
+    pub(super) streams: Store<Stream>,
+    /// The connection's own: stream ids, its windows, SETTINGS, the frames it owes the client,
+    /// GOAWAY, and the bounds on the client (`http2core::Conn`).
+    pub(super) conn: Conn<()>,
     /// Streams with data queued and room in their own window, in turn.
     pub(super) ready: VecDeque<usize>,
-    /// The connection's task, woken when a frame is queued.
-    pub(super) waker: Waker,
     pub(super) limits: Limits,
-    /// The highest stream id the client opened.
-    pub(super) last_id: u32,
     /// Streams open (not closed both ways, not reset), against the stream limit.
     pub(super) open: u32,
-    /// The client's connection-level window for what skewgate sends.
-    pub(super) send_window: Window,
-    /// The client's `SETTINGS_INITIAL_WINDOW_SIZE`, given to each new stream.
-    pub(super) peer_initial_window: InitialWindow,
-    /// The largest DATA payload the client accepts.
-    pub(super) max_frame: usize,
-    /// How much more the client may send on the connection.
-    pub(super) recv_window: Window,
-    /// Data taken (or dropped) and not yet given back in a connection WINDOW_UPDATE.
-    pub(super) unacked: u32,
-    /// The connection's task is in its turn: a frame queued is written in it, no wake-up needed.
-    pub(super) quiet: bool,
-    /// Streams skewgate reset for the client's fault (malformed, over a limit).
-    pub(super) local_resets: usize,
-    /// Of those, the ones already told to the connection's owner (`Wire::faults`).
-    pub(super) told_resets: usize,
-    /// GOAWAY sent: streams above this id are not taken.
-    pub(super) going_away: Option<u32>,
     /// The connection failed: every stream fails with it.
     pub(super) failed: Option<Failure>,
-    /// The connection is to close (a connection error, GOAWAY queued): the reason, for the caller.
-    pub(super) error: Option<Reason>,
     /// The client answered skewgate's keep-alive PING.
     pub(super) ponged: bool,
     /// Woken by the answer.
@@ -127,27 +95,18 @@ pub(super) struct Opened {
 
 impl State {
     pub(super) fn new(limits: Limits, waker: Waker) -> State {
+        let bounds = Bounds {
+            recv_window: limits.connection_window,
+            max_local_resets: limits.max_local_error_resets,
+        };
+        let mut conn = Conn::new(Role::Server, bounds);
+        conn.set_waker(&waker);
         State {
-            streams: slab::Slab::new(),
-            ids: HashMap::default(),
-            closed: ClosedStreams::default(),
-            empty_data: 0,
-            out: VecDeque::new(),
+            streams: Store::default(),
+            conn,
             ready: VecDeque::new(),
-            waker,
-            last_id: 0,
             open: 0,
-            send_window: Window::new(65_535),
-            peer_initial_window: InitialWindow::default(),
-            max_frame: 16_384,
-            recv_window: Window::new(limits.connection_window),
-            unacked: 0,
-            quiet: false,
-            local_resets: 0,
-            told_resets: 0,
-            going_away: None,
             failed: None,
-            error: None,
             ponged: false,
             pong_waker: None,
             limits,
@@ -156,50 +115,35 @@ impl State {
 
     /// Queues `frame` before any stream's data and wakes the connection's task to write it.
     pub(super) fn push(&mut self, frame: Frame<Bytes>) {
-        self.out.push_back(frame);
-        if !self.quiet {
-            self.waker.wake_by_ref();
-        }
+        self.conn.push(frame);
     }
 
     /// The connection is broken by the client: GOAWAY with `reason`, and no frame read after it.
     pub(super) fn go_away(&mut self, reason: Reason) {
-        if self.error.is_none() {
-            self.error = Some(reason);
-            let last = StreamId::from(self.last_id);
-            self.push(GoAway::new(last, reason).into());
-        }
+        self.conn.go_away(reason);
     }
 
     /// Stops taking new streams: GOAWAY naming the last stream taken; those open finish.
     pub(super) fn graceful_go_away(&mut self) {
-        if self.going_away.is_none() && self.error.is_none() {
-            self.going_away = Some(self.last_id);
-            self.push(GoAway::new(StreamId::from(self.last_id), Reason::NO_ERROR).into());
-        }
+        self.conn.graceful_go_away();
     }
 
     /// Whether the connection has nothing left to do after a GOAWAY: no stream open, nothing to
     /// write.
     pub(super) fn finished(&self) -> bool {
-        (self.going_away.is_some() || self.error.is_some())
+        (self.conn.going_away.is_some() || self.conn.error.is_some())
             && self.open == 0
-            && self.out.is_empty()
+            && self.conn.out.is_empty()
             && self.ready.is_empty()
     }
 
     /// With no stream left, the memory streams took is given back: a kubelet fleet holds thousands
     /// of connections idle between bursts (the allocations come back with the next burst).
     pub(super) fn release_if_idle(&mut self) {
-        if !self.streams.is_empty() || self.streams.capacity() == 0 {
+        if !self.streams.release_if_idle() {
             return;
         }
-        self.streams = slab::Slab::new();
-        self.ids = HashMap::default();
-        self.closed.shrink();
-        if self.out.is_empty() {
-            self.out = VecDeque::new();
-        }
+        self.conn.shrink();
         if self.ready.is_empty() {
             self.ready = VecDeque::new();
         }
@@ -208,18 +152,13 @@ impl State {
     /// Whether frames may be read: the connection is not closing, and what it owes the client has
     /// mostly been written.
     pub(super) fn reading(&self) -> bool {
-        self.error.is_none() && self.out.len() < MAX_QUEUED
+        self.conn.error.is_none() && self.conn.out.len() < MAX_QUEUED
     }
 
     /// Resets stream `id` for the client's fault, counted against the client: a client that makes
     /// skewgate reset too many is sent GOAWAY ENHANCE_YOUR_CALM (h2's and hyper's bound, 1024).
     pub(super) fn refuse(&mut self, id: StreamId, reason: Reason) {
-        self.push(Reset::new(id, reason).into());
-        self.local_resets += 1;
-        if self.local_resets > self.limits.max_local_error_resets {
-            tracing::debug!("an HTTP/2 client made skewgate reset too many streams; GOAWAY");
-            self.go_away(Reason::ENHANCE_YOUR_CALM);
-        }
+        self.conn.refuse(id, reason);
     }
 
     /// A stream the codec found malformed (its header block): reset, counted against the client.
@@ -227,26 +166,13 @@ impl State {
         if let Some((key, _)) = self.stream(id) {
             return self.reset_for(key, reason);
         }
-        let raw = u32::from(id);
-        if raw % 2 == 1 && raw > self.last_id {
-            self.last_id = raw;
-            let window = i64::from(self.limits.stream_window);
-            self.closed.remember(raw, Gone::Reset { window });
-        }
-        self.refuse(id, reason);
+        self.conn
+            .refuse_unopened(id, reason, self.limits.stream_window);
     }
 
     /// The stream a frame is for, if skewgate still has it.
     pub(super) fn stream(&mut self, id: StreamId) -> Option<(usize, &mut Stream)> {
-        let key = *self.ids.get(&u32::from(id))?;
-        self.streams.get_mut(key).map(|s| (key, s))
-    }
-
-    /// Whether `id` names a stream the client never opened (a connection error for any frame but
-    /// HEADERS and PRIORITY, RFC 9113 5.1).
-    pub(super) fn idle(&self, id: StreamId) -> bool {
-        let id = u32::from(id);
-        id % 2 == 0 || id > self.last_id
+        self.streams.find(u32::from(id))
     }
 
     /// Resets stream `key` with `reason` for the client's fault: RST_STREAM out, its handles told.
@@ -327,15 +253,14 @@ impl State {
             return self.reset(key, reason);
         }
         let (id, gone) = (u32::from(s.id), s.gone.unwrap_or(Gone::Ended));
-        self.streams.remove(key);
-        self.ids.remove(&id);
-        self.closed.remember(id, gone);
+        self.streams.remove(key, id);
+        self.conn.remember(StreamId::from(id), gone);
     }
 
     /// The connection ended: every stream not over fails with it.
     pub(super) fn fail(&mut self, why: Failure) {
         self.failed.get_or_insert(why.clone());
-        let keys: Vec<usize> = self.streams.iter().map(|(key, _)| key).collect();
+        let keys = self.streams.keys();
         for key in keys {
             if let Some(s) = self.streams.get_mut(key)
                 && s.failure.is_none()

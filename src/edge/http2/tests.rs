@@ -11,6 +11,7 @@ use http::{HeaderMap, Method, Uri};
 use super::Limits;
 use super::handles::{Responder, Shared};
 use super::state::State;
+use crate::http2core::Event;
 
 fn limits() -> Limits {
     super::limits(100, 1 << 20, 8 << 20, 64 << 10, 64 << 10)
@@ -19,7 +20,12 @@ fn limits() -> Limits {
 /// A connection with one request open on stream 1; the client's stream window is `window`.
 fn connection_with_a_request(window: u32) -> (Arc<Shared>, usize) {
     let mut state = State::new(limits(), Waker::noop().clone());
-    state.on_initial_window(window);
+    let mut settings = h2::frame::Settings::default();
+    settings.set_initial_window_size(Some(window));
+    let Event::Settings(_, Some(delta)) = state.conn.recv(settings.into()) else {
+        panic!("settings");
+    };
+    state.on_initial_window(delta);
     let uri: Uri = "http://skewgate.test/api/v1/pods".parse().expect("uri");
     let mut head = Headers::new(
         StreamId::from(1),
@@ -27,7 +33,10 @@ fn connection_with_a_request(window: u32) -> (Arc<Shared>, usize) {
         HeaderMap::new(),
     );
     head.set_end_stream();
-    let opened = state.on_headers(head).expect("opened");
+    let Event::Open(head) = state.conn.recv(head.into()) else {
+        panic!("a stream opened");
+    };
+    let opened = state.on_open(head).expect("opened");
     let key = opened.key;
     (Shared::new(state), key)
 }
@@ -35,7 +44,7 @@ fn connection_with_a_request(window: u32) -> (Arc<Shared>, usize) {
 /// The DATA frames written now, and their bytes.
 fn written(shared: &Shared) -> (usize, usize) {
     let mut state = shared.lock();
-    state.out.clear();
+    state.conn.out.clear();
     let (mut frames, mut bytes) = (0, 0);
     while let Some(frame) = state.next_data() {
         if let Frame::Data(d) = frame {
@@ -133,7 +142,7 @@ fn a_whole_response_goes_out_head_then_data_with_its_end_and_the_stream_is_forgo
     );
     drop(respond);
     let mut state = shared.lock();
-    let head = state.out.pop_back().expect("head");
+    let head = state.conn.out.pop_back().expect("head");
     assert!(matches!(&head, Frame::Headers(h) if !h.is_end_stream()));
     let Some(Frame::Data(data)) = state.next_data() else {
         panic!("no data");
@@ -146,6 +155,6 @@ fn a_whole_response_goes_out_head_then_data_with_its_end_and_the_stream_is_forgo
         "the stream is forgotten once written"
     );
     state.graceful_go_away();
-    state.out.clear();
+    state.conn.out.clear();
     assert!(state.finished(), "no stream counts as open");
 }

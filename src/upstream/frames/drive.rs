@@ -13,13 +13,13 @@ use bytes::Bytes;
 use futures_util::Stream;
 use h2::Codec;
 use h2::Reason;
-use h2::frame::{Frame, GoAway, Ping, Settings, StreamId, WindowUpdate};
+use h2::frame::{Frame, Settings};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 
 use super::state::State;
 use super::stream::Failure;
-use super::{CONNECTION_WINDOW, Link, STREAM_WINDOW, Shared};
-use crate::http2core::apply_codec_settings;
+use super::{Link, STREAM_WINDOW, Shared};
+use crate::http2core::{Event, apply_codec_settings};
 use crate::upstream::ResponseBudget;
 
 const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
@@ -56,8 +56,7 @@ where
     settings.set_enable_push(false);
     settings.set_initial_window_size(Some(STREAM_WINDOW));
     let mut state = State::new(budget);
-    state.push_settings(settings, None);
-    state.push(WindowUpdate::new(StreamId::zero(), CONNECTION_WINDOW - 65_535).into());
+    state.conn.start(settings, None);
     let shared = Arc::new(Shared {
         state: Mutex::new(state),
         max_streams: AtomicUsize::new(max_streams),
@@ -105,10 +104,10 @@ impl<T: AsyncRead + AsyncWrite + Unpin> Connection<T> {
         let mut went_away = false;
         let turn = {
             let mut state = self.shared.lock();
-            // Frames queued while reading (SETTINGS acknowledged, windows given back) do not wake
+            // Frames queued in the turn (SETTINGS acknowledged, windows given back) do not wake
             // the task itself: `write` takes them, and sets the waker for everyone else's.
-            state.task = None;
-            loop {
+            state.conn.quiet = true;
+            let turn = loop {
                 let read = match self.wire.read(cx, &self.shared, &mut state, &mut went_away) {
                     Ok(read) => read,
                     Err(why) => break Err(why),
@@ -119,9 +118,11 @@ impl<T: AsyncRead + AsyncWrite + Unpin> Connection<T> {
                 if read == 0 {
                     break Ok(state.released_by_pool
                         && state.streams.is_empty()
-                        && state.out.is_empty());
+                        && state.conn.out.is_empty());
                 }
-            }
+            };
+            state.conn.quiet = false;
+            turn
         };
         if went_away {
             self.wire.went_away();
@@ -182,16 +183,13 @@ impl<T: AsyncRead + AsyncWrite + Unpin> Wire<T> {
     /// Hands the queued frames to the codec as far as the socket takes them (the codec writes when
     /// its buffer is full; the rest is flushed at the end of the turn).
     pub(super) fn write(&mut self, cx: &mut Context<'_>, state: &mut State) -> Result<(), Failure> {
-        match &state.task {
-            Some(w) if w.will_wake(cx.waker()) => {}
-            _ => state.task = Some(cx.waker().clone()),
-        }
-        while !state.out.is_empty() {
+        state.conn.set_waker(cx.waker());
+        while !state.conn.out.is_empty() {
             match self.codec.poll_ready(cx) {
                 Poll::Ready(r) => r.map_err(|_| broken())?,
                 Poll::Pending => break,
             }
-            if let Some(frame) = state.out.pop_front() {
+            if let Some(frame) = state.conn.out.pop_front() {
                 self.codec.buffer(frame).map_err(|e| {
                     tracing::debug!(error = %e, "upstream connection: a frame could not be written");
                     Failure::Closed(io::ErrorKind::InvalidInput, "a frame could not be written")
@@ -201,7 +199,8 @@ impl<T: AsyncRead + AsyncWrite + Unpin> Wire<T> {
         Ok(())
     }
 
-    /// One frame from the apiserver.
+    /// One frame from the apiserver, through the connection's core (`http2core::Conn`); `Err`
+    /// once the apiserver broke the protocol (GOAWAY queued).
     fn on_frame(
         &mut self,
         frame: Frame,
@@ -209,61 +208,49 @@ impl<T: AsyncRead + AsyncWrite + Unpin> Wire<T> {
         state: &mut State,
         went_away: &mut bool,
     ) -> Result<(), Failure> {
-        match frame {
-            Frame::Data(data) => {
-                let len = data.flow_controlled_len();
-                state.on_data(data, len);
-            }
-            Frame::Headers(headers) => state.on_headers(headers),
-            Frame::Reset(reset) => state.on_reset(reset.stream_id(), reset.reason()),
-            Frame::WindowUpdate(w) => state
-                .on_window_update(w.stream_id(), w.size_increment())
-                .map_err(|reason| flow_control_broken(state, reason))?,
-            Frame::Settings(settings) => self
-                .on_settings(&settings, shared, state)
-                .map_err(|reason| flow_control_broken(state, reason))?,
-            Frame::Ping(ping) if ping.is_ack() => {
-                if *ping.payload() == PING_PAYLOAD {
+        match state.conn.recv(frame) {
+            // `Open` is the server's: a client's HEADERS is on a stream it opened.
+            Event::Done | Event::Open(_) => {}
+            Event::Headers(headers) => state.on_headers(headers),
+            Event::Data(data) => state.on_data(data),
+            Event::Reset(id, reason) => state.on_reset(id, reason),
+            Event::StreamWindow(id, increment) => state.on_window_update(id, increment),
+            Event::ConnectionWindow => state.on_connection_window(),
+            Event::Settings(settings, delta) => self.on_settings(&settings, delta, shared, state),
+            Event::SettingsAcked(shrink) => state.on_settings_ack(shrink),
+            Event::Pong(payload) => {
+                if payload == PING_PAYLOAD {
                     shared.pong.notify_one();
                 }
             }
-            Frame::Ping(ping) => state.push_answer(Ping::pong(ping.into_payload()).into()),
-            Frame::GoAway(go_away) => {
-                if go_away.reason() != Reason::NO_ERROR {
-                    tracing::debug!(reason = ?go_away.reason(), "upstream connection: GOAWAY");
+            Event::GoAway(last, reason) => {
+                if reason != Reason::NO_ERROR {
+                    tracing::debug!(?reason, "upstream connection: GOAWAY");
                 }
-                state.on_go_away(go_away.last_stream_id());
+                state.on_go_away(last);
                 *went_away = true;
             }
-            Frame::PushPromise(_) => {
-                state.push(GoAway::new(StreamId::zero(), Reason::PROTOCOL_ERROR).into());
-                return Err(Failure::Closed(
-                    io::ErrorKind::InvalidData,
-                    "the apiserver pushed a stream, which skewgate's SETTINGS refuse",
-                ));
-            }
-            Frame::Priority(_) => {}
         }
-        Ok(())
+        match state.conn.error {
+            Some(reason) => Err(protocol_broken(reason)),
+            None => Ok(()),
+        }
     }
 
-    /// The apiserver's SETTINGS: applied, then acknowledged; `Err` when its initial window takes a
-    /// stream's window past the largest.
+    /// The apiserver's SETTINGS (acknowledged by `Conn::recv`): applied to the codec, the open
+    /// streams' windows and the pool's limits.
     fn on_settings(
         &mut self,
         settings: &Settings,
+        delta: Option<i64>,
         shared: &Shared,
         state: &mut State,
-    ) -> Result<(), Reason> {
-        if settings.is_ack() {
-            state.on_settings_ack();
-            return Ok(());
-        }
-        if let Some(size) = apply_codec_settings(&mut self.codec, settings) {
-            state.max_frame = size;
-        }
-        if let Some(size) = settings.initial_window_size() {
-            state.on_initial_window(size)?;
+    ) {
+        apply_codec_settings(&mut self.codec, settings);
+        if let Some(delta) = delta
+            && let Err(reason) = state.on_initial_window(delta)
+        {
+            return state.conn.go_away(reason);
         }
         if let Some(max) = settings.max_concurrent_streams() {
             shared.max_streams.store(max as usize, Ordering::Relaxed);
@@ -271,13 +258,11 @@ impl<T: AsyncRead + AsyncWrite + Unpin> Wire<T> {
         if let Some(limit) = settings.max_header_list_size() {
             shared.header_list_limit.store(limit, Ordering::Relaxed);
         }
-        state.push_answer(Settings::ack().into());
         if !std::mem::replace(&mut self.settled, true)
             && let Some(hooks) = &self.hooks
         {
             hooks.settled.notify_one();
         }
-        Ok(())
     }
 
     /// After a GOAWAY, outside the connection's lock: the pool is told (which may drop the pool's
@@ -308,16 +293,15 @@ impl<T> Drop for Connection<T> {
     }
 }
 
-/// The apiserver broke flow control (a zero or overflowing window increment on the connection, an
-/// initial window that overflows a stream's): GOAWAY with `reason`, and the connection fails.
-fn flow_control_broken(state: &mut State, reason: Reason) -> Failure {
+/// The apiserver broke HTTP/2 (an idle stream's frame, a window past 2^31-1, a push, too many
+/// resets for its fault): GOAWAY is queued, and the connection fails.
+fn protocol_broken(reason: Reason) -> Failure {
     tracing::warn!(
         ?reason,
-        "upstream connection: the apiserver broke HTTP/2 flow control; GOAWAY"
+        "upstream connection: the apiserver broke the HTTP/2 protocol; GOAWAY"
     );
-    state.push(GoAway::new(StreamId::zero(), reason).into());
     Failure::Closed(
         io::ErrorKind::InvalidData,
-        "the apiserver broke HTTP/2 flow control",
+        "the apiserver broke the HTTP/2 protocol",
     )
 }

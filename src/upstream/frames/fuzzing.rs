@@ -71,7 +71,7 @@ pub(crate) fn answer_frames(input: &[u8]) {
 
 /// What the even streams' responses have, taken and given back (as their bodies take it).
 fn take_responses(state: &mut State) {
-    let keys: Vec<usize> = state.streams.iter().map(|(k, _)| k).collect();
+    let keys = state.streams.keys();
     for key in keys.into_iter().filter(|k| k % 2 == 0) {
         let Some(s) = state.streams.get_mut(key) else {
             continue;
@@ -89,11 +89,11 @@ fn take_responses(state: &mut State) {
 /// The invariants no apiserver can break.
 fn check(state: &State, budget: &ResponseBudget) {
     const MAX_WINDOW: i64 = (1 << 31) - 1;
-    assert!(state.send_window.size() <= MAX_WINDOW);
+    assert!(state.conn.send_window.size() <= MAX_WINDOW);
     assert!(
-        state.out.len() <= 4096 + 64,
+        state.conn.out.len() <= 4096 + 64,
         "{} frames queued",
-        state.out.len()
+        state.conn.out.len()
     );
     let (mut held, mut promised) = (0, 0);
     for (_, s) in state.streams.iter() {

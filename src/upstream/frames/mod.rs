@@ -179,9 +179,7 @@ impl Drop for Link {
     fn drop(&mut self) {
         let mut state = self.shared.lock();
         state.released_by_pool = true;
-        if let Some(task) = state.task.take() {
-            task.wake();
-        }
+        state.conn.wake();
     }
 }
 
@@ -373,8 +371,8 @@ impl SendBody {
             let room = s
                 .send_window
                 .size()
-                .min(st.send_window.size())
-                .min(st.max_frame as i64);
+                .min(st.conn.send_window.size())
+                .min(st.conn.max_frame as i64);
             if room <= 0 && !data.is_empty() {
                 store_waker(&mut s.send_task, cx);
                 return Poll::Pending;
@@ -386,7 +384,7 @@ impl SendBody {
                 s.ends.close_send();
             }
             let id = s.id;
-            st.send_window.spend(chunk.len());
+            st.conn.send_window.spend(chunk.len());
             let mut frame = Data::new(id, chunk);
             frame.set_end_stream(last);
             st.push(frame.into());

@@ -3,10 +3,8 @@
 //! for a few hundred instructions at a time by the connection's task (a frame in) or by a request
 //! (a stream opened, data taken, a handle dropped); on a worker the two are the same thread.
 
-use std::collections::{HashMap, VecDeque};
 use std::io;
 use std::sync::Arc;
-use std::task::Waker;
 
 use bytes::Bytes;
 use h2::Reason;
@@ -16,27 +14,17 @@ use http::{HeaderMap, StatusCode};
 use super::CONNECTION_WINDOW;
 use super::stream::{Chunks, Failure, Stream, wake};
 use super::windows::Shrink;
-use crate::http2core::{Ends, InitialWindow, Window};
+use crate::http2core::{Bounds, Conn, Ends, MAX_STREAM_ID, Role, Store, Window};
 use crate::upstream::budget::{Level, ResponseBudget, SMALL_WINDOW};
 
 /// The connection's state.
 pub(super) struct State {
-    pub(super) streams: slab::Slab<Stream>,
-    /// Stream id to slab key, for the frames coming in.
-    ids: HashMap<u32, usize, foldhash::fast::FixedState>,
-    /// Frames to write, in order.
-    pub(super) out: VecDeque<Frame<Bytes>>,
-    /// The connection's task, to be woken when `out` gets a frame.
-    pub(super) task: Option<Waker>,
-    pub(super) next_id: u32,
-    /// The apiserver's connection-level window for what skewgate sends.
-    pub(super) send_window: Window,
-    /// The apiserver's `SETTINGS_INITIAL_WINDOW_SIZE`, given to each new stream.
-    pub(super) peer_initial_window: InitialWindow,
-    /// The largest DATA payload the apiserver accepts.
-    pub(super) max_frame: usize,
-    /// Data received on the connection and not yet given back in a connection WINDOW_UPDATE.
-    unacked: u32,
+    /// The streams held, by slab key and by id (`http2core::Store`).
+    pub(super) streams: Store<Stream>,
+    /// The connection's own: stream ids, its windows, SETTINGS (each of skewgate's with the
+    /// smaller window it carried, applied at its acknowledgement), the frames to write, GOAWAY
+    /// (`http2core::Conn`).
+    pub(super) conn: Conn<Option<Shrink>>,
     /// Set once the connection cannot take new streams: failed, closed, or GOAWAY received.
     pub(super) closing: Option<Failure>,
     /// Set once the connection itself failed: every stream fails with it.
@@ -52,29 +40,23 @@ pub(super) struct State {
     pub(super) promised: usize,
     /// The budget's level as announced last: the initial window of the streams opened since.
     pub(super) level: Level,
-    /// skewgate's SETTINGS not acknowledged yet, oldest first, with the smaller window each
-    /// carried (applied at its acknowledgement).
-    pub(super) settings_unacked: VecDeque<Option<Shrink>>,
 }
 
-/// The most frames queued before answers to the apiserver's PINGs and SETTINGS are dropped.
-const MAX_QUEUED: usize = 4096;
-
-/// The largest stream id a client may use.
-const MAX_STREAM_ID: u32 = (1 << 31) - 1;
+/// Streams skewgate may reset for the apiserver's fault (a malformed response, data past a window)
+/// before it ends the connection: h2's bound, as for a client.
+const MAX_LOCAL_RESETS: usize = 1024;
 
 impl State {
     pub(super) fn new(budget: Arc<ResponseBudget>) -> State {
         State {
-            streams: slab::Slab::new(),
-            ids: HashMap::default(),
-            out: VecDeque::new(),
-            task: None,
-            next_id: 1,
-            send_window: Window::new(65_535),
-            peer_initial_window: InitialWindow::default(),
-            max_frame: 16_384,
-            unacked: 0,
+            streams: Store::default(),
+            conn: Conn::new(
+                Role::Client,
+                Bounds {
+                    recv_window: CONNECTION_WINDOW,
+                    max_local_resets: MAX_LOCAL_RESETS,
+                },
+            ),
             closing: None,
             failed: None,
             released_by_pool: false,
@@ -82,21 +64,17 @@ impl State {
             held: 0,
             promised: 0,
             level: Level::Normal,
-            settings_unacked: VecDeque::new(),
         }
     }
 
     /// Queues `frame` and wakes the connection's task to write it.
     pub(super) fn push(&mut self, frame: Frame<Bytes>) {
-        self.out.push_back(frame);
-        if let Some(task) = self.task.take() {
-            task.wake();
-        }
+        self.conn.push(frame);
     }
 
     /// Whether a new stream may be opened now; why not, if not.
     pub(super) fn can_open(&mut self) -> Result<(), Failure> {
-        if self.next_id > MAX_STREAM_ID {
+        if self.conn.next_local() > MAX_STREAM_ID {
             self.closing.get_or_insert(Failure::Closed(
                 io::ErrorKind::Other,
                 "stream ids exhausted",
@@ -108,41 +86,37 @@ impl State {
         }
     }
 
-    /// Queues an answer the connection owes the apiserver (a SETTINGS or PING acknowledgement),
-    /// unless more than `MAX_QUEUED` frames wait already: an apiserver that sends PINGs and does not
-    /// read its socket does not grow skewgate's queue without bound.
-    pub(super) fn push_answer(&mut self, frame: Frame<Bytes>) {
-        if self.out.len() < MAX_QUEUED {
-            self.push(frame);
-        }
-    }
-
     /// Opens a stream (after `can_open`) with `headers`, given its stream id; its slab key.
     pub(super) fn open(&mut self, headers: impl FnOnce(StreamId) -> Headers) -> usize {
         self.follow_pressure();
-        let id = self.next_id;
-        self.next_id += 2;
-        let frame = headers(StreamId::from(id));
+        // `can_open` saw an id left.
+        let id = self
+            .conn
+            .open_local()
+            .unwrap_or(StreamId::from(MAX_STREAM_ID));
+        let frame = headers(id);
         let end = frame.is_end_stream();
-        let key = self.streams.insert(Stream {
-            id: StreamId::from(id),
-            head: None,
-            head_seen: false,
-            data: Chunks::default(),
-            trailers: None,
-            ends: Ends::new(false, end),
-            failure: None,
-            recv_window: Window::new(self.level.window()),
-            released: 0,
-            send_window: self.peer_initial_window.window(),
-            recv_task: None,
-            send_task: None,
-            recv_handle: true,
-            send_handle: !end,
-            promised: 0,
-        });
+        let key = self.streams.insert(
+            u32::from(id),
+            Stream {
+                id,
+                head: None,
+                head_seen: false,
+                data: Chunks::default(),
+                trailers: None,
+                ends: Ends::new(false, end),
+                failure: None,
+                recv_window: Window::new(self.level.window()),
+                released: 0,
+                send_window: self.conn.peer_initial_window.window(),
+                recv_task: None,
+                send_task: None,
+                recv_handle: true,
+                send_handle: !end,
+                promised: 0,
+            },
+        );
         self.recount(key);
-        self.ids.insert(id, key);
         self.push(frame.into());
         key
     }
@@ -175,11 +149,25 @@ impl State {
     /// Resets stream `key` with `reason` (unless it is over already): RST_STREAM out, its
     /// handles told.
     pub(super) fn reset(&mut self, key: usize, reason: Reason) {
-        let Some(s) = self.streams.get_mut(key) else {
-            return;
-        };
+        if let Some(id) = self.stop(key, reason) {
+            self.push(Reset::new(id, reason).into());
+        }
+    }
+
+    /// Resets stream `key` for the apiserver's fault (a malformed response, data past the
+    /// window): as `reset`, and counted against the apiserver (`Conn::refuse`).
+    fn refuse(&mut self, key: usize, reason: Reason) {
+        if let Some(id) = self.stop(key, reason) {
+            self.conn.refuse(id, reason);
+        }
+    }
+
+    /// Stream `key` fails with `reason` unless it is over already: its data dropped, its handles
+    /// told; its id, to reset it.
+    fn stop(&mut self, key: usize, reason: Reason) -> Option<StreamId> {
+        let s = self.streams.get_mut(key)?;
         if s.failure.is_some() || s.ends.is_closed() {
-            return;
+            return None;
         }
         s.failure = Some(Failure::Reset(reason));
         s.ends.close_send();
@@ -190,7 +178,7 @@ impl State {
         let id = s.id;
         self.taken(dropped);
         self.recount(key);
-        self.push(Reset::new(id, reason).into());
+        Some(id)
     }
 
     /// One handle of stream `key` is gone; the stream is forgotten with its last, and reset if it
@@ -208,30 +196,27 @@ impl State {
         if recv || gone {
             self.reset(key, Reason::CANCEL);
         }
-        if gone {
-            let s = self.streams.remove(key);
+        if gone && let Some(s) = self.streams.remove(key, u32::from(id)) {
             self.taken(s.data.len());
             self.unpromise(s.promised as usize);
-            self.ids.remove(&u32::from(id));
             // The pool let go of the connection: it ends with its last stream.
             if self.released_by_pool && self.streams.is_empty() {
-                wake(&mut self.task);
+                self.conn.wake();
             }
         }
     }
 
     /// The stream a frame from the apiserver is for, if skewgate still has it.
     fn stream(&mut self, id: StreamId) -> Option<(usize, &mut Stream)> {
-        let key = *self.ids.get(&u32::from(id))?;
-        self.streams.get_mut(key).map(|s| (key, s))
+        self.streams.find(u32::from(id))
     }
 
     /// A HEADERS frame from the apiserver: the response head, an informational head (skipped), or
     /// the trailers.
     pub(super) fn on_headers(&mut self, frame: Headers) {
-        let end = frame.is_end_stream();
-        let Some((key, s)) = self.stream(frame.stream_id()) else {
-            return;
+        let (id, end) = (frame.stream_id(), frame.is_end_stream());
+        let Some((key, s)) = self.stream(id) else {
+            return self.conn.closed_headers(id, end);
         };
         if s.failure.is_some() || s.ends.recv_closed() {
             return;
@@ -259,7 +244,7 @@ impl State {
             _ => false,
         };
         if !wellformed {
-            return self.reset(key, Reason::PROTOCOL_ERROR);
+            return self.refuse(key, Reason::PROTOCOL_ERROR);
         }
         if end {
             s.ends.close_recv();
@@ -268,19 +253,17 @@ impl State {
         self.recount(key);
     }
 
-    /// A DATA frame from the apiserver: kept for the stream's body, within the window skewgate
-    /// granted the stream; the connection's window is given back at once (backpressure is per
-    /// stream).
-    pub(super) fn on_data(&mut self, frame: Data<Bytes>, flow_len: usize) {
+    /// A DATA frame from the apiserver (taken from the connection's window, `Conn::recv`): kept
+    /// for the stream's body, within the window skewgate granted the stream; the connection's
+    /// window is given back at once (backpressure is per stream).
+    pub(super) fn on_data(&mut self, frame: Data<Bytes>) {
         self.follow_pressure();
-        self.unacked = self.unacked.saturating_add(flow_len as u32);
-        if self.unacked >= CONNECTION_WINDOW / 2 {
-            let grant = std::mem::take(&mut self.unacked);
-            self.push(WindowUpdate::new(StreamId::zero(), grant).into());
-        }
-        let end = frame.is_end_stream();
+        let (id, end) = (frame.stream_id(), frame.is_end_stream());
+        let flow_len = frame.flow_controlled_len();
+        self.conn.give_back(flow_len);
         // Not `stream()`: the budget is looked at while the stream is held.
-        let Some(&key) = self.ids.get(&u32::from(frame.stream_id())) else {
+        let Some(key) = self.streams.key(u32::from(id)) else {
+            // Forgotten (`closed_data`): its length was given back.
             return;
         };
         let Some(s) = self.streams.get_mut(key) else {
@@ -293,7 +276,7 @@ impl State {
         if !s.head_seen || within.is_err() {
             // Data before the head, or past the window skewgate granted.
             let reason = within.err().unwrap_or(Reason::PROTOCOL_ERROR);
-            return self.reset(key, reason);
+            return self.refuse(key, reason);
         }
         let payload = frame.into_payload();
         if !payload.is_empty() {
@@ -333,30 +316,28 @@ impl State {
         }
     }
 
-    /// WINDOW_UPDATE from the apiserver: more room for request bodies. A window past 2^31-1 is the
-    /// connection's error on stream 0 (`Err`, its GOAWAY reason) and the stream's otherwise (RFC
-    /// 9113, 6.9.1), as the server side checks it. (A zero increment is the codec's connection
-    /// error, on any stream, before it gets here.)
-    pub(super) fn on_window_update(&mut self, id: StreamId, increment: u32) -> Result<(), Reason> {
-        if id.is_zero() {
-            self.send_window.widen(increment)?;
-            for (_, s) in self.streams.iter_mut() {
-                wake(&mut s.send_task);
-            }
-        } else if let Some((key, s)) = self.stream(id) {
+    /// The connection's window grew (`Conn::recv` checked it): streams waiting for room go on.
+    pub(super) fn on_connection_window(&mut self) {
+        for (_, s) in self.streams.iter_mut() {
+            wake(&mut s.send_task);
+        }
+    }
+
+    /// WINDOW_UPDATE from the apiserver on a stream: more room for its request body. A window past
+    /// 2^31-1 is the stream's error (RFC 9113, 6.9.1), as the server side checks it. (A zero
+    /// increment is the codec's connection error, on any stream, before it gets here.)
+    pub(super) fn on_window_update(&mut self, id: StreamId, increment: u32) {
+        if let Some((key, s)) = self.stream(id) {
             if let Err(reason) = s.send_window.widen(increment) {
-                self.reset(key, reason);
-                return Ok(());
+                return self.refuse(key, reason);
             }
             wake(&mut s.send_task);
         }
-        Ok(())
     }
 
-    /// The apiserver's new SETTINGS_INITIAL_WINDOW_SIZE: every open stream's window moves by the
-    /// difference (RFC 9113, 6.9.2); one moved past 2^31-1 is the connection's FLOW_CONTROL_ERROR.
-    pub(super) fn on_initial_window(&mut self, size: u32) -> Result<(), Reason> {
-        let delta = self.peer_initial_window.set(size);
+    /// The apiserver's new SETTINGS_INITIAL_WINDOW_SIZE moved every stream's window by `delta`
+    /// (RFC 9113, 6.9.2); one moved past 2^31-1 is the connection's FLOW_CONTROL_ERROR.
+    pub(super) fn on_initial_window(&mut self, delta: i64) -> Result<(), Reason> {
         for (_, s) in self.streams.iter_mut() {
             s.send_window.shift(delta)?;
             if delta > 0 {

@@ -22,14 +22,13 @@ pub(super) struct Shrink {
 impl State {
     /// Queues skewgate's SETTINGS, to be acknowledged; `shrink` when it carries a smaller window.
     pub(super) fn push_settings(&mut self, settings: Settings, shrink: Option<Shrink>) {
-        self.settings_unacked.push_back(shrink);
-        self.push(settings.into());
+        self.conn.push_settings(settings, shrink);
     }
 
-    /// The apiserver acknowledged skewgate's oldest SETTINGS: a smaller window it carried holds
-    /// now for the streams opened before it.
-    pub(super) fn on_settings_ack(&mut self) {
-        if let Some(Some(shrink)) = self.settings_unacked.pop_front() {
+    /// The apiserver acknowledged skewgate's oldest SETTINGS (`Conn::recv`): a smaller window it
+    /// carried holds now for the streams opened before it.
+    pub(super) fn on_settings_ack(&mut self, shrink: Option<Shrink>) {
+        if let Some(shrink) = shrink {
             let delta = i64::from(shrink.size) - i64::from(shrink.before);
             self.move_windows(delta, shrink.from_id);
         }
@@ -48,7 +47,7 @@ impl State {
         }
         let (before, size) = (self.level.window(), level.window());
         if size > before {
-            if !self.settings_unacked.is_empty() {
+            if self.conn.settings_unacked().next().is_some() {
                 return;
             }
             let receiving = self
@@ -66,7 +65,7 @@ impl State {
         settings.set_initial_window_size(Some(size));
         if size < before {
             self.budget.count_shrink();
-            let from_id = self.next_id;
+            let from_id = self.conn.next_local();
             let shrink = Shrink {
                 size,
                 before,
@@ -158,7 +157,7 @@ impl State {
 
     /// `recount` for every stream.
     pub(super) fn recount_all(&mut self) {
-        let keys: Vec<usize> = self.streams.iter().map(|(key, _)| key).collect();
+        let keys = self.streams.keys();
         for key in keys {
             self.recount(key);
         }

@@ -1,11 +1,11 @@
-//! Frames for streams that are closed (RFC 9113, 5.1): what a client may still send on a stream
-//! after it was reset or ended, and what is an error. Each closed stream is remembered by how it
-//! closed, the latest `REMEMBERED` of them, as h2 remembers the streams it reset
-//! (`DEFAULT_RESET_STREAM_MAX`); one closed before those is forgotten, and a frame for it is
+//! Frames for streams that are closed (RFC 9113, 5.1): what the peer (a client, an apiserver) may
+//! still send on a stream after it was reset or ended, and what is an error. Each closed stream is
+//! remembered by how it closed, the latest `REMEMBERED` of them, as h2 remembers the streams it
+//! reset (`DEFAULT_RESET_STREAM_MAX`); one closed before those is forgotten, and a frame for it is
 //! answered as h2 answers it (DATA: RST_STREAM STREAM_CLOSED; HEADERS: GOAWAY PROTOCOL_ERROR).
 //!
-//! Every answer that is an error is counted against the client (`State::refuse`): a flood of
-//! frames on closed streams ends with GOAWAY ENHANCE_YOUR_CALM, as h2's and HAProxy's end it.
+//! Every answer that is an error is counted against the peer (`Conn::refuse`): a flood of frames on
+//! closed streams ends with GOAWAY ENHANCE_YOUR_CALM, as h2's and HAProxy's end it.
 
 use std::collections::VecDeque;
 
@@ -14,12 +14,12 @@ const REMEMBERED: usize = 64;
 
 /// How a stream closed, for the frames the client sends on it afterwards.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Gone {
-    /// skewgate reset it while the client could still send: frames already in flight are ignored
-    /// (RFC 9113, 5.4.2), up to the window the client then had and up to its END_STREAM.
+pub(crate) enum Gone {
+    /// skewgate reset it while the peer could still send: frames already in flight are ignored
+    /// (RFC 9113, 5.4.2), up to the window the peer then had and up to its END_STREAM.
     Reset { window: i64 },
-    /// The client reset it, or skewgate reset it after the client's END_STREAM (or past what the
-    /// client may still send): any frame but PRIORITY is a stream error STREAM_CLOSED.
+    /// The peer reset it, or skewgate reset it after the peer's END_STREAM (or past what the
+    /// peer may still send): any frame but PRIORITY is a stream error STREAM_CLOSED.
     Closed,
     /// Over both ways without a reset: any frame but PRIORITY, WINDOW_UPDATE and RST_STREAM is a
     /// connection error STREAM_CLOSED.
@@ -28,10 +28,10 @@ pub(super) enum Gone {
 
 /// What a frame on a closed stream comes to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Verdict {
+pub(crate) enum Verdict {
     /// Dropped (its flow-controlled length given back to the connection's window).
     Ignore,
-    /// RST_STREAM STREAM_CLOSED, counted against the client.
+    /// RST_STREAM STREAM_CLOSED, counted against the peer.
     StreamError,
     /// GOAWAY STREAM_CLOSED.
     ConnectionError,
@@ -39,7 +39,7 @@ pub(super) enum Verdict {
 
 impl Gone {
     /// A DATA frame of `flow` flow-controlled bytes (`end`: with END_STREAM).
-    pub(super) fn on_data(&mut self, flow: usize, end: bool) -> Verdict {
+    pub(crate) fn on_data(&mut self, flow: usize, end: bool) -> Verdict {
         match self {
             Gone::Reset { window } => {
                 *window -= flow as i64;
@@ -58,7 +58,7 @@ impl Gone {
     }
 
     /// A HEADERS frame (`end`: with END_STREAM): trailers in flight are ignored once.
-    pub(super) fn on_headers(&mut self, end: bool) -> Verdict {
+    pub(crate) fn on_headers(&mut self, end: bool) -> Verdict {
         match self {
             Gone::Reset { .. } if end => {
                 *self = Gone::Closed;
@@ -76,13 +76,13 @@ impl Gone {
 
 /// The latest closed streams skewgate no longer holds, by id.
 #[derive(Default)]
-pub(super) struct ClosedStreams {
+pub(crate) struct ClosedStreams {
     list: VecDeque<(u32, Gone)>,
 }
 
 impl ClosedStreams {
     /// Remembers stream `id`, forgetting the oldest beyond `REMEMBERED`.
-    pub(super) fn remember(&mut self, id: u32, gone: Gone) {
+    pub(crate) fn remember(&mut self, id: u32, gone: Gone) {
         if self.list.len() == REMEMBERED {
             self.list.pop_front();
         }
@@ -90,7 +90,7 @@ impl ClosedStreams {
     }
 
     /// How stream `id` closed, if it is remembered.
-    pub(super) fn get_mut(&mut self, id: u32) -> Option<&mut Gone> {
+    pub(crate) fn get_mut(&mut self, id: u32) -> Option<&mut Gone> {
         self.list
             .iter_mut()
             .rev()
@@ -98,8 +98,14 @@ impl ClosedStreams {
             .map(|(_, gone)| gone)
     }
 
+    /// How many are remembered.
+    #[cfg(any(test, feature = "fuzzing"))]
+    pub(crate) fn len(&self) -> usize {
+        self.list.len()
+    }
+
     /// Gives back the memory of a connection with no stream (a kubelet's idle connection).
-    pub(super) fn shrink(&mut self) {
+    pub(crate) fn shrink(&mut self) {
         if self.list.is_empty() {
             self.list = VecDeque::new();
         }
