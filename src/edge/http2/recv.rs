@@ -3,7 +3,7 @@
 
 use bytes::Bytes;
 use h2::Reason;
-use h2::frame::{Data, Headers, Pseudo, StreamId, WindowUpdate};
+use h2::frame::{Data, Headers, Pseudo, Reset, StreamId, WindowUpdate};
 use http::{HeaderMap, StatusCode};
 
 use super::request::{self, Malformed};
@@ -62,10 +62,13 @@ impl State {
         self.conn.refused(id, end_stream, self.limits.stream_window);
     }
 
-    /// Whether a new stream is taken: not after GOAWAY, not with a head over the header-list bound
-    /// (answered 431), not over the stream limit (REFUSED_STREAM).
+    /// Whether a new stream is taken: not after GOAWAY (REFUSED_STREAM, not the client's fault:
+    /// it opened the stream before it read the GOAWAY, and may send it again on a new
+    /// connection), not with a head over the header-list bound (answered 431), not over the stream
+    /// limit (REFUSED_STREAM, counted against the client).
     fn admit(&mut self, id: StreamId, frame: &Headers) -> bool {
         if self.conn.going_away.is_some() {
+            self.push(Reset::new(id, Reason::REFUSED_STREAM).into());
             return false;
         }
         if frame.is_over_size() {

@@ -158,3 +158,27 @@ fn a_whole_response_goes_out_head_then_data_with_its_end_and_the_stream_is_forgo
     state.conn.out.clear();
     assert!(state.finished(), "no stream counts as open");
 }
+
+#[test]
+fn a_stream_opened_after_a_graceful_goaway_is_refused_and_not_counted_against_the_client() {
+    let mut state = State::new(limits(), Waker::noop().clone());
+    state.graceful_go_away();
+    state.conn.out.clear();
+    let uri: Uri = "http://skewgate.test/version".parse().expect("uri");
+    let mut head = Headers::new(
+        StreamId::from(1),
+        Pseudo::request(Method::GET, uri, None),
+        HeaderMap::new(),
+    );
+    head.set_end_stream();
+    let Event::Open(head) = state.conn.recv(head.into()) else {
+        panic!("a stream opened");
+    };
+    assert!(state.on_open(head).is_none(), "not taken after GOAWAY");
+    let Some(Frame::Reset(reset)) = state.conn.out.pop_front() else {
+        panic!("no RST_STREAM");
+    };
+    assert_eq!(reset.stream_id(), StreamId::from(1));
+    assert_eq!(reset.reason(), h2::Reason::REFUSED_STREAM);
+    assert_eq!(state.conn.faults(), 0, "the client's fault it is not");
+}
