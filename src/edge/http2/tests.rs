@@ -26,7 +26,14 @@ fn connection_with_a_request(window: u32) -> (Arc<Shared>, usize) {
         panic!("settings");
     };
     state.on_initial_window(delta);
-    let uri: Uri = "http://skewgate.test/api/v1/pods".parse().expect("uri");
+    let opened = open_get(&mut state, "/api/v1/pods").expect("opened");
+    let key = opened.key;
+    (Shared::new(state), key)
+}
+
+/// A GET of `path` on stream 1, read through the connection's core: the request opened, if taken.
+fn open_get(state: &mut State, path: &str) -> Option<super::state::Opened> {
+    let uri: Uri = format!("http://skewgate.test{path}").parse().expect("uri");
     let mut head = Headers::new(
         StreamId::from(1),
         Pseudo::request(Method::GET, uri, None),
@@ -36,9 +43,7 @@ fn connection_with_a_request(window: u32) -> (Arc<Shared>, usize) {
     let Event::Open(head) = state.conn.recv(head.into()) else {
         panic!("a stream opened");
     };
-    let opened = state.on_open(head).expect("opened");
-    let key = opened.key;
-    (Shared::new(state), key)
+    state.on_open(head)
 }
 
 /// The DATA frames written now, and their bytes.
@@ -164,17 +169,10 @@ fn a_stream_opened_after_a_graceful_goaway_is_refused_and_not_counted_against_th
     let mut state = State::new(limits(), Waker::noop().clone());
     state.graceful_go_away();
     state.conn.out.clear();
-    let uri: Uri = "http://skewgate.test/version".parse().expect("uri");
-    let mut head = Headers::new(
-        StreamId::from(1),
-        Pseudo::request(Method::GET, uri, None),
-        HeaderMap::new(),
+    assert!(
+        open_get(&mut state, "/version").is_none(),
+        "not taken after GOAWAY"
     );
-    head.set_end_stream();
-    let Event::Open(head) = state.conn.recv(head.into()) else {
-        panic!("a stream opened");
-    };
-    assert!(state.on_open(head).is_none(), "not taken after GOAWAY");
     let Some(Frame::Reset(reset)) = state.conn.out.pop_front() else {
         panic!("no RST_STREAM");
     };
