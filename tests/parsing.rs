@@ -50,7 +50,7 @@ async fn pipelined(addr: std::net::SocketAddr, requests: &str, n: usize) -> Vec<
     let mut text = String::new();
     let mut buf = [0u8; 4096];
     let codes = |text: &str| -> Vec<u16> {
-        text.match_indices("HTTP/1.1 ")
+        text.match_indices("HTTP/1.")
             .filter_map(|(i, _)| text.get(i + 9..i + 12)?.parse().ok())
             .collect()
     };
@@ -70,26 +70,45 @@ async fn pipelined(addr: std::net::SocketAddr, requests: &str, n: usize) -> Vec<
 async fn a_hash_in_a_request_pipelined_after_one_hyper_serves_is_part_of_the_name_too() {
     let sims = sims().await;
     let gate = gate(&routes(&sims, DEFAULTS)).await;
+    let json = |name: &str| {
+        format!(r#"{{"apiVersion":"v1","kind":"ConfigMap","metadata":{{"name":"{name}"}}}}"#)
+    };
+    let post = "POST /api/v1/namespaces/default/configmaps HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n";
     let create = |name: &str| {
-        let body =
-            format!(r#"{{"apiVersion":"v1","kind":"ConfigMap","metadata":{{"name":"{name}"}}}}"#);
-        format!(
-            "POST /api/v1/namespaces/default/configmaps HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
-            body.len()
-        )
+        let body = json(name);
+        format!("{post}Content-Length: {}\r\n\r\n{body}", body.len())
     };
     let keep = pipelined(gate.server.addr, &create("keep"), 1).await;
     assert_eq!(keep, [201]);
+    // The same create with a chunked body, and as HTTP/1.0 (kept alive).
+    let chunked = |name: &str| {
+        let body = json(name);
+        format!(
+            "{post}Transfer-Encoding: chunked\r\n\r\n{:x};ext=1\r\n{body}\r\n0\r\nX-Trailer: t\r\n\r\n",
+            body.len()
+        )
+    };
+    let old = |name: &str| {
+        create(name).replacen("HTTP/1.1\r\n", "HTTP/1.0\r\nConnection: keep-alive\r\n", 1)
+    };
     // A request with a body (hyper's) and, behind it in the same write, DELETEs of `keep#…`
     // without and with a body: hyper reads the first request only, and the fast path the next.
     for delete in [
         "DELETE /api/v1/namespaces/default/configmaps/keep#not-this-one HTTP/1.1\r\nHost: x\r\n\r\n",
         "DELETE /api/v1/namespaces/default/configmaps/keep#not-this-one HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}",
     ] {
-        let name = format!("other-{}", delete.len());
-        let codes = pipelined(gate.server.addr, &format!("{}{delete}", create(&name)), 2).await;
-        assert_eq!(codes, [201, 404], "{delete}");
-        assert_eq!(configmap(&gate, "keep").await, 200, "`keep` was deleted");
+        for (framing, first) in [
+            ("length", &create as &dyn Fn(&str) -> String),
+            ("chunked", &chunked),
+            ("HTTP/1.0", &old),
+        ] {
+            let name = format!("other-{}-{}", delete.len(), framing.len());
+            let requests = format!("{}{delete}", first(&name));
+            let codes = pipelined(gate.server.addr, &requests, 2).await;
+            assert_eq!(codes, [201, 404], "{framing}: {delete}");
+            assert_eq!(configmap(&gate, "keep").await, 200, "`keep` was deleted");
+            assert_eq!(configmap(&gate, &name).await, 200, "{framing}: not created");
+        }
     }
 }
 

@@ -100,25 +100,34 @@ pub(super) fn escape_hash_in_request_line(bytes: Bytes) -> Bytes {
     Bytes::from(out)
 }
 
-/// The length of the request at the start of `bytes`, head and body, when its framing says it
-/// without reading on: HTTP/1.1, no `Transfer-Encoding`, no upgrade, a body of one
-/// `Content-Length` (or none). hyper is lent the stream for that request only, and the requests
-/// after it are the fast path's again (`keepalive::Lent`); `None` leaves hyper the stream as long
-/// as it reads requests.
-pub(super) fn request_len(bytes: &[u8]) -> Option<usize> {
+/// How far the request at the start of `bytes` reaches, when its framing says it without reading
+/// on: HTTP/1.1 or 1.0, no upgrade, a body of one `Content-Length` (or none), or an HTTP/1.1 body
+/// of `Transfer-Encoding: chunked` alone (its end found as it passes, `chunked.rs`). hyper is lent
+/// the stream for that request only, and the requests after it are the fast path's again
+/// (`keepalive::Lent`); `None` leaves hyper the stream as long as it reads requests.
+pub(crate) fn request_len(bytes: &[u8]) -> Option<RequestLen> {
     let mut fields = [httparse::EMPTY_HEADER; MAX_HEADERS];
     let mut req = httparse::Request::new(&mut fields);
     let httparse::Status::Complete(head) = req.parse(bytes).ok()? else {
         return None;
     };
-    if req.version != Some(1) || req.method == Some("CONNECT") {
+    if req.method == Some("CONNECT") {
         return None;
     }
-    let mut body = None;
+    let version = req.version?;
+    let (mut body, mut chunked) = (None, false);
     for field in req.headers.iter() {
         let name = field.name;
-        if name.eq_ignore_ascii_case("transfer-encoding") || name.eq_ignore_ascii_case("upgrade") {
+        if name.eq_ignore_ascii_case("upgrade") {
             return None;
+        }
+        if name.eq_ignore_ascii_case("transfer-encoding") {
+            // One field, `chunked` alone, on HTTP/1.1: as the fast path's `framing` and Go take it.
+            let only_chunked = field.value.trim_ascii().eq_ignore_ascii_case(b"chunked");
+            if chunked || !only_chunked || version != 1 {
+                return None;
+            }
+            chunked = true;
         }
         if name.eq_ignore_ascii_case("content-length") {
             let text = std::str::from_utf8(field.value).ok()?;
@@ -128,7 +137,20 @@ pub(super) fn request_len(bytes: &[u8]) -> Option<usize> {
             body = Some(text.parse::<usize>().ok()?);
         }
     }
-    head.checked_add(body.unwrap_or(0))
+    match (chunked, body) {
+        (true, Some(_)) => None,
+        (true, None) => Some(RequestLen::Chunked(head)),
+        (false, body) => head.checked_add(body.unwrap_or(0)).map(RequestLen::Known),
+    }
+}
+
+/// How far a request hyper is lent the stream for reaches (`request_len`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum RequestLen {
+    /// Its head and body are this long.
+    Known(usize),
+    /// Its head is this long, and a chunked body follows.
+    Chunked(usize),
 }
 
 /// A head the fast path does not serve: hyper's, or nobody's.
@@ -222,18 +244,33 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_requests_length_is_known_from_its_content_length_only() {
+    fn a_requests_length_is_known_from_its_content_length_or_its_chunked_coding() {
         let head = "POST /a HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n";
         assert_eq!(
             request_len(format!("{head}{{}}GET /b").as_bytes()),
-            Some(head.len() + 2)
+            Some(RequestLen::Known(head.len() + 2))
         );
         let bare = "GET /a HTTP/1.1\r\nHost: x\r\n\r\n";
-        assert_eq!(request_len(bare.as_bytes()), Some(bare.len()));
+        assert_eq!(
+            request_len(bare.as_bytes()),
+            Some(RequestLen::Known(bare.len()))
+        );
+        let old = "POST /a HTTP/1.0\r\nHost: x\r\nContent-Length: 2\r\n\r\n";
+        assert_eq!(
+            request_len(old.as_bytes()),
+            Some(RequestLen::Known(old.len() + 2))
+        );
+        let chunked = "POST /a HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: Chunked\r\n\r\n";
+        assert_eq!(
+            request_len(format!("{chunked}0\r\n\r\n").as_bytes()),
+            Some(RequestLen::Chunked(chunked.len()))
+        );
         for unknown in [
-            "POST /a HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n",
+            "POST /a HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip, chunked\r\n\r\n",
+            "POST /a HTTP/1.1\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n",
+            "POST /a HTTP/1.1\r\nTransfer-Encoding: chunked\r\nContent-Length: 2\r\n\r\n",
+            "POST /a HTTP/1.0\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n",
             "GET /a HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n",
-            "POST /a HTTP/1.0\r\nHost: x\r\nContent-Length: 2\r\n\r\n",
             "POST /a HTTP/1.1\r\nContent-Length: 2\r\nContent-Length: 2\r\n\r\n",
             "POST /a HTTP/1.1\r\nContent-Length: +2\r\n\r\n",
             "POST /a HTTP/1.1\r\nHost: x\r\n",

@@ -13,6 +13,7 @@
 //! vectored write for head and body when the body is there; the read buffers are a worker's, taken
 //! when bytes come and given back when the request is done, so an idle connection holds none.
 
+mod chunked;
 mod head;
 mod respond;
 
@@ -26,6 +27,9 @@ use http::{Request, Response};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::time::{Instant, Sleep};
 use tokio_util::sync::CancellationToken;
+
+pub(super) use chunked::{ChunkedEnd, Scan};
+pub(super) use head::RequestLen;
 
 use crate::proxy::body::ProxyBody;
 use crate::proxy::request_body::Incoming;
@@ -57,9 +61,9 @@ pub(super) struct FastPath<H> {
 pub(super) enum Outcome {
     /// It is over (closed by the client, idle too long, the server stopping, or failed).
     Closed,
-    /// It has a request for hyper: the bytes read so far, from the start of its head, and the
-    /// request's length when its framing says it (`head::request_len`).
-    ToHyper(Bytes, Option<usize>),
+    /// It has a request for hyper: the bytes read so far, from the start of its head, and how
+    /// far the request reaches when its framing says it (`head::request_len`).
+    ToHyper(Bytes, Option<RequestLen>),
 }
 
 /// What waiting for the next head brought.

@@ -43,7 +43,7 @@ use tokio_util::sync::CancellationToken;
 
 mod sweep;
 
-use super::http1::{FastPath, Outcome};
+use super::http1::{ChunkedEnd, FastPath, Outcome, RequestLen, Scan};
 use super::signals::unless;
 use crate::proxy::body::ProxyBody;
 use crate::proxy::request_body::Incoming as RequestBody;
@@ -53,10 +53,11 @@ use crate::proxy::wire::{Exchange, ExchangeEnd};
 const CLOSE_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// How often a worker's quiet connections are woken to give their buffers back: within a tick of
-/// its last response. Not at once: a client that sends requests of unknown length (a chunked body)
-/// back to back keeps its hyper connection, as building one per request costs about 1 µs, and no
-/// request wakes its connection an extra time. A request whose head gives its length is hyper's
-/// alone, and the stream comes back as its response ends (`Lent::read_within`).
+/// its last response. Not at once: a client that sends requests whose end hyper alone finds back
+/// to back keeps its hyper connection, as building one per request costs about 1 µs, and no
+/// request wakes its connection an extra time. A request whose framing says where it ends (a
+/// length, or a chunked body scanned as it passes) is hyper's alone, and the stream comes back as
+/// its response ends (`Lent::read_within`).
 const SWEEP: Duration = Duration::from_secs(1);
 
 /// Serves an HTTP/1.1 connection until it closes (or `stop` fires): its requests go to the fast
@@ -81,16 +82,16 @@ where
 {
     let mut leftover = Bytes::new();
     loop {
-        let (prefix, limit) = match fast.serve(&mut io, leftover, stop).await {
+        let (prefix, len) = match fast.serve(&mut io, leftover, stop).await {
             Outcome::Closed => {
                 let _ = tokio::time::timeout(CLOSE_TIMEOUT, io.shutdown()).await;
                 return Ok(());
             }
-            Outcome::ToHyper(prefix, limit) => (prefix, limit),
+            Outcome::ToHyper(prefix, len) => (prefix, len),
         };
         exchanges.bursts.fetch_add(1, Ordering::Relaxed);
         let (back, mut returned) = oneshot::channel();
-        let lent = TokioIo::new(Lent::new(io, exchanges.clone(), back, prefix, limit));
+        let lent = TokioIo::new(Lent::new(io, exchanges.clone(), back, prefix, len));
         // Boxed: the connection's task holds hyper's state only while a burst is served.
         let mut conn = Box::pin(h1.serve_connection(lent, service.clone()).with_upgrades());
         until_closed(conn.as_mut(), stop.clone()).await?;
@@ -207,10 +208,10 @@ struct Lent<I> {
     /// What the fast path read of the request it left to hyper: read first.
     prefix: Bytes,
     /// How much more hyper may read before the stream is held back from it: the rest of the
-    /// request the fast path left, when its framing says its length (`head::request_len`). The
-    /// requests after it go back to the fast path, which reads their targets as Go does
-    /// (`#` kept in the path): hyper's `http::Uri` would cut the path at a `#`.
-    limit: Option<usize>,
+    /// request the fast path left, when its framing says how far it reaches
+    /// (`head::request_len`). The requests after it go back to the fast path, which reads their
+    /// targets as Go does (`#` kept in the path): hyper's `http::Uri` would cut the path at a `#`.
+    framing: Framing,
     /// The bytes read past `limit` (pipelined after the request): the fast path's, with the stream.
     leftover: Bytes,
 }
@@ -221,9 +222,10 @@ impl<I> Lent<I> {
         exchanges: Arc<Exchanges>,
         back: oneshot::Sender<(I, Bytes)>,
         mut prefix: Bytes,
-        limit: Option<usize>,
+        len: Option<RequestLen>,
     ) -> Lent<I> {
-        let leftover = match limit {
+        let (framing, end) = Framing::of(len, &prefix);
+        let leftover = match end {
             Some(n) if n < prefix.len() => prefix.split_off(n),
             _ => Bytes::new(),
         };
@@ -234,8 +236,8 @@ impl<I> Lent<I> {
             back: Some(back),
             ended: false,
             unclaimed: None,
-            limit: limit.map(|n| n - prefix.len().min(n)),
             prefix,
+            framing,
             leftover,
         }
     }
@@ -303,9 +305,45 @@ impl<I: AsyncRead + Unpin> Lent<I> {
             Poll::Pending => self.idle(cx),
             Poll::Ready(Ok(())) => {
                 let n = buf.filled().len() - before;
-                self.limit = Some(left - n);
+                self.framing = Framing::Left(left - n);
                 if n > 0 && self.exchanges.quiet() {
                     self.unclaimed = Some(self.exchanges.begun());
+                }
+                Poll::Ready(Ok(()))
+            }
+            Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
+        }
+    }
+
+    /// Reads on in a chunked body, its bytes scanned as they pass to hyper: at its end, what came
+    /// after it is kept for the fast path, and the stream is held back as after a body of known
+    /// length (`read_within`).
+    fn read_chunked(
+        &mut self,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let Some(io) = self.io.as_mut() else {
+            return Poll::Ready(Ok(()));
+        };
+        let before = buf.filled().len();
+        match Pin::new(io).poll_read(cx, buf) {
+            Poll::Pending => self.idle(cx),
+            Poll::Ready(Ok(())) => {
+                let read = &buf.filled()[before..];
+                if !read.is_empty() && self.exchanges.quiet() {
+                    self.unclaimed = Some(self.exchanges.begun());
+                }
+                if let Framing::Chunked(scan) = &mut self.framing {
+                    match scan.scan(read) {
+                        Scan::More => {}
+                        Scan::Unknown => self.framing = Framing::Open,
+                        Scan::End(n) => {
+                            self.leftover = Bytes::copy_from_slice(&read[n..]);
+                            buf.set_filled(before + n);
+                            self.framing = Framing::Left(0);
+                        }
+                    }
                 }
                 Poll::Ready(Ok(()))
             }
@@ -333,8 +371,10 @@ impl<I: AsyncRead + Unpin> AsyncRead for Lent<I> {
         if this.ended || this.io.is_none() {
             return Poll::Ready(Ok(()));
         }
-        if let Some(left) = this.limit {
-            return this.read_within(cx, buf, left);
+        match &this.framing {
+            Framing::Left(left) => return this.read_within(cx, buf, *left),
+            Framing::Chunked(_) => return this.read_chunked(cx, buf),
+            Framing::Open => {}
         }
         let Some(io) = this.io.as_mut() else {
             return Poll::Ready(Ok(()));
@@ -404,6 +444,35 @@ impl<I: AsyncWrite + Unpin> AsyncWrite for Lent<I> {
         match this.io.as_mut() {
             Some(io) => Pin::new(io).poll_shutdown(cx),
             None => Poll::Ready(Ok(())),
+        }
+    }
+}
+
+/// How far hyper may read the client's stream (`Lent::framing`).
+enum Framing {
+    /// As long as it reads requests.
+    Open,
+    /// This many bytes more: the rest of the request it was lent the stream for.
+    Left(usize),
+    /// To the end of a chunked body, not found yet.
+    Chunked(ChunkedEnd),
+}
+
+impl Framing {
+    /// The framing of the request at the start of `prefix` (what the fast path read), and where
+    /// in `prefix` that request ends, if it does there.
+    fn of(len: Option<RequestLen>, prefix: &[u8]) -> (Framing, Option<usize>) {
+        match len {
+            None => (Framing::Open, None),
+            Some(RequestLen::Known(n)) => (Framing::Left(n - prefix.len().min(n)), Some(n)),
+            Some(RequestLen::Chunked(head)) => {
+                let mut end = ChunkedEnd::default();
+                match end.scan(prefix.get(head..).unwrap_or_default()) {
+                    Scan::More => (Framing::Chunked(end), None),
+                    Scan::Unknown => (Framing::Open, None),
+                    Scan::End(n) => (Framing::Left(0), Some(head + n)),
+                }
+            }
         }
     }
 }
