@@ -189,4 +189,45 @@ mod tests {
         long.extend(std::iter::repeat_n(b'e', EXTENSIONS_LIMIT as usize));
         assert_eq!(end_of(&long), Scan::Unknown);
     }
+
+    proptest::proptest! {
+        /// Bytes scanned in two parts come to what they come to whole: the scan keeps its place.
+        #[test]
+        fn a_scan_split_anywhere_agrees_with_the_whole(
+            bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..200),
+            cut in 0usize..200,
+        ) {
+            let cut = cut.min(bytes.len());
+            let whole = end_of(&bytes);
+            let mut scan = ChunkedEnd::default();
+            let split = match scan.scan(&bytes[..cut]) {
+                Scan::More => match scan.scan(&bytes[cut..]) {
+                    Scan::End(n) => Scan::End(cut + n),
+                    other => other,
+                },
+                first => first,
+            };
+            proptest::prop_assert_eq!(whole, split);
+        }
+
+        /// A body made of any chunks ends where its last CRLF does.
+        #[test]
+        fn a_well_formed_body_ends_where_it_ends(
+            chunks in proptest::collection::vec(proptest::collection::vec(proptest::prelude::any::<u8>(), 1..40), 0..6),
+            upper in proptest::prelude::any::<bool>(),
+        ) {
+            let mut body = Vec::new();
+            for chunk in &chunks {
+                let size = if upper { format!("{:X}", chunk.len()) } else { format!("{:x}", chunk.len()) };
+                body.extend_from_slice(size.as_bytes());
+                body.extend_from_slice(b"\r\n");
+                body.extend_from_slice(chunk);
+                body.extend_from_slice(b"\r\n");
+            }
+            body.extend_from_slice(b"0\r\n\r\n");
+            let len = body.len();
+            body.extend_from_slice(b"GET / HTTP/1.1\r\n");
+            proptest::prop_assert_eq!(end_of(&body), Scan::End(len));
+        }
+    }
 }
