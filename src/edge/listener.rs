@@ -113,6 +113,7 @@ fn builders(proxy: &Proxy) -> Builders {
         limits: h2,
         ping_every: proxy.settings.client_ping_every,
         ping_timeout: proxy.settings.client_ping_timeout,
+        budget: Some(proxy.settings.pool.response_buffer.clone()),
     };
     Builders {
         h1,

@@ -15,9 +15,10 @@
 //!   SETTINGS) resets that stream (CANCEL) instead: its client sees its response cut.
 //!
 //! A window smaller than the one before holds once the apiserver acknowledged it, a larger one at
-//! once. Streams whose clients read hold little and go on at every level. What a client's own side
-//! holds beside this (the one chunk a stream takes before its client's window shuts, a write in
-//! progress) is bounded per stream, and streams by the per-client limits.
+//! once. Streams whose clients read hold little and go on at every level. What an HTTP/2 client's
+//! streams hold unwritten (the chunk a stream took before its client's window shut) is counted
+//! too (`edge::http2`, `State::count_queued`); an HTTP/1.1 connection's write in progress is not,
+//! bounded by the connection (one write at a time).
 
 use std::fmt;
 
@@ -85,7 +86,7 @@ impl ResponseBudget {
             limit,
             held: gauge(
                 "skewgate_response_buffered_bytes",
-                "Response data received from apiservers and not yet taken by its client, across all clients.",
+                "Response data received from apiservers and not yet taken by its client, or taken by an HTTP/2 client's stream and not yet written to it, across all clients.",
             ),
             promised: gauge(
                 "skewgate_response_windows_open_bytes",

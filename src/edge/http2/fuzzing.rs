@@ -4,7 +4,7 @@
 //! dropping them unread), what the connection queues written to a sink, and after every read the
 //! invariants a client must not be able to break checked: windows within 2^31-1, open streams
 //! within the limit, request data held within the stream's window, the queue of control frames
-//! bounded, the streams skewgate holds bounded.
+//! bounded, the streams skewgate holds bounded, response data held unwritten counted whole.
 
 use std::task::{Context, Waker};
 
@@ -105,6 +105,9 @@ fn check(state: &State) {
         "{}",
         state.conn.out.len()
     );
+    // What the responses hold unwritten is counted whole (`count_queued`, the response budget's).
+    let queued: usize = state.streams.iter().map(|(_, s)| s.queued_len).sum();
+    assert_eq!(queued, state.queued_total);
     for (_, s) in state.streams.iter() {
         assert!(s.send_window.size() <= Window::MAX || state.conn.error.is_some());
         assert!(s.recv_window.size() <= i64::from(limits.stream_window));

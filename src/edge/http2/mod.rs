@@ -58,6 +58,7 @@ use tokio::time::{Instant, Sleep};
 
 use crate::proxy::body::ProxyBody;
 use crate::proxy::request_body::Incoming;
+use crate::upstream::ResponseBudget;
 use crate::upstream::frames::Failure;
 
 /// The settings skewgate announces to HTTP/2 clients and the limits it holds them to.
@@ -84,6 +85,9 @@ pub(super) struct Config {
     /// `ping_timeout`: a client gone without a FIN (a node powered off) holds nothing for long.
     pub ping_every: Duration,
     pub ping_timeout: Duration,
+    /// The process's bound on response data held, which counts what clients' streams hold
+    /// unwritten too.
+    pub budget: Option<Arc<ResponseBudget>>,
 }
 
 /// The settings skewgate announces to HTTP/2 clients and the limits it holds them to, as hyper's
@@ -128,6 +132,7 @@ where
 {
     let wakes = Wakes::new();
     let mut state = State::new(config.limits, wakes.conn_waker.clone());
+    state.budget = config.budget.clone();
     let codec = conn::handshake(io, &mut state).await?;
     let shared = Shared::new(state);
     let mut wire = conn::Wire { codec, faults: 0 };

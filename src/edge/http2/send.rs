@@ -5,7 +5,7 @@ use bytes::Bytes;
 use h2::frame::{Data, Frame, Headers, StreamId};
 use http::HeaderMap;
 
-use super::state::State;
+use super::state::{State, count_queued};
 use crate::upstream::frames::wake;
 
 impl State {
@@ -74,7 +74,9 @@ impl State {
         }
         if !chunk.is_empty() {
             s.queued_len += chunk.len();
+            let n = chunk.len();
             s.queued.push_back(chunk);
+            count_queued(&mut self.queued_total, self.budget.as_deref(), n as isize);
         }
         if let Some(end) = end {
             s.end_queued = Some(end);
@@ -157,6 +159,11 @@ impl State {
         s.send_window.spend(n);
         self.conn.send_window.spend(n);
         s.queued_len -= n;
+        count_queued(
+            &mut self.queued_total,
+            self.budget.as_deref(),
+            -(n as isize),
+        );
         let last = s.queued.is_empty() && matches!(s.end_queued, Some(None));
         if last {
             s.end_queued = None;

@@ -5,6 +5,7 @@
 //! task, so the lock is never contended.
 
 use std::collections::VecDeque;
+use std::sync::Arc;
 use std::task::Waker;
 
 use bytes::{Bytes, BytesMut};
@@ -14,6 +15,7 @@ use http::{HeaderMap, Request};
 
 use super::Limits;
 use crate::http2core::{Bounds, Conn, Ends, Gone, Role, Store, StreamState, Window};
+use crate::upstream::ResponseBudget;
 use crate::upstream::frames::{Chunks, Failure, wake};
 
 /// How many control frames (acknowledgements, resets, window updates) may wait to be written
@@ -80,6 +82,11 @@ pub(super) struct State {
     pub(super) open: u32,
     /// The connection failed: every stream fails with it.
     pub(super) failed: Option<Failure>,
+    /// The process's bound on response data held (`upstream::ResponseBudget`), which counts what
+    /// this connection's streams hold unwritten beside what upstream streams hold, and the sum
+    /// of those here.
+    pub(super) budget: Option<Arc<ResponseBudget>>,
+    pub(super) queued_total: usize,
     /// The client answered skewgate's keep-alive PING.
     pub(super) ponged: bool,
     /// Woken by the answer.
@@ -107,6 +114,8 @@ impl State {
             ready: VecDeque::new(),
             open: 0,
             failed: None,
+            budget: None,
+            queued_total: 0,
             ponged: false,
             pong_waker: None,
             limits,
@@ -214,11 +223,12 @@ impl State {
             s.data.clear();
             s.small = BytesMut::new();
             s.queued.clear();
-            s.queued_len = 0;
+            let unwritten = std::mem::take(&mut s.queued_len);
             s.end_queued = None;
             wake(&mut s.reader);
             wake(&mut s.writer);
             self.give_back(dropped);
+            self.count_queued(-(unwritten as isize));
         }
         self.settle(key);
     }
@@ -255,6 +265,11 @@ impl State {
         let (id, gone) = (u32::from(s.id), s.gone.unwrap_or(Gone::Ended));
         self.streams.remove(key, id);
         self.conn.remember(StreamId::from(id), gone);
+    }
+
+    /// Response data queued (`delta` > 0) or written or dropped (< 0), counted in the budget.
+    pub(super) fn count_queued(&mut self, delta: isize) {
+        count_queued(&mut self.queued_total, self.budget.as_deref(), delta);
     }
 
     /// The connection ended: every stream not over fails with it.
@@ -294,5 +309,23 @@ impl Stream {
     pub(super) fn is_over(&self) -> bool {
         self.failure.is_some()
             || (self.ends.is_closed() && self.queued.is_empty() && self.end_queued.is_none())
+    }
+}
+
+impl Drop for State {
+    fn drop(&mut self) {
+        // What the streams still held unwritten goes with the connection.
+        let total = std::mem::take(&mut self.queued_total);
+        self.count_queued(-(total as isize));
+    }
+}
+
+/// `State::count_queued`, for a caller that holds one of the connection's streams.
+pub(super) fn count_queued(total: &mut usize, budget: Option<&ResponseBudget>, delta: isize) {
+    *total = total.wrapping_add_signed(delta);
+    match (budget, delta) {
+        (Some(budget), d) if d > 0 => budget.add(d.unsigned_abs()),
+        (Some(budget), d) if d < 0 => budget.sub(d.unsigned_abs()),
+        _ => {}
     }
 }

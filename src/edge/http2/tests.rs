@@ -180,3 +180,36 @@ fn a_stream_opened_after_a_graceful_goaway_is_refused_and_not_counted_against_th
     assert_eq!(reset.reason(), h2::Reason::REFUSED_STREAM);
     assert_eq!(state.conn.faults(), 0, "the client's fault it is not");
 }
+
+#[test]
+fn what_a_response_holds_unwritten_is_counted_in_the_response_budget_until_written_or_dropped() {
+    let budget = Arc::new(crate::upstream::ResponseBudget::new(1 << 20));
+    let (shared, key) = connection_with_a_request(0);
+    shared.lock().budget = Some(budget.clone());
+    let mut respond = Responder::new(shared.clone(), key);
+    assert!(respond.send_head(http::Response::new(()).into_parts().0));
+    let mut cx = Context::from_waker(Waker::noop());
+    let mut chunk = Some(Bytes::from(vec![b'x'; 16 << 10]));
+    assert!(matches!(
+        respond.poll_send(&mut cx, &mut chunk, None),
+        Poll::Ready(Ok(()))
+    ));
+    assert_eq!(budget.held(), 16 << 10, "held for a shut window");
+    // 4 KiB go out: 12 KiB are still held.
+    shared.lock().on_window_update(StreamId::from(1), 4 << 10);
+    assert_eq!(written(&shared), (1, 4 << 10));
+    assert_eq!(budget.held(), 12 << 10);
+    // The stream is reset: what it held is dropped, and so is its count; and with the connection.
+    shared.lock().reset(key, h2::Reason::CANCEL);
+    assert_eq!(budget.held(), 0);
+    let mut chunk = Some(Bytes::from(vec![b'y'; 100]));
+    let (other, key) = connection_with_a_request(0);
+    other.lock().budget = Some(budget.clone());
+    let mut respond = Responder::new(other.clone(), key);
+    assert!(respond.send_head(http::Response::new(()).into_parts().0));
+    assert!(respond.poll_send(&mut cx, &mut chunk, None).is_ready());
+    assert_eq!(budget.held(), 100);
+    drop(respond);
+    drop(other);
+    assert_eq!(budget.held(), 0, "dropped with the connection");
+}
