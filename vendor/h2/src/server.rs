@@ -387,9 +387,6 @@ where
 
         // Create the codec.
         let mut codec = Codec::new(io);
-        // skewgate patch: a server may hold thousands of mostly idle client connections; a
-        // client holds a few busy ones and keeps its buffers.
-        codec.release_buffers_while_idle();
 
         if let Some(max) = builder.settings.max_frame_size() {
             codec.set_max_recv_frame_size(max as usize);
@@ -437,27 +434,18 @@ where
             return Poll::Ready(None);
         }
 
-        if let Some(accepted) = self.next_received() {
-            return Poll::Ready(Some(Ok(accepted)));
+        if let Some(inner) = self.connection.next_incoming() {
+            tracing::trace!("received incoming");
+            let (head, _) = inner.take_request().into_parts();
+            let body = RecvStream::new(FlowControl::new(inner.clone_to_opaque()));
+
+            let request = Request::from_parts(head, body);
+            let respond = SendResponse { inner };
+
+            return Poll::Ready(Some(Ok((request, respond))));
         }
 
         Poll::Pending
-    }
-
-    /// skewgate patch: the next request already received by the last `poll_accept`, without
-    /// driving the connection again. A `poll_accept` that returns a request has read and decoded
-    /// all there was to read, and registered for more; taking the others it received with it
-    /// through `poll_accept` would drive the whole connection once more for each of them.
-    #[doc(hidden)]
-    pub fn next_received(&mut self) -> Option<(Request<RecvStream>, SendResponse<B>)> {
-        let inner = self.connection.next_incoming()?;
-        tracing::trace!("received incoming");
-        let (head, _) = inner.take_request().into_parts();
-        let body = RecvStream::new(FlowControl::new(inner.clone_to_opaque()));
-
-        let request = Request::from_parts(head, body);
-        let respond = SendResponse { inner };
-        Some((request, respond))
     }
 
     /// Sets the target window size for the whole connection.
@@ -1674,9 +1662,7 @@ impl proto::Peer for Peer {
     ) -> Result<Self::Poll, Error> {
         use http::{uri, Version};
 
-        // skewgate patch: the request is made in place, not through `Request::builder()`, whose
-        // every call moved the whole builder (eleven `memcpy`s per request).
-        let mut request = Request::new(());
+        let mut b = Request::builder();
 
         macro_rules! malformed {
             ($($arg:tt)*) => {{
@@ -1685,12 +1671,12 @@ impl proto::Peer for Peer {
             }}
         }
 
-        *request.version_mut() = Version::HTTP_2;
+        b = b.version(Version::HTTP_2);
 
         let is_connect;
         if let Some(method) = pseudo.method {
             is_connect = method == Method::CONNECT;
-            *request.method_mut() = method;
+            b = b.method(method);
         } else {
             malformed!("malformed headers: missing method");
         }
@@ -1699,9 +1685,7 @@ impl proto::Peer for Peer {
         if has_protocol {
             if is_connect {
                 // Assert that we have the right type.
-                request
-                    .extensions_mut()
-                    .insert::<crate::ext::Protocol>(pseudo.protocol.unwrap());
+                b = b.extension::<crate::ext::Protocol>(pseudo.protocol.unwrap());
             } else {
                 malformed!("malformed headers: :protocol on non-CONNECT request");
             }
@@ -1769,15 +1753,17 @@ impl proto::Peer for Peer {
             malformed!("malformed headers: missing path in extended CONNECT");
         }
 
-        match uri::Uri::from_parts(parts) {
-            Ok(uri) => *request.uri_mut() = uri,
+        b = b.uri(parts);
+
+        let mut request = match b.body(()) {
+            Ok(request) => request,
             Err(e) => {
                 // TODO: Should there be more specialized handling for different
                 // kinds of errors
                 proto_err!(stream: "error building request: {}; stream={:?}", e, stream_id);
                 return Err(Error::library_reset(stream_id, Reason::PROTOCOL_ERROR));
             }
-        }
+        };
 
         *request.headers_mut() = fields;
 

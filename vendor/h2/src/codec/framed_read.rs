@@ -139,11 +139,6 @@ impl<T> FramedRead<T> {
         }
     }
 
-    /// skewgate patch: whether `release_buffer_while_idle` was called.
-    pub fn releases_buffer_while_idle(&self) -> bool {
-        self.release_while_idle
-    }
-
     /// skewgate patch: from now on the read buffer (and the HPACK decoder's scratch buffer) is
     /// freed whenever a read would block with no partial frame in it, and allocated again when
     /// the connection is next polled, so that an idle connection holds no read buffer. Go's

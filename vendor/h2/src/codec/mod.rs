@@ -54,11 +54,6 @@ where
         Codec { inner }
     }
 
-    /// skewgate patch: whether `release_buffers_while_idle` was called.
-    pub fn releases_buffers_while_idle(&self) -> bool {
-        self.inner.releases_buffer_while_idle()
-    }
-
     /// skewgate patch: the connection frees its read buffer while it waits for a frame and its
     /// write buffer once flushed, so that an idle connection holds neither (about 24 KiB).
     pub fn release_buffers_while_idle(&mut self) {

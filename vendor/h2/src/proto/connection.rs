@@ -332,12 +332,6 @@ where
                                 continue;
                             }
 
-                            // skewgate patch: a connection that waits gives back what its
-                            // streams' bookkeeping grew to and no longer holds.
-                            if self.codec.releases_buffers_while_idle() {
-                                self.inner.streams.release_idle_capacity();
-                            }
-
                             return Poll::Pending;
                         }
                     };

@@ -16,9 +16,6 @@ pub(crate) struct PingPong {
     pending_ping: Option<PendingPing>,
     pending_pong: Option<PingPayload>,
     user_pings: Option<UserPingsRx>,
-    /// The waker last registered as `ping_task`, while it is still there (skewgate patch: see
-    /// `send_pending_ping`).
-    ping_task_registered: Option<std::task::Waker>,
 }
 
 #[derive(Debug)]
@@ -69,7 +66,6 @@ impl PingPong {
             pending_ping: None,
             pending_pong: None,
             user_pings: None,
-            ping_task_registered: None,
         }
     }
 
@@ -193,19 +189,8 @@ impl PingPong {
                     .0
                     .state
                     .store(USER_STATE_PENDING_PONG, Ordering::Release);
-                // `send_ping` took the waker to wake this task (or is about to).
-                self.ping_task_registered = None;
-            } else if !self
-                .ping_task_registered
-                .as_ref()
-                .is_some_and(|w| w.will_wake(cx.waker()))
-            {
-                // skewgate patch: registered once, not at every poll of the connection (two atomic
-                // read-modify-writes each). Only `send_ping` takes the waker, after it sets
-                // PENDING_PING, which this task then sees at its next poll (the wake causes it),
-                // and registers again after.
+            } else {
                 users.0.ping_task.register(cx.waker());
-                self.ping_task_registered = Some(cx.waker().clone());
             }
         }
 

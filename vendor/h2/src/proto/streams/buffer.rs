@@ -6,15 +6,6 @@ pub struct Buffer<T> {
     slab: Slab<Slot<T>>,
 }
 
-impl<T> Buffer<T> {
-    /// skewgate patch: frees the slab's capacity if nothing is buffered.
-    pub fn release_if_empty(&mut self) {
-        if self.slab.is_empty() && self.slab.capacity() > 0 {
-            self.slab = Slab::new();
-        }
-    }
-}
-
 /// A sequence of frames in a `Buffer`
 #[derive(Debug)]
 pub struct Deque {

@@ -85,11 +85,6 @@ pub(crate) enum Open {
 }
 
 impl Recv {
-    /// skewgate patch: frees the receive buffer's capacity if nothing is buffered.
-    pub fn release_if_empty(&mut self) {
-        self.buffer.release_if_empty();
-    }
-
     pub fn new(peer: peer::Dyn, config: &Config) -> Self {
         let next_stream_id = if peer.is_server() { 1 } else { 2 };
 

@@ -11,23 +11,7 @@ use std::ops;
 #[derive(Debug)]
 pub(super) struct Store {
     slab: slab::Slab<Stream>,
-    ids: IndexMap<StreamId, SlabIndex, IdHasher>,
-}
-
-// skewgate patch: the index hashes stream IDs with foldhash, not SipHash. It is looked up for every
-// frame and twice or more for every stream (about 700 instructions per proxied request with
-// SipHash). foldhash is seeded per process, so a peer that picks its stream IDs cannot aim them at
-// one bucket.
-type IdHasher = foldhash::fast::RandomState;
-
-impl Store {
-    /// skewgate patch: frees the slab's and the index's capacity if no stream is stored.
-    pub(super) fn release_if_empty(&mut self) {
-        if self.slab.is_empty() && self.ids.is_empty() && self.slab.capacity() > 0 {
-            self.slab = slab::Slab::new();
-            self.ids = IndexMap::default();
-        }
-    }
+    ids: IndexMap<StreamId, SlabIndex>,
 }
 
 /// "Pointer" to an entry in the store
@@ -98,7 +82,7 @@ impl Store {
     pub fn new() -> Self {
         Store {
             slab: slab::Slab::new(),
-            ids: IndexMap::default(),
+            ids: IndexMap::new(),
         }
     }
 

@@ -1139,23 +1139,6 @@ where
         me.store.num_active_streams()
     }
 
-    /// skewgate patch: frees the capacity of the receive and send buffers when nothing is
-    /// buffered in them, and, when the connection holds no stream, the stream store's (about
-    /// 3.7 KiB in all after one request). Called by a server connection each time it waits for
-    /// the peer. The buffers hold frames only on their way between the socket and the streams,
-    /// so a connection whose streams are open but quiet (a kubelet's watches) gives them back
-    /// too: about 2 KiB, the size of the largest burst of frames the connection saw.
-    pub fn release_idle_capacity(&self) {
-        let mut me = self.inner.lock().unwrap();
-        let me = &mut *me;
-        me.actions.recv.release_if_empty();
-        // The same order of locks as `send_request` and `poll_complete`: inner, then the buffer.
-        self.send_buffer.inner.lock().unwrap().release_if_empty();
-        if !me.counts.has_streams() {
-            me.store.release_if_empty();
-        }
-    }
-
     pub fn has_streams(&self) -> bool {
         let me = self.inner.lock().unwrap();
         me.counts.has_streams()
