@@ -148,3 +148,41 @@ async fn a_reload_closes_a_removed_endpoints_connections_without_another_request
         open.load(Ordering::SeqCst)
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_route_file_is_reread_while_something_else_writes_to_its_folder_all_the_time() {
+    let sims = sims().await;
+    let gate = gate(&routes(&sims, TO_OLD)).await;
+    // A log beside the route file, appended to every 20 ms, all through the test: before, every
+    // event restarted the wait for a quiet folder, and the change below was never read.
+    let busy = gate.routes.with_file_name("busy.log");
+    let stop = Arc::new(AtomicBool::new(false));
+    let writer = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            use std::io::Write;
+            let mut log = std::fs::File::create(&busy).expect("busy file");
+            while !stop.load(Ordering::Relaxed) {
+                let _ = writeln!(log, "busy");
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+        })
+    };
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    gate.rewrite(&routes(&sims, TO_NEW));
+    let client = h1();
+    let url = format!("{}/api/v1/namespaces/default/configmaps", gate.url());
+    let moved = eventually(15, || async {
+        match client.get(&url).send().await {
+            Ok(r) => served_by(&r) == NEW,
+            Err(_) => false,
+        }
+    })
+    .await;
+    stop.store(true, Ordering::Relaxed);
+    writer.join().expect("writer");
+    assert!(
+        moved,
+        "the route file's change was read while its folder stayed busy"
+    );
+}

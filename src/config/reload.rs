@@ -2,8 +2,9 @@
 //! the caller, and tells it when the other files may have changed (it checks their bytes itself).
 //!
 //! The directories are watched, not the files: a ConfigMap update swaps a symlink, which a watch on the
-//! file itself would miss. Events are debounced, and a periodic poll catches anything the watcher
-//! misses (network filesystems, exhausted inotify limits). A file whose bytes did not change is not
+//! file itself would miss. Events are debounced, for no longer than `MAX_SETTLE` (a folder
+//! something else writes to all the time is never quiet), and a periodic poll catches anything the
+//! watcher misses (network filesystems, exhausted inotify limits). A file whose bytes did not change is not
 //! parsed again.
 
 use std::path::{Path, PathBuf};
@@ -17,6 +18,11 @@ use super::{ConfigErrors, RouteTable, load_path, route_files_in};
 
 /// How long the directory must be quiet before a change is read.
 const DEBOUNCE: Duration = Duration::from_millis(100);
+
+/// The longest a change waits for the directory to be quiet: a folder that something else writes
+/// to all the time (a log beside the route files, a sidecar's temporary files) never is, and its
+/// route files are read at least this often while it is busy.
+const MAX_SETTLE: Duration = Duration::from_millis(500);
 
 /// The bytes a route table was loaded from, to tell whether the path changed since.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -106,10 +112,7 @@ where
             tokio::select! {
                 _ = stop.cancelled() => return,
                 _ = ticker.tick() => {}
-                Some(()) = rx.recv() => {
-                    // Debounce: wait until events stop arriving.
-                    while let Ok(Some(())) = tokio::time::timeout(DEBOUNCE, rx.recv()).await {}
-                }
+                Some(()) = rx.recv() => settle(&mut rx).await,
             }
             on_files();
             let now = fingerprint(&routes);
@@ -120,6 +123,18 @@ where
             on_change(load_path(&routes));
         }
     });
+}
+
+/// Waits until no event has come for `DEBOUNCE`, or `MAX_SETTLE` has passed since the first.
+async fn settle(rx: &mut mpsc::Receiver<()>) {
+    let deadline = tokio::time::Instant::now() + MAX_SETTLE;
+    loop {
+        let quiet = (tokio::time::Instant::now() + DEBOUNCE).min(deadline);
+        match tokio::time::timeout_at(quiet, rx.recv()).await {
+            Ok(Some(())) if tokio::time::Instant::now() < deadline => {}
+            _ => return,
+        }
+    }
 }
 
 /// The bytes that make up the route table at `path`: the file, or the route files of a directory
