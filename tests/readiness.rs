@@ -78,3 +78,28 @@ async fn a_default_or_pin_on_an_unreachable_backend_makes_it_unready() {
         .expect("livez");
     assert_eq!(live.status(), 200);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn skewgate_names_itself_in_its_own_requests_and_forwards_a_clients_name_as_it_came() {
+    let sims = sims().await;
+    let gate = gate(&table(&sims, 0)).await;
+    let own = format!("skewgate/{}", skewgate::VERSION);
+    // Its health checks and discovery, as an apiserver's audit log would show them.
+    for path in ["/readyz", "/version", "/apis"] {
+        let named = eventually(10, || async {
+            sims.old.controls.user_agent_of(path).as_deref() == Some(own.as_str())
+        })
+        .await;
+        assert!(named, "{path}: {:?}", sims.old.controls.user_agent_of(path));
+    }
+    // A client's request keeps the client's own name.
+    let list = "/api/v1/namespaces/default/configmaps";
+    let kubectl = "kubectl/v1.36.3 (linux/amd64)";
+    let client = reqwest::Client::builder().user_agent(kubectl).build();
+    let resp = client.expect("client").get(gate.url() + list).send().await;
+    assert_eq!(resp.expect("list").status(), 200);
+    assert_eq!(
+        sims.old.controls.user_agent_of(list).as_deref(),
+        Some(kubectl)
+    );
+}

@@ -77,10 +77,30 @@ pub struct SimControls {
     /// Requests to `/debug/` paths (the probes of tests) received so far: unlike `requests`, no
     /// health check or discovery of the proxy's counts here.
     pub debug_requests: AtomicU64,
+    /// The `User-Agent` each path was last asked with (`-` for none), for the first
+    /// `MAX_AGENTS_SEEN` paths: what an apiserver's audit log would name.
+    pub user_agents: std::sync::Mutex<std::collections::BTreeMap<String, String>>,
     reads: AtomicU64,
 }
 
+/// How many paths `SimControls::user_agents` keeps.
+const MAX_AGENTS_SEEN: usize = 256;
+
 impl SimControls {
+    /// The `User-Agent` a request to `path` last came with (`-` for none), if one came.
+    pub fn user_agent_of(&self, path: &str) -> Option<String> {
+        let seen = self.user_agents.lock().unwrap_or_else(|e| e.into_inner());
+        seen.get(path).cloned()
+    }
+
+    fn note_user_agent(&self, path: &str, agent: Option<&http::HeaderValue>) {
+        let agent = agent.and_then(|v| v.to_str().ok()).unwrap_or("-");
+        let mut seen = self.user_agents.lock().unwrap_or_else(|e| e.into_inner());
+        if seen.len() < MAX_AGENTS_SEEN || seen.contains_key(path) {
+            seen.insert(path.to_owned(), agent.to_owned());
+        }
+    }
+
     fn should_fail_read(&self) -> bool {
         let per_mille = u64::from(self.fail_reads_per_mille.load(Ordering::Relaxed));
         if per_mille == 0 {
@@ -283,6 +303,10 @@ async fn serve_connection<I>(
         let (state, auth, conn) = (state.clone(), auth.clone(), conn.clone());
         async move {
             state.controls.requests.fetch_add(1, Ordering::Relaxed);
+            state.controls.note_user_agent(
+                req.uri().path(),
+                req.headers().get(http::header::USER_AGENT),
+            );
             if req.uri().path().starts_with("/debug/") {
                 state
                     .controls

@@ -1,6 +1,6 @@
 //! skewgate's own requests to an apiserver (health checks, discovery, its Lease and the
-//! `kubernetes` Service's endpoints): on a front-proxy connection, naming skewgate's own user, each
-//! bounded by a 5 s timeout.
+//! `kubernetes` Service's endpoints): on a front-proxy connection, naming skewgate's own user and
+//! itself (`User-Agent: skewgate/<version>`), each bounded by a 5 s timeout.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -10,6 +10,9 @@ use http::{Method, Request, StatusCode, Uri, header};
 use http_body_util::{BodyExt, Full};
 
 use super::{Credential, EndpointPool, send};
+
+/// The `User-Agent` of skewgate's own requests.
+const USER_AGENT: &str = concat!("skewgate/", env!("CARGO_PKG_VERSION"));
 
 /// GETs `path` from the endpoint: its status and body.
 pub(crate) async fn get(ep: &Arc<EndpointPool>, path: &str) -> Result<(StatusCode, Bytes), String> {
@@ -35,6 +38,12 @@ pub(crate) async fn request(
         .uri(uri)
         .body(())
         .map_err(|e| e.to_string())?;
+    // As kube-apiserver's own clients name themselves (client-go's default agent): audit logs and
+    // the apiserver's metrics show who asked.
+    req.headers_mut().insert(
+        header::USER_AGENT,
+        header::HeaderValue::from_static(USER_AGENT),
+    );
     if let Some((name, value)) = &ep.settings().own_user {
         req.headers_mut().insert(name.clone(), value.clone());
     }
