@@ -244,3 +244,89 @@ async fn watches_sent_to_the_old_version_before_flip_at_end_at_flip_at() {
         "watching again goes to the new version"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_held_through_a_fence_are_given_their_whole_time_once_sent() {
+    let sims = sims().await;
+    let t0 = humantime::parse_rfc3339("2030-01-01T00:00:00Z").expect("time");
+    let clock = Arc::new(ManualClock::new(t0));
+    let settings = ProxySettings {
+        clock: clock.clone(),
+        ..ProxySettings::default()
+    };
+    // The shortest fence: a write sent gets 1 s upstream.
+    let fenced = |pin: &str| table(&sims, pin).replace("fence: 10s", "fence: 3s");
+    let gate = gate_with(&fenced("      backend: old\n"), settings).await;
+    let c = h1();
+    let base = format!("{}/api/v1/namespaces", gate.url());
+    c.post(&base)
+        .json(&json!({"metadata": {"name": "team-a"}}))
+        .send()
+        .await
+        .expect("ns");
+    let created = c
+        .post(format!("{base}/team-a/configmaps"))
+        .json(&json!({"metadata": {"name": "held"}}))
+        .send()
+        .await
+        .expect("create");
+    assert_eq!(created.status(), 201);
+    let flip_at = t0 + Duration::from_secs(60);
+    let pin = format!(
+        "      backend: new\n      flipAt: {}\n",
+        humantime::format_rfc3339_seconds(flip_at)
+    );
+    gate.rewrite(&fenced(&pin));
+    let loaded = eventually(10, || async {
+        let m = gate.metrics().await;
+        metric(&m, "skewgate_config_reloads_total{result=\"success\"}") >= 2.0
+    })
+    .await;
+    assert!(loaded);
+    // flipAt: writes that come now are held until the fence ends, longer than the 1 s a write is
+    // given upstream. Before, that second counted from the write's arrival, hold included: each was
+    // sent with its time spent and answered 504 after the apiserver took it.
+    clock.set(flip_at);
+    let url = format!("{base}/team-a/configmaps/held");
+    let writes: Vec<_> = (0..4)
+        .map(|n| {
+            let (c, url) = (c.clone(), url.clone());
+            tokio::spawn(async move {
+                let r = c
+                    .patch(&url)
+                    .header("content-type", "application/merge-patch+json")
+                    .body(format!(r#"{{"data":{{"n":"{n}"}}}}"#))
+                    .send()
+                    .await
+                    .expect("an answer");
+                r.status().as_u16()
+            })
+        })
+        .collect();
+    let held = eventually(10, || async {
+        metric(
+            &gate.metrics().await,
+            "skewgate_writes_held{pin=\"team-a\"}",
+        ) >= 4.0
+    })
+    .await;
+    assert!(held, "the writes are held in the fence");
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    // The new version takes its time, as a real apiserver does (well within the 1 s).
+    sims.new.controls.write_delay.store(300, Ordering::Relaxed);
+    clock.set(flip_at + Duration::from_secs(3));
+    let mut codes = Vec::new();
+    for w in writes {
+        codes.push(w.await.expect("writer"));
+    }
+    assert_eq!(
+        codes, [200; 4],
+        "every held write answered by the new version"
+    );
+    let patched = sims
+        .store
+        .writes()
+        .into_iter()
+        .filter(|r| r.verb == "patch");
+    assert!(patched.into_iter().all(|r| r.version == NEW));
+}

@@ -380,24 +380,26 @@ fn relay(
 }
 
 /// When the request must have its response head: a request that is not long-running gets it within
-/// the response timeout, and a write within `writes.fence - 2s` at most, so that when a fence ends
-/// no replica is still waiting on a write to the old backend. Both count from when the request
-/// began.
+/// the response timeout from when it began, and a write within `writes.fence - 2s` from when it is
+/// sent at most, so that when a fence ends no replica is still waiting on a write to the old
+/// backend. Not from when the write began: one held through a fence (`admission`) would be sent
+/// with its time already spent, and cut off after the apiserver took it.
 fn response_deadline(proxy: &Proxy, routing: &Routing, request: &Decided) -> Option<Instant> {
     if request.long_running {
         return None;
     }
-    let limit = match request.decision.class {
-        Class::Write => proxy.settings.response_timeout.min(
-            routing
-                .table()
-                .writes
-                .fence
-                .saturating_sub(Duration::from_secs(2)),
-        ),
-        Class::Read => proxy.settings.response_timeout,
-    };
-    request.start.checked_add(limit)
+    let overall = request.start.checked_add(proxy.settings.response_timeout);
+    match request.decision.class {
+        Class::Write => {
+            let fence = routing.table().writes.fence;
+            let sent = Instant::now().checked_add(fence.saturating_sub(Duration::from_secs(2)));
+            match (overall, sent) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            }
+        }
+        Class::Read => overall,
+    }
 }
 
 /// The one place an outcome is counted, and an error logged, counted and answered with a `Status`.
