@@ -23,6 +23,12 @@ async fn discovered(gate: &Gate) -> bool {
     .await
 }
 
+/// A GET of `path` through the gate, over HTTP/1.1.
+async fn get(gate: &Gate, path: &str) -> reqwest::Response {
+    let url = format!("{}{path}", gate.url());
+    h1().get(url).send().await.expect("GET")
+}
+
 async fn get_json(client: &reqwest::Client, url: String) -> Value {
     client
         .get(url)
@@ -99,7 +105,8 @@ async fn discovery_is_the_union_of_the_backends_in_both_forms() {
     for (path, served_by_version) in [
         ("/apis/sim.skewgate.io/v1", NEW),
         ("/apis/apps/v1beta2", OLD),
-        ("/apis/apps/v1", OLD),
+        // v1.30 adds gadgets to apps/v1: v1.29's list is answered merged, by skewgate.
+        ("/apis/apps/v1", ""),
         ("/api/v1", OLD),
     ] {
         let resp = client
@@ -136,23 +143,94 @@ async fn a_group_version_comes_from_the_backend_its_reads_go_to() {
     ))
     .await;
     assert!(discovered(&gate).await);
-    let resp = h1()
-        .get(format!("{}/apis/apps/v1", gate.url()))
-        .send()
-        .await
-        .expect("gv");
+    let resp = get(&gate, "/apis/apps/v1").await;
     assert_eq!(served_by(&resp), NEW);
     // apps/v1beta2 only v1.29 serves: it stays listed, from v1.29.
     let apis = get_json(&h1(), format!("{}/apis", gate.url())).await;
     assert_eq!(versions_of(&apis, "apps"), ["v1", "v1beta2"]);
-    let resp = h1()
-        .get(format!("{}/apis/apps/v1beta2", gate.url()))
-        .send()
-        .await
-        .expect("gv");
+    let resp = get(&gate, "/apis/apps/v1beta2").await;
     assert_eq!(
         (resp.status().as_u16(), served_by(&resp)),
         (200, OLD.to_owned())
+    );
+}
+
+/// The resource names a group/version's list (an `APIResourceList`, or one version of an
+/// aggregated group) gives.
+fn names(resources: &Value) -> Vec<String> {
+    resources
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|r| {
+            r["name"]
+                .as_str()
+                .or(r["resource"].as_str())
+                .map(str::to_owned)
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kind_one_version_adds_to_a_group_version_both_serve_is_listed_with_the_others() {
+    let sims = sims().await;
+    // Reads default to v1.29, whose apps/v1 has no gadgets (v1.30 adds them, as kube-apiserver
+    // v1.36 adds mutatingadmissionpolicies to admissionregistration.k8s.io/v1). Before, the group
+    // version's list was v1.29's alone, and kubectl did not know the kind.
+    let gate = gate(&routes(&sims, OLD_DEFAULT)).await;
+    assert!(discovered(&gate).await);
+    let resp = get(&gate, "/apis/apps/v1").await;
+    // Answered merged (by skewgate, so without the simulator's header).
+    assert_eq!(
+        (resp.status().as_u16(), served_by(&resp)),
+        (200, String::new())
+    );
+    let list: Value = resp.json().await.expect("JSON");
+    let listed = names(&list["resources"]);
+    assert!(
+        listed.contains(&"deployments".to_owned()) && listed.contains(&"gadgets".to_owned()),
+        "{listed:?}"
+    );
+    let aggregated = h1()
+        .get(format!("{}/apis", gate.url()))
+        .header(
+            "accept",
+            "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList",
+        )
+        .send()
+        .await
+        .expect("apis")
+        .json::<Value>()
+        .await
+        .expect("JSON");
+    let apps = aggregated["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|g| g["metadata"]["name"] == "apps")
+        .expect("apps");
+    let v1 = apps["versions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|v| v["version"] == "v1")
+        .expect("apps/v1");
+    assert!(
+        names(&v1["resources"]).contains(&"gadgets".to_owned()),
+        "{v1}"
+    );
+    // A request for it falls back to the version that serves it.
+    let resp = h1()
+        .get(format!(
+            "{}/apis/apps/v1/namespaces/default/gadgets",
+            gate.url()
+        ))
+        .send()
+        .await
+        .expect("list");
+    assert_eq!(
+        (resp.status().as_u16(), served_by(&resp)),
+        (200, NEW.to_owned())
     );
 }
 
@@ -178,6 +256,8 @@ async fn kubectl_lists_creates_and_explains_a_kind_only_the_other_version_serves
         "{widgets}"
     );
     assert!(out.lines().any(|l| l.starts_with("deployments")), "{out}");
+    assert!(out.lines().any(|l| l.starts_with("gadgets")), "{out}");
+    ok(&kubectl(&kc, &["get", "gadgets", "-n", "default"]).await);
 
     let manifest = dir.join("widget.yaml");
     std::fs::write(

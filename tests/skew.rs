@@ -112,6 +112,7 @@ async fn the_skew_of_the_simulators_versions_is_exactly_what_they_apply() {
         served,
         [
             ("deployments.apps (v1beta2)".to_owned(), json!(["old"])),
+            ("gadgets.apps (v1)".to_owned(), json!(["new"])),
             ("widgets.sim.skewgate.io (v1)".to_owned(), json!(["new"])),
         ]
     );

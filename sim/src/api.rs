@@ -68,8 +68,9 @@ const fn resource(
     }
 }
 
-/// Every resource the simulator knows, with the versions that serve it. Two are made up to show
-/// API skew: `widgets.sim.skewgate.io/v1` appears in 1.30 (a new version adds an API group), and
+/// Every resource the simulator knows, with the versions that serve it. Three are made up to show
+/// API skew: `widgets.sim.skewgate.io/v1` appears in 1.30 (a new version adds an API group),
+/// `gadgets.apps/v1` too (a new version adds a kind to a group/version both serve), and
 /// `apps/v1beta2` deployments are served up to 1.29 (an old version still serves a removed one).
 pub const RESOURCES: &[ApiResource] = &[
     resource("", "v1", "namespaces", "Namespace", false, &["ns"]),
@@ -95,6 +96,12 @@ pub const RESOURCES: &[ApiResource] = &[
     ApiResource {
         since: (1, 30),
         ..resource("sim.skewgate.io", "v1", "widgets", "Widget", true, &[])
+    },
+    // A kind a newer version adds to a group/version both serve, as kube-apiserver v1.36 adds
+    // `mutatingadmissionpolicies` to `admissionregistration.k8s.io/v1`, which v1.35 serves too.
+    ApiResource {
+        since: (1, 30),
+        ..resource("apps", "v1", "gadgets", "Gadget", true, &[])
     },
     // Who am I (`kubectl auth whoami`): created, never stored.
     ApiResource {

@@ -175,8 +175,8 @@ fn decide(
         .and_then(|path| merged_discovery(routing.discovery().as_deref(), path));
     // A group/version's discovery and OpenAPI documents come from the backend merged discovery
     // took them from, so that what kubectl reads about a kind matches where its requests go.
-    if let Some(Merge::Source(b)) = merge {
-        decision.backend = b;
+    if let Some(Merge::Source(b) | Merge::SourceAnswer(b, _)) = &merge {
+        decision.backend = *b;
     }
     routing.count_decision(&decision);
     if let Some(from) = decision.fallback_from {
@@ -224,6 +224,7 @@ fn forward(
             admit(proxy, routing, request, caller, &parts, &mut tracker).await?;
         let merged_answer = request
             .merge
+            .clone()
             .and_then(|m| MergedAnswer::take(m, &mut parts.headers))
             // Boxed: discovery's answers only, and held across the request's awaits.
             .map(Box::new);

@@ -1,6 +1,7 @@
 //! What the request path does with a discovery request: a group/version's documents go to the
-//! backend merged discovery took them from; the root lists and the OpenAPI index are answered with
-//! the merged document once the apiserver has let the client read them.
+//! backend merged discovery took them from (its resource list answered merged when other backends
+//! add resources to it); the root lists and the OpenAPI index are answered with the merged document
+//! once the apiserver has let the client read them.
 
 use http::header::{self, HeaderMap, HeaderValue};
 use http::{Response, StatusCode};
@@ -15,7 +16,7 @@ use crate::config::BackendId;
 /// client's `Accept` and `If-None-Match`, the latter kept from the apiserver (its copy, or a 304 for
 /// it, is not what the client gets).
 pub(crate) struct MergedAnswer {
-    path: DiscoveryPath<'static>,
+    path: Answer,
     accept: Option<HeaderValue>,
     if_none_match: Option<HeaderValue>,
 }
@@ -30,11 +31,15 @@ impl MergedAnswer {
         if status != StatusCode::OK {
             return None;
         }
-        discovery?.respond(self.path, self.accept.as_ref(), self.if_none_match.as_ref())
+        discovery?.respond(
+            &self.path,
+            self.accept.as_ref(),
+            self.if_none_match.as_ref(),
+        )
     }
 
     pub(crate) fn take(merge: Merge, headers: &mut HeaderMap) -> Option<MergedAnswer> {
-        let Merge::Answer(path) = merge else {
+        let (Merge::Answer(path) | Merge::SourceAnswer(_, path)) = merge else {
             return None;
         };
         Some(MergedAnswer {
@@ -46,12 +51,26 @@ impl MergedAnswer {
 }
 
 /// What merged discovery does with a discovery request.
-#[derive(Clone, Copy)]
+#[derive(Clone)]
 pub(crate) enum Merge {
     /// Sent to this backend (a group/version's documents).
     Source(BackendId),
     /// Answered with the merged document once the apiserver has answered 200.
-    Answer(DiscoveryPath<'static>),
+    Answer(Answer),
+    /// Sent to this backend, and answered with the merged document once it has answered 200 (a
+    /// group/version's resource list that other backends add resources to).
+    SourceAnswer(BackendId, Answer),
+}
+
+/// A merged document a request is answered with.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Answer {
+    /// `/api` (`core`) or `/apis`.
+    Root { core: bool },
+    /// `/openapi/v3`.
+    OpenApiIndex,
+    /// `/api/VERSION` or `/apis/GROUP/VERSION`.
+    List(Box<(String, String)>),
 }
 
 pub(crate) fn merged_discovery(
@@ -59,10 +78,20 @@ pub(crate) fn merged_discovery(
     path: DiscoveryPath<'_>,
 ) -> Option<Merge> {
     match path {
-        DiscoveryPath::GroupVersion { group, version } => {
-            discovery?.source(group, version).map(Merge::Source)
+        DiscoveryPath::GroupVersion {
+            group,
+            version,
+            openapi,
+        } => {
+            let discovery = discovery?;
+            let source = discovery.source(group, version)?;
+            if !openapi && discovery.has_merged_list(group, version) {
+                let list = Answer::List(Box::new((group.to_owned(), version.to_owned())));
+                return Some(Merge::SourceAnswer(source, list));
+            }
+            Some(Merge::Source(source))
         }
-        DiscoveryPath::Root { core } => Some(Merge::Answer(DiscoveryPath::Root { core })),
-        DiscoveryPath::OpenApiIndex => Some(Merge::Answer(DiscoveryPath::OpenApiIndex)),
+        DiscoveryPath::Root { core } => Some(Merge::Answer(Answer::Root { core })),
+        DiscoveryPath::OpenApiIndex => Some(Merge::Answer(Answer::OpenApiIndex)),
     }
 }

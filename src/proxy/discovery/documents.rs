@@ -51,20 +51,22 @@ pub(super) fn union_of_versions(
 }
 
 /// For each group/version: the backend its documents come from (the one the route table sends
-/// its first resource to, if it serves it, else the most preferred that does) and that backend's
-/// resource list.
+/// its first resource to, if it serves it, else the most preferred that does) and its resource
+/// list, merged per resource: that backend's list, and after it each resource (with its
+/// subresources) that only other backends serve in the group/version, from the most preferred of
+/// them (a request for it falls back to a backend that serves it).
 #[allow(clippy::type_complexity)]
-pub(super) fn choose_sources<'s>(
-    served: &'s [(BackendId, Arc<Served>)],
+pub(super) fn choose_sources(
+    served: &[(BackendId, Arc<Served>)],
     core_versions: &[String],
     groups: &[MergedGroup],
     source_of: impl Fn(&str, &str, &str) -> BackendId,
 ) -> (
     HashMap<(String, String), BackendId>,
-    HashMap<(String, String), &'s Value>,
+    HashMap<(String, String), Listed>,
 ) {
     let mut sources = HashMap::new();
-    let mut lists: HashMap<(String, String), &Value> = HashMap::new();
+    let mut lists = HashMap::new();
     let gvs = core_versions
         .iter()
         .map(|v| (String::new(), v.clone()))
@@ -89,14 +91,56 @@ pub(super) fn choose_sources<'s>(
         };
         let resource = first.1["resources"][0]["name"].as_str().unwrap_or("");
         let chosen = source_of(&group, &version, resource);
-        let (id, list) = candidates
+        let &(id, list) = candidates
             .iter()
             .find(|(id, _)| *id == chosen)
             .unwrap_or(first);
-        sources.insert((group.clone(), version.clone()), *id);
-        lists.insert((group, version), list);
+        sources.insert((group.clone(), version.clone()), id);
+        let others = candidates.iter().filter(|(other, _)| *other != id);
+        lists.insert(
+            (group, version),
+            merge_resources(list, others.map(|(_, l)| *l)),
+        );
     }
     (sources, lists)
+}
+
+/// A group/version's resource list as merged discovery lists it.
+pub(super) struct Listed {
+    pub(super) list: Value,
+    /// Resources were added to the source backend's own list.
+    pub(super) added: bool,
+}
+
+/// `list` with the resources of `others` it does not have (each with its subresources).
+fn merge_resources<'a>(list: &'a Value, others: impl Iterator<Item = &'a Value>) -> Listed {
+    let top = |name: &str| name.split('/').next().unwrap_or(name).to_owned();
+    let entries = |l: &'a Value| l["resources"].as_array().map_or(&[][..], Vec::as_slice);
+    let mut merged = list.clone();
+    let mut known: Vec<String> = entries(list)
+        .iter()
+        .filter_map(|r| r["name"].as_str().map(top))
+        .collect();
+    let mut added = false;
+    for other in others {
+        let new: Vec<String> = entries(other)
+            .iter()
+            .filter_map(|r| r["name"].as_str().map(top))
+            .filter(|name| !known.contains(name))
+            .collect();
+        for r in entries(other) {
+            let is_new = r["name"].as_str().is_some_and(|n| new.contains(&top(n)));
+            if is_new && let Some(all) = merged["resources"].as_array_mut() {
+                all.push(r.clone());
+                added = true;
+            }
+        }
+        known.extend(new);
+    }
+    Listed {
+        list: merged,
+        added,
+    }
 }
 
 pub(super) fn core_group(versions: &[String]) -> MergedGroup {
@@ -141,7 +185,7 @@ pub(super) fn group_list(groups: &[MergedGroup]) -> Value {
 pub(super) fn aggregated(
     api_version: &str,
     groups: &[MergedGroup],
-    lists: &HashMap<(String, String), &Value>,
+    lists: &HashMap<(String, String), Listed>,
 ) -> Value {
     let items: Vec<Value> = groups
         .iter()
@@ -155,10 +199,10 @@ pub(super) fn aggregated(
             let versions: Vec<Value> = order
                 .into_iter()
                 .filter_map(|v| {
-                    let list = lists.get(&(g.name.clone(), v.clone()))?;
+                    let listed = lists.get(&(g.name.clone(), v.clone()))?;
                     Some(json!({
                         "version": v,
-                        "resources": aggregated_resources(&g.name, v, list),
+                        "resources": aggregated_resources(&g.name, v, &listed.list),
                         "freshness": "Current",
                     }))
                 })
@@ -240,7 +284,7 @@ pub(super) fn merged_openapi(
         any = true;
         for (path, entry) in own {
             let gv = match discovery_path(&format!("/{path}")) {
-                Some(DiscoveryPath::GroupVersion { group, version }) => sources
+                Some(DiscoveryPath::GroupVersion { group, version, .. }) => sources
                     .get(&(group.to_owned(), version.to_owned()))
                     .copied(),
                 _ => None,

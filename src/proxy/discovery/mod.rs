@@ -21,7 +21,7 @@ use serde_json::{Value, json};
 mod answer;
 mod documents;
 
-pub(crate) use answer::{Merge, MergedAnswer, merged_discovery};
+pub(crate) use answer::{Answer, Merge, MergedAnswer, merged_discovery};
 
 use crate::config::BackendId;
 use crate::upstream::Served;
@@ -46,6 +46,8 @@ pub(crate) enum DiscoveryPath<'a> {
         group: &'a str,
         /// The version.
         version: &'a str,
+        /// Its OpenAPI document, not its resource list.
+        openapi: bool,
     },
 }
 
@@ -56,24 +58,40 @@ pub(super) fn discovery_path(path: &str) -> Option<DiscoveryPath<'_>> {
     Some(match parts {
         [Some("api"), None, ..] => DiscoveryPath::Root { core: true },
         [Some("apis"), None, ..] => DiscoveryPath::Root { core: false },
-        [Some("api"), Some(version), None, ..]
-        | [
+        [Some("api"), Some(version), None, ..] => DiscoveryPath::GroupVersion {
+            group: "",
+            version,
+            openapi: false,
+        },
+        [
             Some("openapi"),
             Some("v3"),
             Some("api"),
             Some(version),
             None,
             ..,
-        ] => DiscoveryPath::GroupVersion { group: "", version },
-        [Some("apis"), Some(group), Some(version), None, ..]
-        | [
+        ] => DiscoveryPath::GroupVersion {
+            group: "",
+            version,
+            openapi: true,
+        },
+        [Some("apis"), Some(group), Some(version), None, ..] => DiscoveryPath::GroupVersion {
+            group,
+            version,
+            openapi: false,
+        },
+        [
             Some("openapi"),
             Some("v3"),
             Some("apis"),
             Some(group),
             Some(version),
             None,
-        ] => DiscoveryPath::GroupVersion { group, version },
+        ] => DiscoveryPath::GroupVersion {
+            group,
+            version,
+            openapi: true,
+        },
         [Some("openapi"), Some("v3"), None, ..] => DiscoveryPath::OpenApiIndex,
         _ => return None,
     })
@@ -156,6 +174,9 @@ fn form(accept: Option<&HeaderValue>) -> Form {
 #[derive(Debug)]
 pub(crate) struct MergedDiscovery {
     sources: HashMap<(String, String), BackendId>,
+    /// The resource lists other backends added resources to, as `/api/VERSION` and
+    /// `/apis/GROUP/VERSION` answer them.
+    lists: HashMap<(String, String), Document>,
     api: Forms,
     apis: Forms,
     openapi: Option<Document>,
@@ -200,8 +221,14 @@ impl MergedDiscovery {
         };
         let openapi =
             merged_openapi(served, &sources).map(|paths| Document::new(&json!({"paths": paths})));
+        let lists = lists
+            .into_iter()
+            .filter(|(_, l)| l.added)
+            .map(|(gv, l)| (gv, Document::new(&l.list)))
+            .collect();
         Some(MergedDiscovery {
             sources,
+            lists,
             api,
             apis,
             openapi,
@@ -216,25 +243,31 @@ impl MergedDiscovery {
             .copied()
     }
 
-    /// The merged answer to a GET of `path` (a `Root` or `OpenApiIndex`) with the client's `Accept`
-    /// and `If-None-Match`; `None` when there is nothing merged to answer with.
+    /// Whether `group`/`version`'s resource list has resources other backends added.
+    pub(crate) fn has_merged_list(&self, group: &str, version: &str) -> bool {
+        self.lists
+            .contains_key(&(group.to_owned(), version.to_owned()))
+    }
+
+    /// The merged answer to a GET of `path` with the client's `Accept` and `If-None-Match`; `None`
+    /// when there is nothing merged to answer with.
     pub(crate) fn respond(
         &self,
-        path: DiscoveryPath<'_>,
+        path: &Answer,
         accept: Option<&HeaderValue>,
         if_none_match: Option<&HeaderValue>,
     ) -> Option<Response<Bytes>> {
         let (doc, content_type) = match path {
-            DiscoveryPath::Root { core } => {
-                let forms = if core { &self.api } else { &self.apis };
+            Answer::Root { core } => {
+                let forms = if *core { &self.api } else { &self.apis };
                 match form(accept) {
                     Form::Legacy => (&forms.legacy, "application/json"),
                     Form::V2 => (&forms.v2, V2_TYPE),
                     Form::V2Beta1 => (&forms.v2beta1, V2BETA1_TYPE),
                 }
             }
-            DiscoveryPath::OpenApiIndex => (self.openapi.as_ref()?, "application/json"),
-            DiscoveryPath::GroupVersion { .. } => return None,
+            Answer::OpenApiIndex => (self.openapi.as_ref()?, "application/json"),
+            Answer::List(gv) => (self.lists.get(&**gv)?, "application/json"),
         };
         let fresh = if_none_match.is_some_and(|v| v == doc.etag);
         let mut resp = if fresh {
@@ -270,21 +303,24 @@ mod tests {
             discovery_path("/apis/apps/v1"),
             Some(DiscoveryPath::GroupVersion {
                 group: "apps",
-                version: "v1"
+                version: "v1",
+                openapi: false
             })
         );
         assert_eq!(
             discovery_path("/openapi/v3/apis/apps/v1"),
             Some(DiscoveryPath::GroupVersion {
                 group: "apps",
-                version: "v1"
+                version: "v1",
+                openapi: true
             })
         );
         assert_eq!(
             discovery_path("/openapi/v3/api/v1"),
             Some(DiscoveryPath::GroupVersion {
                 group: "",
-                version: "v1"
+                version: "v1",
+                openapi: true
             })
         );
         assert_eq!(
