@@ -22,10 +22,9 @@ fn table(sims: &Sims, action: &str, unknown: &str) -> String {
     )
 }
 
-/// A gate whose guard acts by `action`, once it knows both versions' schemas, and a configmap
-/// stored with the 1.30 field `policy`.
-async fn guarded(sims: &Sims, action: &str, unknown: &str) -> Gate {
-    let gate = gate(&table(sims, action, unknown)).await;
+/// A gate serving `text`, once it knows both versions' schemas.
+async fn gate_knowing_schemas(text: &str) -> Gate {
+    let gate = gate(text).await;
     let known = eventually(10, || async {
         gate.debug_skew().await["report"]["kinds"]
             .as_array()
@@ -33,6 +32,13 @@ async fn guarded(sims: &Sims, action: &str, unknown: &str) -> Gate {
     })
     .await;
     assert!(known, "the schemas are read");
+    gate
+}
+
+/// A gate whose guard acts by `action`, once it knows both versions' schemas, and a configmap
+/// stored with the 1.30 field `policy`.
+async fn guarded(sims: &Sims, action: &str, unknown: &str) -> Gate {
+    let gate = gate_knowing_schemas(&table(sims, action, unknown)).await;
     let r = h1()
         .post(format!(
             "{}/api/v1/namespaces/default/configmaps",
@@ -212,4 +218,57 @@ async fn oversized_missing_and_unreadable_objects() {
         .store(1000, Ordering::Relaxed);
     let r = put(&warn, "cm", OLD_KUBECTL, &old_body()).await;
     assert_eq!(r.status(), 200);
+}
+
+/// A PUT through the gate of `path` (under `/api/v1/namespaces/default/`) by `user_agent`.
+async fn put_at(gate: &Gate, path: &str, user_agent: &str, body: &Value) -> reqwest::Response {
+    let url = format!("{}/api/v1/namespaces/default/{path}", gate.url());
+    let put = h1().put(url).header("user-agent", user_agent).json(body);
+    put.send().await.expect("put")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_main_object_put_is_not_judged_by_the_status_the_apiserver_keeps() {
+    let sims = sims().await;
+    let text = table(&sims, "reject", "guard")
+        .replace("resources: [configmaps]", "resources: [pods, pods/status]");
+    let gate = gate_knowing_schemas(&text).await;
+    // A pod, and its status set by a 1.30 client with the 1.30 status field.
+    let pod =
+        // With the grace period as stored (its default changed in 1.30: left out, it is a loss).
+        json!({"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "i"}], "terminationGracePeriodSeconds": 45}});
+    let url = format!("{}/api/v1/namespaces/default/pods", gate.url());
+    let created = h1()
+        .post(url)
+        .header("user-agent", NEW_KUBECTL)
+        .json(&pod)
+        .send()
+        .await;
+    assert_eq!(created.expect("create").status(), 201);
+    let mut with_status = pod.clone();
+    with_status["status"] = json!({"phase": "Running", "resizeStatus": "InProgress"});
+    let r = put_at(&gate, "pods/p/status", NEW_KUBECTL, &with_status).await;
+    assert_eq!(r.status(), 200);
+    // A 1.29 client's PUT of the pod without the status field: the apiserver keeps the stored
+    // status there, so nothing is lost, and the guard lets it through (before: 422 over
+    // status.resizeStatus).
+    let mut relabelled = pod.clone();
+    relabelled["metadata"]["labels"] = json!({"tier": "web"});
+    relabelled["status"] = json!({"phase": "Running"});
+    let r = put_at(&gate, "pods/p", OLD_KUBECTL, &relabelled).await;
+    assert_eq!(r.status(), 200, "{}", r.text().await.unwrap_or_default());
+    let stored: Value = reqwest::get(format!(
+        "{}/api/v1/namespaces/default/pods/p",
+        sims.new.url()
+    ))
+    .await
+    .expect("get")
+    .json()
+    .await
+    .expect("json");
+    assert_eq!(stored["status"]["resizeStatus"], "InProgress", "{stored}");
+    assert_eq!(stored["metadata"]["labels"]["tier"], "web");
+    // Its PUT of the status itself without the field would lose it: rejected.
+    let r = put_at(&gate, "pods/p/status", OLD_KUBECTL, &relabelled).await;
+    assert_eq!(r.status(), 422);
 }

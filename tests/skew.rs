@@ -76,6 +76,11 @@ async fn the_skew_of_the_simulators_versions_is_exactly_what_they_apply() {
                 "spec.sidecarPolicy".to_owned(),
                 json!(["new"])
             ),
+            (
+                "pods (v1)".to_owned(),
+                "status.resizeStatus".to_owned(),
+                json!(["new"])
+            ),
         ],
         "{as_json:#}"
     );

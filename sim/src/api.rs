@@ -23,6 +23,9 @@ pub struct ApiResource {
     pub until: Option<(u32, u32)>,
     /// The verbs discovery lists for it.
     pub verbs: &'static [&'static str],
+    /// It has a `status` subresource: a write of the main object keeps the stored status, and
+    /// `/status` writes the status alone (as kube-apiserver's strategies do).
+    pub status: bool,
 }
 
 impl ApiResource {
@@ -65,6 +68,7 @@ const fn resource(
         since: ALWAYS,
         until: None,
         verbs: ALL_VERBS,
+        status: false,
     }
 }
 
@@ -75,10 +79,17 @@ const fn resource(
 pub const RESOURCES: &[ApiResource] = &[
     resource("", "v1", "namespaces", "Namespace", false, &["ns"]),
     resource("", "v1", "configmaps", "ConfigMap", true, &["cm"]),
-    resource("", "v1", "pods", "Pod", true, &["po"]),
-    resource("apps", "v1", "deployments", "Deployment", true, &["deploy"]),
+    ApiResource {
+        status: true,
+        ..resource("", "v1", "pods", "Pod", true, &["po"])
+    },
+    ApiResource {
+        status: true,
+        ..resource("apps", "v1", "deployments", "Deployment", true, &["deploy"])
+    },
     ApiResource {
         until: Some((1, 29)),
+        status: true,
         ..resource("apps", "v1beta2", "deployments", "Deployment", true, &[])
     },
     resource("coordination.k8s.io", "v1", "leases", "Lease", true, &[]),
@@ -175,15 +186,25 @@ pub fn resource_list(served: (u32, u32), group: &str, version: &str) -> Option<V
     let resources: Vec<Value> = RESOURCES
         .iter()
         .filter(|r| r.group == group && r.version == version && r.served_by(served))
-        .map(|r| {
-            json!({
+        .flat_map(|r| {
+            let main = json!({
                 "name": r.resource,
                 "singularName": r.kind.to_lowercase(),
                 "namespaced": r.namespaced,
                 "kind": r.kind,
                 "verbs": r.verbs,
                 "shortNames": r.short,
-            })
+            });
+            let status = r.status.then(|| {
+                json!({
+                    "name": format!("{}/status", r.resource),
+                    "singularName": "",
+                    "namespaced": r.namespaced,
+                    "kind": r.kind,
+                    "verbs": ["get", "patch", "update"],
+                })
+            });
+            std::iter::once(main).chain(status)
         })
         .collect();
     if resources.is_empty() {

@@ -131,6 +131,8 @@ struct Target<'a> {
     res: &'static ApiResource,
     namespace: &'a str,
     name: Option<&'a str>,
+    /// `status`, for a write of the status subresource.
+    sub: Option<&'a str>,
 }
 
 fn target<'a>(
@@ -161,6 +163,7 @@ fn target<'a>(
         res,
         namespace,
         name,
+        sub,
     })
 }
 
@@ -301,7 +304,9 @@ fn apply_write(
         (&Method::PUT, Some(name)) => {
             let result = parse().and_then(|obj| {
                 check_name(&obj, name)?;
-                sim.store.update(t.res, &key(name), |_| Ok(own_schema(obj)))
+                sim.store.update(t.res, &key(name), |current| {
+                    Ok(own_schema(with_status(t, current, obj)))
+                })
             });
             ("update", result)
         }
@@ -326,6 +331,46 @@ fn apply_write(
         (&Method::DELETE, Some(name)) => ("delete", sim.store.delete(t.res, &key(name))),
         _ => ("unknown", Err(bad_request("unsupported write".to_owned()))),
     }
+}
+
+/// What a PUT of `sent` stores over `current`: for a kind with a status subresource, a write of
+/// the main object keeps the stored status, and a write of `/status` the stored rest (as
+/// kube-apiserver's strategies reset them); for another, `sent` whole.
+fn with_status(t: &Target<'_>, current: &Value, mut sent: Value) -> Value {
+    if !t.res.status {
+        return sent;
+    }
+    let status = |obj: &Value| obj.get("status").cloned();
+    if t.sub == Some("status") {
+        let mut kept = current.clone();
+        match (kept.as_object_mut(), status(&sent)) {
+            (Some(map), Some(s)) => {
+                map.insert("status".to_owned(), s);
+            }
+            (Some(map), None) => {
+                map.remove("status");
+            }
+            _ => {}
+        }
+        // The write's precondition is the sent resourceVersion.
+        if let Some(rv) = sent.pointer("/metadata/resourceVersion").cloned()
+            && let Some(meta) = kept.get_mut("metadata").and_then(Value::as_object_mut)
+        {
+            meta.insert("resourceVersion".to_owned(), rv);
+        }
+        return kept;
+    }
+    if let Some(map) = sent.as_object_mut() {
+        match status(current) {
+            Some(s) => {
+                map.insert("status".to_owned(), s);
+            }
+            None => {
+                map.remove("status");
+            }
+        }
+    }
+    sent
 }
 
 fn check_name(obj: &Value, name: &str) -> Result<(), StoreError> {

@@ -8,6 +8,7 @@
 //! |---|---|---|
 //! | configmaps | `policy` | known from 1.30; older versions drop it |
 //! | pods | `spec.sidecarPolicy` | known from 1.30; older versions drop it |
+//! | pods | `status.resizeStatus` | known from 1.30; older versions drop it (a status field, as v1.36 adds `allocatedResourcesStatus[].resources[].message`) |
 //! | deployments | `spec.template.spec.sidecarPolicy` | known from 1.30; older versions drop it |
 //! | deployments | `spec.revisionHistoryLimit` | defaults to 10 before 1.30, to 5 from 1.30 |
 //! | pods | `spec.terminationGracePeriodSeconds` | defaults to 30 before 1.30, to 45 from 1.30 |
@@ -21,6 +22,7 @@ pub type Minor = (u32, u32);
 const NEW_FIELDS: &[(&str, &[&str], Minor)] = &[
     ("configmaps", &["policy"], (1, 30)),
     ("pods", &["spec", "sidecarPolicy"], (1, 30)),
+    ("pods", &["status", "resizeStatus"], (1, 30)),
     (
         "deployments",
         &["spec", "template", "spec", "sidecarPolicy"],
@@ -82,7 +84,12 @@ pub fn fields(version: Minor, resource: &str) -> Vec<(&'static [&'static str], V
         "image": {"type": "string"},
     }}});
     match resource {
-        "pods" => out.push((&["spec", "containers"][..], containers)),
+        "pods" => {
+            out.push((&["spec", "containers"][..], containers));
+            // Every version knows a pod's status and its phase; 1.30 adds `resizeStatus` to it.
+            out.push((&["status"][..], json!({"type": "object"})));
+            out.push((&["status", "phase"][..], json!({"type": "string"})));
+        }
         "deployments" => {
             out.push((&["spec", "replicas"][..], json!({"type": "integer"})));
             out.push((

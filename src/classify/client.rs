@@ -54,6 +54,14 @@ pub struct ClientVersion {
 }
 
 impl ClientVersion {
+    /// Older than every real version: what a client of unknown version is judged as where it
+    /// must be judged old (a guard's `unknownVersion: guard`).
+    pub const OLDEST: ClientVersion = ClientVersion {
+        major: 0,
+        minor: 0,
+        patch: 0,
+    };
+
     /// Parses `v1.29.4`, `1.29`, `2.0`, `v1.30.0-rc.1+abc`; `None` for anything else.
     pub fn parse(s: &str) -> Option<ClientVersion> {
         let s = s.strip_prefix('v').unwrap_or(s);

@@ -354,6 +354,14 @@ fn guards_parse_with_their_defaults_and_bad_values_are_located() {
     assert_eq!(t.guards[0].name, "old-clients");
     assert_eq!(t.guards[0].action, GuardAction::Reject, "reject by default");
     assert_eq!(t.guards[0].unknown_version, UnknownVersion::Guard);
+    // v1-30 declares no version: the guard can guard nothing served there, and `check` says so.
+    let warned: Vec<String> = t.warnings.iter().map(|w| w.to_string()).collect();
+    assert!(
+        warned.len() == 1 && warned[0].contains("guards[0]") && warned[0].contains("v1-30"),
+        "{warned:?}"
+    );
+    let versioned = text("").replace("  - name: v1-30\n", "  - name: v1-30\n    version: v1.30\n");
+    assert!(parse(&versioned).unwrap().warnings.is_empty());
     let t = parse(&text("    action: preserve\n    unknownVersion: pass\n")).unwrap();
     assert_eq!(t.guards[0].action, GuardAction::Preserve);
     assert_eq!(t.guards[0].unknown_version, UnknownVersion::Pass);

@@ -73,7 +73,11 @@ pub(crate) async fn check(
         Ok(None) => return Ok(None),
         Err(why) => return fail(why),
     };
-    let lost = losses(&serving, &client, &stored, &sent);
+    let mut lost = losses(&serving, &client, &stored, &sent);
+    let info = update.info;
+    let resource = (&*info.api_group, &*info.api_version, &*info.resource);
+    let has_status = routing.has_status(update.backend, resource) == Some(true);
+    lost.retain(|l| taken_from_update(&l.path, &info.subresource, has_status));
     if lost.is_empty() {
         return Ok(None);
     }
@@ -106,6 +110,18 @@ fn client_level(routing: &Routing, update: &Update<'_>, guard: &Guard) -> Option
     at_or_below
         .or_else(|| versioned.iter().copied().min_by_key(|(v, _)| *v))
         .map(|(_, b)| b)
+}
+
+/// Whether the apiserver takes the field at `path` from an update of `subresource`: with a `status`
+/// subresource, a write of the main object keeps the stored status, and a write of `status` the
+/// stored rest (kube-apiserver's strategies), so a field it does not take cannot be lost by it.
+fn taken_from_update(path: &str, subresource: &str, has_status: bool) -> bool {
+    let in_status = path == "status" || path.starts_with("status.") || path.starts_with("status[");
+    match (has_status, subresource) {
+        (true, "") => !in_status,
+        (true, "status") => in_status,
+        _ => true,
+    }
 }
 
 /// A guard that cannot check: `reject` and `preserve` fail closed (503), `warn` lets it pass.
@@ -227,4 +243,22 @@ fn decide(
 fn warning(text: &str) -> Option<HeaderValue> {
     let text = text.replace(['"', '\\'], "'");
     HeaderValue::from_str(&format!("299 - \"{text}\"")).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_update_is_judged_by_the_fields_the_apiserver_takes_from_it() {
+        // A pod (status subresource): its main object's PUT keeps the stored status.
+        assert!(!taken_from_update("status.resizeStatus", "", true));
+        assert!(taken_from_update("spec.sidecarPolicy", "", true));
+        // Its status PUT keeps the stored rest.
+        assert!(taken_from_update("status.resizeStatus", "status", true));
+        assert!(!taken_from_update("spec.sidecarPolicy", "status", true));
+        // A kind without one (a ConfigMap, a CRD without subresources) takes it all.
+        assert!(taken_from_update("status.x", "", false));
+        assert!(taken_from_update("statusOf", "", true));
+    }
 }

@@ -282,9 +282,21 @@ impl Steering {
         if guards.is_empty() || req.verb() != crate::classify::Verb::Update {
             return None;
         }
-        guards
-            .iter()
-            .position(|g| selectors_match(&g.selectors, req))
+        // A client of unknown version (no User-Agent, or one without a version) is judged as the
+        // oldest under `unknownVersion: guard`, so a version bound in the guard's `clients` (`<1.36`)
+        // takes it too; otherwise no bound would ever match it, and the setting would never apply.
+        let oldest = req.client.version.is_none().then(|| {
+            let mut r = req.clone();
+            r.client.version = Some(crate::classify::ClientVersion::OLDEST);
+            r
+        });
+        guards.iter().position(|g| {
+            selectors_match(&g.selectors, req)
+                || (g.unknown_version == crate::config::UnknownVersion::Guard
+                    && oldest
+                        .as_ref()
+                        .is_some_and(|r| selectors_match(&g.selectors, r)))
+        })
     }
 
     /// Where pin `i` stands at `now`: settled, before its `flipAt`, or in its fence.

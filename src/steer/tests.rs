@@ -576,3 +576,37 @@ fn a_pin_with_flip_at_moves_at_its_time_with_a_fence() {
         ("old", Reason::BeforeFlip)
     );
 }
+
+#[test]
+fn a_guard_with_a_version_bound_takes_a_client_of_unknown_version_unless_told_to_pass_it() {
+    let table = |unknown: &str| {
+        TABLE.to_owned()
+            + &format!(
+                "guards:\n  - name: old\n    match: {{resources: [pods], clients: [\"<1.36\"]}}\n    unknownVersion: {unknown}\n"
+            )
+    };
+    let guard_of = |s: &Steering, ua: Option<&'static str>| {
+        let info = classify("PUT", "/api/v1/namespaces/a/pods/p", None);
+        let r = SteerRequest {
+            info: &info,
+            user: "",
+            groups: &[],
+            client: Client::from_user_agent(ua),
+        };
+        s.guard(&r)
+    };
+    let guarded = steering(&table("guard"));
+    assert_eq!(
+        guard_of(&guarded, Some("kubectl/v1.35.0 (linux/amd64)")),
+        Some(0)
+    );
+    assert_eq!(
+        guard_of(&guarded, Some("kubectl/v1.36.3 (linux/amd64)")),
+        None
+    );
+    // No User-Agent, or one without a version: judged as the oldest (before, never guarded).
+    assert_eq!(guard_of(&guarded, None), Some(0));
+    assert_eq!(guard_of(&guarded, Some("curl")), Some(0));
+    let passed = steering(&table("pass"));
+    assert_eq!(guard_of(&passed, None), None);
+}

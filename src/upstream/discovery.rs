@@ -56,6 +56,23 @@ impl Served {
         self.set.contains(&key(group, version, resource))
     }
 
+    /// Whether the backend serves `resource`'s `sub`resource (`pods/status`) in `group`/`version`.
+    /// Looked up in the documents (only for a guarded update, rarely).
+    pub(crate) fn has_subresource(
+        &self,
+        group: &str,
+        version: &str,
+        resource: &str,
+        sub: &str,
+    ) -> bool {
+        let name = format!("{resource}/{sub}");
+        self.lists
+            .iter()
+            .filter(|l| l.group == group && l.version == version)
+            .flat_map(|l| l.list["resources"].as_array().into_iter().flatten())
+            .any(|r| r["name"].as_str() == Some(name.as_str()))
+    }
+
     /// How many group/version/resources it serves.
     pub(crate) fn len(&self) -> usize {
         self.set.len()

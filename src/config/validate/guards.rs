@@ -6,10 +6,21 @@ use serde_saphyr::Spanned;
 
 use super::Validator;
 use crate::config::raw::FileGuard;
-use crate::config::table::{Guard, GuardAction, UnknownVersion};
+use crate::config::table::{Backend, Guard, GuardAction, UnknownVersion};
 
 impl Validator<'_> {
-    pub(super) fn guards(&mut self, raw: Vec<Spanned<FileGuard>>) -> Vec<Guard> {
+    /// The guards; a warning for each when some backend declares no `version`: a guard compares
+    /// the client's version with the serving backend's, and guards nothing on one without it.
+    pub(super) fn guards(
+        &mut self,
+        raw: Vec<Spanned<FileGuard>>,
+        backends: &[Backend],
+    ) -> Vec<Guard> {
+        let unversioned: Vec<&str> = backends
+            .iter()
+            .filter(|b| b.version.is_none())
+            .map(|b| b.name.as_str())
+            .collect();
         let mut names = HashSet::new();
         let mut out = Vec::new();
         for (i, g) in raw.into_iter().enumerate() {
@@ -48,6 +59,16 @@ impl Validator<'_> {
                     UnknownVersion::Guard
                 }
             };
+            if !unversioned.is_empty() {
+                self.warn(
+                    at,
+                    path.clone(),
+                    format!(
+                        "guards nothing on backend {} (no version declared): a guard compares the client's version with the serving backend's",
+                        unversioned.join(", ")
+                    ),
+                );
+            }
             out.push(Guard {
                 name: g.name.value,
                 selectors,

@@ -91,7 +91,7 @@ impl Validator<'_> {
         let pins = self.pins(w.pins);
         let read_default = self.backend_ref(&raw.reads.value.default, "reads.default");
         let rollouts = self.rollouts(raw.reads.value.rollouts, read_default);
-        let guards = self.guards(raw.guards);
+        let guards = self.guards(raw.guards, &backends);
         RouteTable {
             source: self.file.to_owned(),
             name: raw.metadata.and_then(|m| m.name).map(|n| n.value),

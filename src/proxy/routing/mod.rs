@@ -69,6 +69,19 @@ fn class_index(c: Class) -> usize {
 }
 
 impl Routing {
+    /// Whether `backend` serves a `status` subresource of `resource` in `group`/`version`;
+    /// `None` before its discovery has run.
+    pub(crate) fn has_status(
+        &self,
+        backend: BackendId,
+        (group, version, resource): (&str, &str, &str),
+    ) -> Option<bool> {
+        let served = self.backends.get(backend.index())?.served.load();
+        served
+            .as_ref()
+            .map(|s| s.has_subresource(group, version, resource, "status"))
+    }
+
     /// Builds the routing of a table, reusing the pools of endpoints that `upstreams` already has.
     /// `previous` is the routing this one replaces, if any: a pin that moves at `flipAt` keeps the
     /// backend it had there (as of `now`) until then.

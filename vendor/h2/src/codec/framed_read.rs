@@ -144,6 +144,8 @@ impl<T> FramedRead<T> {
     /// the connection is next polled, so that an idle connection holds no read buffer. Go's
     /// net/http does the same for its idle HTTP/2 connections. A frame already handed out keeps
     /// its own reference to the bytes it needs.
+    // skewgate patch: used through the `frame-codec` feature only.
+    #[cfg_attr(not(feature = "frame-codec"), allow(dead_code))]
     pub fn release_buffer_while_idle(&mut self) {
         self.release_while_idle = true;
         if self.inner.read_buffer().is_empty() {

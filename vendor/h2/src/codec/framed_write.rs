@@ -111,6 +111,8 @@ where
     /// skewgate patch: from now on the write buffer is freed whenever all of it has been flushed,
     /// and allocated again (`DEFAULT_BUFFER_CAPACITY`) by the next frame buffered, so that an
     /// idle connection holds no write buffer.
+    // skewgate patch: used through the `frame-codec` feature only.
+    #[cfg_attr(not(feature = "frame-codec"), allow(dead_code))]
     pub fn release_buffer_when_flushed(&mut self) {
         self.encoder.release_when_flushed = true;
         self.encoder.release_if_empty();

@@ -616,6 +616,7 @@ impl Pseudo {
     // connection whose every request names the same authority (skewgate's upstream connections):
     // `request` copies the URI's authority into a new buffer for every request.
     // Not for CONNECT, which has no `:path`.
+    #[cfg_attr(not(feature = "frame-codec"), allow(dead_code))]
     pub fn request_to(method: Method, uri: Uri, authority: BytesStr) -> Self {
         let parts = uri::Parts::from(uri);
         let path = match parts.path_and_query {
