@@ -67,8 +67,10 @@ fn documents(version: Minor, git_version: &str) -> BTreeMap<String, Value> {
         let name = schema_name(r);
         let mut schema = kind_schema(version, r);
         // As kube-apiserver's documents do: every nested object is a schema of its own, referred to
-        // by `allOf: [{$ref}]`.
-        hoist(&mut schema, &name, &mut doc["components"]["schemas"]);
+        // by `allOf: [{$ref}]` (before 1.30 wrapped in one more `allOf`, as v1.35.6 wraps them
+        // where v1.36.3 does not).
+        let wrap = version < (1, 30);
+        hoist(&mut schema, &name, &mut doc["components"]["schemas"], wrap);
         doc["components"]["schemas"][name] = schema;
         add_paths(doc, r);
     }
@@ -106,7 +108,7 @@ fn add_paths(doc: &mut Value, r: &ApiResource) {
 
 /// Moves every object property of `node` that has properties of its own into `components` as
 /// `{name}.{property}` (deepest first), leaving an `allOf` reference in its place.
-fn hoist(node: &mut Value, name: &str, components: &mut Value) {
+fn hoist(node: &mut Value, name: &str, components: &mut Value, wrap: bool) {
     let Some(properties) = node.get_mut("properties").and_then(Value::as_object_mut) else {
         return;
     };
@@ -115,12 +117,13 @@ fn hoist(node: &mut Value, name: &str, components: &mut Value) {
             continue;
         }
         let component = format!("{name}.{key}");
-        hoist(property, &component, components);
+        hoist(property, &component, components, wrap);
         let description = property.get("description").cloned();
-        let mut reference = json!({
-            "allOf": [{"$ref": format!("#/components/schemas/{component}")}],
-            "default": {},
-        });
+        let mut target = json!({"$ref": format!("#/components/schemas/{component}")});
+        if wrap {
+            target = json!({"allOf": [target]});
+        }
+        let mut reference = json!({"allOf": [target], "default": {}});
         if let Some(d) = description {
             reference["description"] = d;
         }
@@ -137,11 +140,28 @@ fn schema_name(r: &ApiResource) -> String {
     format!("io.k8s.api.{group}.{}.{}", r.version, r.kind)
 }
 
+/// An object's metadata, in part: its labels and finalizers, whose values and items carry
+/// `default: ""` before 1.30 (as v1.35.6's OpenAPI writes them, and v1.36.3's does not).
+fn metadata(version: Minor) -> Value {
+    let mut element = json!({"type": "string"});
+    if version < (1, 30) {
+        element["default"] = json!("");
+    }
+    json!({
+        "type": "object",
+        "description": "Standard object's metadata.",
+        "properties": {
+            "labels": {"type": "object", "additionalProperties": element},
+            "finalizers": {"type": "array", "items": element},
+        },
+    })
+}
+
 fn kind_schema(version: Minor, r: &ApiResource) -> Value {
     let mut properties = json!({
         "apiVersion": {"type": "string", "description": "APIVersion defines the versioned schema of this representation of an object."},
         "kind": {"type": "string", "description": "Kind is a string value representing the REST resource this object represents."},
-        "metadata": {"type": "object", "description": "Standard object's metadata."},
+        "metadata": metadata(version),
     });
     for (path, field) in schema::fields(version, r.resource) {
         let mut at = &mut properties;

@@ -44,7 +44,10 @@ pub struct VersionFields {
     pub kinds: BTreeMap<Gvk, KindFields>,
 }
 
-/// How deep a schema is walked at most: a guard besides the cycle check, for very deep documents.
+/// How many path segments deep a schema is walked at most: a guard besides the cycle check, for
+/// very deep documents. Counted in fields, list items and map values, not in `$ref` and `allOf`
+/// hops: kube-apiserver v1.35 wraps a reference in one more `allOf` than v1.36 does, and a
+/// count of hops cut the same field at different depths in the two.
 const MAX_DEPTH: usize = 32;
 
 impl VersionFields {
@@ -148,8 +151,12 @@ impl<'a> Walk<'a> {
         if depth > MAX_DEPTH {
             return;
         }
+        // A default of a list's items or a map's values (v1.35 writes `default: ""` on them, v1.36
+        // does not) is what each element defaults to, not a field a client could drop.
+        let element = path.ends_with("[]") || path.ends_with("{}");
         if let Some(default) = node.get("default")
             && !path.is_empty()
+            && !element
         {
             // An empty object default (`default: {}` beside an `allOf` reference) says only that
             // the struct is there; it is no value a client could lose.
@@ -162,7 +169,7 @@ impl<'a> Walk<'a> {
             self.reference(reference, path, depth);
         }
         for part in node["allOf"].as_array().into_iter().flatten() {
-            self.node(part, path, depth + 1);
+            self.node(part, path, depth);
         }
         for (key, property) in node["properties"].as_object().into_iter().flatten() {
             let at = if path.is_empty() {
@@ -193,7 +200,7 @@ impl<'a> Walk<'a> {
             return;
         };
         self.stack.push(name);
-        self.node(target, path, depth + 1);
+        self.node(target, path, depth);
         self.stack.pop();
     }
 }
@@ -254,5 +261,31 @@ mod tests {
             thing.fields["spec"], None,
             "an empty object default is no value"
         );
+    }
+
+    #[test]
+    fn element_defaults_are_no_fields_and_reference_wrappers_do_not_count_as_depth() {
+        // As v1.35 describes labels and list items (`default: ""` on each value), and a field
+        // reached through many `allOf` wrappers, as v1.35 wraps each reference once more than
+        // v1.36.
+        let mut wrapped = json!({"$ref": "#/components/schemas/Leaf"});
+        for _ in 0..40 {
+            wrapped = json!({"allOf": [wrapped]});
+        }
+        let d = doc(json!({
+            "Thing": {
+                "x-kubernetes-group-version-kind": [{"group": "g", "version": "v1", "kind": "Thing"}],
+                "properties": {
+                    "labels": {"type": "object", "additionalProperties": {"type": "string", "default": ""}},
+                    "verbs": {"type": "array", "items": {"type": "string", "default": ""}},
+                    "deep": wrapped,
+                },
+            },
+            "Leaf": {"properties": {"message": {"type": "string"}}},
+        }));
+        let v = VersionFields::from_documents([&d]);
+        let thing = v.kinds.values().next().expect("Thing");
+        let paths: Vec<&str> = thing.fields.keys().map(String::as_str).collect();
+        assert_eq!(paths, ["deep", "deep.message", "labels", "verbs"]);
     }
 }

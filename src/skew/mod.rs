@@ -81,7 +81,7 @@ fn kind_skew(gvk: &Gvk, resource: &str, serving: &[(&str, &KindFields)]) -> Kind
             // Only the outermost unknown field: its children are unknown with it.
             let parent_listed = fields.iter().any(|f: &FieldSkew| {
                 path.starts_with(&f.path)
-                    && path[f.path.len()..].starts_with(['.', '['])
+                    && path[f.path.len()..].starts_with(['.', '[', '{'])
                     && f.known_by == known_by
             });
             if !parent_listed {
