@@ -111,6 +111,9 @@ impl Presence {
             if live.is_empty() {
                 // The last replica going away leaves the endpoints as they are: an empty Service
                 // would serve no one, a stale address at least is retried.
+                if !present {
+                    tracing::info!("the last replica withdraws: the kubernetes Service's endpoints are left as they are");
+                }
                 return Ok(());
             }
             let desired = Desired::new(live, self.settings.address.port());
@@ -129,6 +132,8 @@ impl Presence {
         }
         .await;
         match result {
+            // A withdrawal keeps nothing: it is no recovery to report.
+            Ok(()) if !present => self.count("success"),
             Ok(()) => self.succeeded(),
             Err(e) => self.failed(e),
         }
