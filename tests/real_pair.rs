@@ -237,10 +237,70 @@ fn skewgate_in_front_of_real_apiservers_of_two_versions() {
         pair.var("OLD_URL"),
         pair.var("OLD_VERSION")
     );
+    clients_reach_the_apiservers_as_themselves(&pair);
     discovery_lists_what_only_the_new_version_adds_to_a_shared_group_version(&pair);
     let real_field = skew_reports_only_real_differences(&pair);
     if let Some(field) = real_field {
         the_guard_judges_a_pod_as_the_apiserver_takes_it(&pair, &field);
+    }
+}
+
+/// A certificate user, a token user and an anonymous client each reach the apiservers through
+/// skewgate as themselves (the front-proxy certificate with the user's headers; the token as it
+/// came; no credentials at all), on both versions.
+fn clients_reach_the_apiservers_as_themselves(pair: &Pair) {
+    for reads in ["old", "new"] {
+        let routes = format!("writes:\n  default: {reads}\nreads:\n  default: {reads}\n");
+        let (gate, file) = gate(pair, &routes);
+        let kc = file.with_file_name("kubeconfig");
+        let (ok, who) = kubectl(
+            &kc,
+            &[
+                "auth",
+                "whoami",
+                "-o",
+                "jsonpath={.status.userInfo.username}",
+            ],
+        );
+        assert!(ok && who.trim() == "admin", "{reads}: {who}");
+        let _ = kubectl(&kc, &["create", "serviceaccount", "default"]);
+        let (ok, token) = kubectl(&kc, &["create", "token", "default"]);
+        assert!(ok, "{token}");
+        let review = format!(
+            "https://{}/apis/authentication.k8s.io/v1/selfsubjectreviews",
+            gate.addr
+        );
+        let bearer = format!("authorization: Bearer {}", token.trim());
+        let body = r#"{"apiVersion":"authentication.k8s.io/v1","kind":"SelfSubjectReview"}"#;
+        let out = Command::new("curl")
+            .args([
+                "-sk",
+                "-X",
+                "POST",
+                "-H",
+                &bearer,
+                "-H",
+                "content-type: application/json",
+            ])
+            .args(["--data", body, &review])
+            .output()
+            .expect("curl");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            text.contains("system:serviceaccount:default:default"),
+            "{reads}: {text}"
+        );
+        // Anonymous: RBAC lets it read /version, not the namespaces.
+        let anon = |path: &str| {
+            let url = format!("https://{}{path}", gate.addr);
+            let out = Command::new("curl")
+                .args(["-sk", "-o", "/dev/null", "-w", "%{http_code}", &url])
+                .output()
+                .expect("curl");
+            String::from_utf8_lossy(&out.stdout).into_owned()
+        };
+        assert_eq!(anon("/version"), "200", "{reads}");
+        assert_eq!(anon("/api/v1/namespaces"), "403", "{reads}");
     }
 }
 
