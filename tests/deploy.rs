@@ -315,7 +315,8 @@ fn the_shipped_arguments_start_serve_on_a_kubeadm_node() {
                     "/etc/kubernetes/pki",
                     &etc.join("pki").display().to_string(),
                 )
-                .replace("NODE_IP", "127.0.0.1")
+                // TEST-NET-1: an address the apiservers take in Endpoints, as a node's is.
+                .replace("NODE_IP", "192.0.2.10")
                 .replace("0.0.0.0:6443", "127.0.0.1:0")
             })
             .map(|a| {
@@ -338,6 +339,26 @@ fn the_shipped_arguments_start_serve_on_a_kubeadm_node() {
             String::from_utf8_lossy(&out.stderr)
         );
         assert!(String::from_utf8_lossy(&out.stdout).starts_with("ok: would serve"));
+        if !args.iter().any(|a| a.contains("192.0.2.10")) {
+            continue;
+        }
+        // A loopback address is refused before serving: kube-apiserver refuses it in Endpoints
+        // (422 "may not be in the loopback range"), so the replica would never be published.
+        let loopback: Vec<String> = args
+            .iter()
+            .map(|a| a.replace("192.0.2.10", "127.0.0.1"))
+            .collect();
+        let out = Command::new(exe)
+            .args(&loopback)
+            .arg("--dry-run")
+            .output()
+            .expect("skewgate");
+        let said = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{file}: {said}");
+        assert!(
+            said.contains("--advertise-address 127.0.0.1: may not be in the loopback range"),
+            "{file}: {said}"
+        );
     }
 }
 

@@ -211,7 +211,8 @@ pub struct ServeArgs {
     /// This replica's address as in-cluster clients reach it (its node's address). With it,
     /// skewgate keeps the default/kubernetes Service's Endpoints and EndpointSlice naming the live
     /// replicas (each renews a Lease in kube-system), so controllers in pods go through skewgate
-    /// too; run the apiservers with --endpoint-reconciler-type=none. The port is --listen's.
+    /// too; run the apiservers with --endpoint-reconciler-type=none. The port is --listen's (the
+    /// port bound, when --listen names port 0).
     #[arg(long)]
     pub advertise_address: Option<std::net::IpAddr>,
     /// Client connections held at once; past it, new ones wait in the listen backlog. 0: the file

@@ -44,6 +44,7 @@ pub fn run(args: ServeArgs) -> Result<ExitCode> {
 
 /// The flags as the server's options, with every certificate and key loaded (and checked).
 fn options(args: ServeArgs) -> Result<ServeOptions> {
+    let publish = publish(&args)?;
     let tls = match (&args.tls_cert_file, &args.tls_private_key_file) {
         (Some(cert), Some(key)) => Some(ServingTls::load(TlsFiles {
             cert: cert.clone(),
@@ -92,9 +93,7 @@ fn options(args: ServeArgs) -> Result<ServeOptions> {
             hold_back_offenders: args.hold_back_offenders,
             goaway_chance: args.goaway_chance,
             access_log: args.log.access_log(),
-            publish: args
-                .advertise_address
-                .map(|ip| PublishSettings::new(std::net::SocketAddr::new(ip, args.listen.port()))),
+            publish,
             tls,
             identity_headers: std::sync::Arc::new(identity_headers),
             pool: PoolSettings {
@@ -108,6 +107,21 @@ fn options(args: ServeArgs) -> Result<ServeOptions> {
             ..ProxySettings::default()
         },
     })
+}
+
+/// `--advertise-address`: how this replica publishes itself, if it does. An address the apiservers
+/// refuse in Endpoints is refused here, before serving.
+fn publish(args: &ServeArgs) -> Result<Option<PublishSettings>> {
+    let Some(ip) = args.advertise_address else {
+        return Ok(None);
+    };
+    if let Some(why) = skewgate::cluster::unusable_endpoint_ip(ip) {
+        bail!(
+            "--advertise-address {ip}: {why}, so the apiservers refuse it in the kubernetes Service's endpoints; give the address in-cluster clients reach this node at"
+        );
+    }
+    let address = std::net::SocketAddr::new(ip, args.listen.port());
+    Ok(Some(PublishSettings::new(address)))
 }
 
 /// `--dry-run`: the flags and files were loaded above; the route table is loaded here.

@@ -13,7 +13,7 @@
 
 mod objects;
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
@@ -44,6 +44,33 @@ impl PublishSettings {
             interval: Duration::from_secs(10),
             lease_duration: Duration::from_secs(15),
         }
+    }
+}
+
+/// Why the apiservers refuse `ip` as an address of Endpoints and EndpointSlices, if they do: the
+/// checks of kube-apiserver's `ValidateNonSpecialIP`, with its words.
+pub fn unusable_endpoint_ip(ip: IpAddr) -> Option<&'static str> {
+    let (link_local, link_local_multicast) = match ip {
+        IpAddr::V4(v4) => (v4.is_link_local(), v4.octets()[..3] == [224, 0, 0]),
+        // fe80::/10; multicast of link-local scope (Go's IsLinkLocalMulticast: ffX2::/16).
+        IpAddr::V6(v6) => {
+            let o = v6.octets();
+            (
+                o[0] == 0xfe && o[1] & 0xc0 == 0x80,
+                o[0] == 0xff && o[1] & 0x0f == 0x02,
+            )
+        }
+    };
+    if ip.is_unspecified() {
+        Some("may not be unspecified")
+    } else if ip.is_loopback() {
+        Some("may not be in the loopback range (127.0.0.0/8, ::1/128)")
+    } else if link_local {
+        Some("may not be in the link-local range (169.254.0.0/16, fe80::/10)")
+    } else if link_local_multicast {
+        Some("may not be in the link-local multicast range (224.0.0.0/24, ff02::/10)")
+    } else {
+        None
     }
 }
 
@@ -269,4 +296,41 @@ fn answered(path: &str, code: StatusCode, body: &[u8]) -> String {
         .and_then(|v| v["message"].as_str().map(str::to_owned))
         .unwrap_or_default();
     format!("{path} answered {code} {message}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::unusable_endpoint_ip;
+
+    /// kube-apiserver's ValidateNonSpecialIP, case by case.
+    #[test]
+    fn the_addresses_the_apiservers_refuse_in_endpoints() {
+        let refused = [
+            "0.0.0.0",
+            "::",
+            "127.0.0.1",
+            "127.8.0.2",
+            "::1",
+            "169.254.169.254",
+            "fe80::1",
+            "224.0.0.251",
+            "ff02::1",
+            "ff12::1",
+        ];
+        for ip in refused {
+            let ip = ip.parse().expect("ip");
+            assert!(unusable_endpoint_ip(ip).is_some(), "{ip}");
+        }
+        for ip in [
+            "10.0.0.11",
+            "192.0.2.10",
+            "fd00::11",
+            "2001:db8::1",
+            "224.0.1.1",
+            "ff05::2",
+        ] {
+            let ip = ip.parse().expect("ip");
+            assert_eq!(unusable_endpoint_ip(ip), None, "{ip}");
+        }
+    }
 }

@@ -148,7 +148,11 @@ impl Server {
             background.clone(),
         );
         watch_for_changes(&proxy, &opts, loaded, background.clone());
-        let presence = opts.settings.publish.clone().map(|publish| {
+        let presence = opts.settings.publish.clone().map(|mut publish| {
+            // `--listen` on port 0: the port the kernel chose is the one clients reach.
+            if publish.address.port() == 0 {
+                publish.address.set_port(addr.port());
+            }
             let routing = Arc::downgrade(&proxy);
             let target: Target =
                 Box::new(move || first_ready(&routing.upgrade()?.routing().backends));

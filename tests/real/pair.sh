@@ -8,7 +8,11 @@
 #   pair.sh up   DIR    decompress the binaries into DIR/bin (once), make DIR/pki (once), start etcd
 #                       and both apiservers, wait until each answers /readyz, write DIR/env.sh and
 #                       DIR/kubeconfig (contexts new, old; user admin in system:masters)
+#                       (started again: what is not running, e.g. one apiserver stopped by a test)
 #   pair.sh down DIR    stop what `up` started (by the pid files in DIR/run only)
+#
+# Each apiserver keeps an audit log, DIR/logs/audit-new.log and audit-old.log (Metadata level,
+# one line per answered request, the apiservers' own loopback requests left out).
 #
 # Ports (environment): NEW_PORT (16443), OLD_PORT (16444), ETCD_PORT (12379), ETCD_PEER_PORT (12380).
 # Needs: root (unshare --uts gives each apiserver its own hostname, so the two never share the
@@ -70,6 +74,18 @@ if ! alive etcd; then
   for _ in $(seq 1 100); do curl -fsS "http://127.0.0.1:$ETCD_PORT/health" 2>/dev/null | grep -q true && break; sleep 0.2; done
 fi
 
+# The apiservers' own record of what reached which version, for the tests to judge from: every
+# request but the apiservers' own loopback traffic, at Metadata, once answered.
+cat > "$D/audit-policy.yaml" <<'POLICY'
+apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived, ResponseStarted]
+rules:
+  - level: None
+    users: ["system:apiserver"]
+  - level: Metadata
+POLICY
+
 start() { # role port
   alive "$1" && return
   setsid unshare --uts sh -c 'echo $$ > "$0"; hostname "$1"; shift; exec "$@"' "$D/run/$1.pid" "kas-$1" \
@@ -82,7 +98,9 @@ start() { # role port
     --requestheader-client-ca-file="$P/front-proxy-ca.crt" --requestheader-allowed-names=front-proxy-client \
     --requestheader-username-headers=X-Remote-User --requestheader-group-headers=X-Remote-Group \
     --requestheader-extra-headers-prefix=X-Remote-Extra- \
-    --endpoint-reconciler-type=none ${EXTRA_FLAGS:-} </dev/null >>"$D/logs/$1.log" 2>&1 &
+    --endpoint-reconciler-type=none \
+    --audit-policy-file="$D/audit-policy.yaml" --audit-log-path="$D/logs/audit-$1.log" \
+    --audit-log-maxsize=200 --audit-log-maxbackup=1 ${EXTRA_FLAGS:-} </dev/null >>"$D/logs/$1.log" 2>&1 &
 }
 start new "$NEW_PORT"; start old "$OLD_PORT"
 for r in new:$NEW_PORT old:$OLD_PORT; do

@@ -1,0 +1,91 @@
+//! Who reaches the apiservers through skewgate, and what discovery shows them.
+
+use std::path::Path;
+use std::process::Command;
+
+use crate::harness::{Pair, gate, kubectl, resources};
+
+/// A certificate user, a token user and an anonymous client each reach the apiservers through
+/// skewgate as themselves (the front-proxy certificate with the user's headers; the token as it
+/// came; no credentials at all), on both versions.
+pub fn clients_reach_the_apiservers_as_themselves(pair: &Pair) {
+    for reads in ["old", "new"] {
+        let routes = format!("writes:\n  default: {reads}\nreads:\n  default: {reads}\n");
+        let (gate, file) = gate(pair, &routes);
+        let kc = file.with_file_name("kubeconfig");
+        let (ok, who) = kubectl(
+            &kc,
+            &[
+                "auth",
+                "whoami",
+                "-o",
+                "jsonpath={.status.userInfo.username}",
+            ],
+        );
+        assert!(ok && who.trim() == "admin", "{reads}: {who}");
+        let _ = kubectl(&kc, &["create", "serviceaccount", "default"]);
+        let (ok, token) = kubectl(&kc, &["create", "token", "default"]);
+        assert!(ok, "{token}");
+        let review = format!(
+            "https://{}/apis/authentication.k8s.io/v1/selfsubjectreviews",
+            gate.addr
+        );
+        let bearer = format!("authorization: Bearer {}", token.trim());
+        let body = r#"{"apiVersion":"authentication.k8s.io/v1","kind":"SelfSubjectReview"}"#;
+        let out = Command::new("curl")
+            .args([
+                "-sk",
+                "-X",
+                "POST",
+                "-H",
+                &bearer,
+                "-H",
+                "content-type: application/json",
+            ])
+            .args(["--data", body, &review])
+            .output()
+            .expect("curl");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            text.contains("system:serviceaccount:default:default"),
+            "{reads}: {text}"
+        );
+        // Anonymous: RBAC lets it read /version, not the namespaces.
+        let anon = |path: &str| {
+            let url = format!("https://{}{path}", gate.addr);
+            let out = Command::new("curl")
+                .args(["-sk", "-o", "/dev/null", "-w", "%{http_code}", &url])
+                .output()
+                .expect("curl");
+            String::from_utf8_lossy(&out.stdout).into_owned()
+        };
+        assert_eq!(anon("/version"), "200", "{reads}");
+        assert_eq!(anon("/api/v1/namespaces"), "403", "{reads}");
+    }
+}
+
+/// Reads default to the old version: a resource only the new one serves, in a group/version both
+/// serve (v1.36's mutatingadmissionpolicies), is listed and readable (issue 42, 3).
+pub fn discovery_lists_what_only_the_new_version_adds_to_a_shared_group_version(pair: &Pair) {
+    let (_gate, routes) = gate(pair, "writes:\n  default: new\nreads:\n  default: old\n");
+    let kc = routes.with_file_name("kubeconfig");
+    let own = Path::new(pair.var("KUBECONFIG"));
+    let (ok_new, new) = kubectl(own, &["--context", "new", "api-resources"]);
+    let (ok_old, old) = kubectl(own, &["--context", "old", "api-resources"]);
+    assert!(ok_new && ok_old, "{new}\n{old}");
+    let (new, old) = (resources(&new), resources(&old));
+    let old_versions: Vec<&String> = old.iter().map(|(_, v)| v).collect();
+    let added: Vec<&(String, String)> = new
+        .iter()
+        .filter(|r| !old.contains(r) && old_versions.contains(&&r.1))
+        .collect();
+    println!("resources the new version adds to group/versions both serve: {added:?}");
+    let (ok, through) = kubectl(&kc, &["api-resources"]);
+    assert!(ok, "{through}");
+    let through = resources(&through);
+    for r in &added {
+        assert!(through.contains(r), "{r:?} not listed through skewgate");
+        let (ok, text) = kubectl(&kc, &["get", &r.0]);
+        assert!(ok, "kubectl get {}: {text}", r.0);
+    }
+}
