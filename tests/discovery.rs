@@ -281,3 +281,74 @@ async fn kubectl_lists_creates_and_explains_a_kind_only_the_other_version_serves
     let out = ok(&kubectl(&kc, &["explain", "widgets"]).await);
     assert!(out.contains("KIND:") && out.contains("Widget"), "{out}");
 }
+
+/// The `serverRelativeURL` of `apps/v1` in the `/openapi/v3` at `base`.
+async fn apps_v1_openapi_url(base: &str) -> String {
+    let index = get_json(&h1(), format!("{base}/openapi/v3")).await;
+    index["paths"]["apis/apps/v1"]["serverRelativeURL"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned()
+}
+
+/// The schema of `kind` in an OpenAPI document, by its `x-kubernetes-group-version-kind`.
+fn schema_of<'a>(doc: &'a Value, kind: &str) -> Option<&'a Value> {
+    doc["components"]["schemas"]
+        .as_object()?
+        .values()
+        .find(|s| s["x-kubernetes-group-version-kind"][0]["kind"] == kind)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_openapi_document_of_a_shared_group_version_describes_the_kind_the_other_adds() {
+    let sims = sims().await;
+    // Reads on v1.29: apps/v1's OpenAPI document is v1.29's, which has no Gadget. Before, `kubectl
+    // explain gadgets` found no schema; now the document is v1.29's with v1.30's Gadget added.
+    let gate = gate(&routes(&sims, OLD_DEFAULT)).await;
+    assert!(discovered(&gate).await);
+    let old_url = apps_v1_openapi_url(&sims.old.url()).await;
+    let merged_url = std::sync::Mutex::new(String::new());
+    let merged = eventually(10, || async {
+        let url = apps_v1_openapi_url(&gate.url()).await;
+        let differs = !url.is_empty() && url != old_url;
+        *merged_url.lock().expect("url") = url;
+        differs
+    })
+    .await;
+    assert!(merged, "the index names a merged document");
+    let url = merged_url.lock().expect("url").clone();
+    assert!(url.starts_with("/openapi/v3/apis/apps/v1?hash="), "{url}");
+    let resp = get(&gate, &url).await;
+    // Answered by skewgate (the simulator, asked for it without the hash, answered 200 first).
+    assert_eq!(
+        (resp.status().as_u16(), served_by(&resp)),
+        (200, String::new())
+    );
+    let doc: Value = resp.json().await.expect("JSON");
+    let old_doc = get_json(&h1(), format!("{}{old_url}", sims.old.url())).await;
+    assert!(schema_of(&doc, "Gadget").is_some(), "Gadget added");
+    assert!(
+        doc["paths"]
+            .as_object()
+            .is_some_and(|p| p.keys().any(|k| k.contains("/gadgets"))),
+        "gadgets' paths added"
+    );
+    assert_eq!(
+        schema_of(&doc, "Deployment"),
+        schema_of(&old_doc, "Deployment"),
+        "the kinds both serve are described as the source version does"
+    );
+    // Asked for by the source backend's own hash (an index read before), it is the merged one too.
+    let resp = get(&gate, &old_url).await;
+    assert_eq!(
+        (resp.status().as_u16(), served_by(&resp)),
+        (200, String::new())
+    );
+    let doc: Value = resp.json().await.expect("JSON");
+    assert!(schema_of(&doc, "Gadget").is_some(), "Gadget added");
+    if kubectl_available() {
+        let kc = kubeconfig(&temp_dir("discovery"), &gate.url());
+        let out = ok(&kubectl(&kc, &["explain", "gadgets"]).await);
+        assert!(out.contains("KIND:") && out.contains("Gadget"), "{out}");
+    }
+}

@@ -49,7 +49,10 @@ pub async fn handle(sim: Arc<SimState>, req: Request<Incoming>) -> Response<SimB
         {
             self_subject_review(&req)
         }
-        ["openapi", "v3", rest @ ..] => openapi::serve(sim.version, &sim.git_version, rest),
+        ["openapi", "v3", rest @ ..] => {
+            let query = req.uri().query();
+            openapi::serve(sim.version, &sim.git_version, rest, query)
+        }
         ["api"] => json_response(StatusCode::OK, &api::core_versions()),
         ["apis"] => json_response(StatusCode::OK, &api::groups(sim.version)),
         ["api", version] => discovery(api::resource_list(sim.version, "", version)),

@@ -15,28 +15,46 @@ use super::api::{self, ApiResource};
 use super::handler::{SimBody, json_response, status_error};
 use super::schema::{self, Minor};
 
-/// Answers `/openapi/v3` and `/openapi/v3/{api/v1 | apis/GROUP/VERSION}`.
-pub fn serve(version: Minor, git_version: &str, rest: &[&str]) -> Response<SimBody> {
+/// Answers `/openapi/v3` and `/openapi/v3/{api/v1 | apis/GROUP/VERSION}`. A document asked for
+/// with a `hash` that is not its own is redirected (301) to its URL with its own, as
+/// kube-apiserver (kube-openapi's handler3) does.
+pub fn serve(
+    version: Minor,
+    git_version: &str,
+    rest: &[&str],
+    query: Option<&str>,
+) -> Response<SimBody> {
     let docs = documents(version, git_version);
+    let hash = |doc: &Value| {
+        format!(
+            "{:016X}",
+            xxhash_rust::xxh3::xxh3_64(doc.to_string().as_bytes())
+        )
+    };
+    let path = rest.join("/");
     match rest {
         [] | [""] => {
             let paths: serde_json::Map<String, Value> = docs
                 .iter()
                 .map(|(path, doc)| {
-                    let hash = format!(
-                        "{:016X}",
-                        xxhash_rust::xxh3::xxh3_64(doc.to_string().as_bytes())
-                    );
-                    (
-                        path.clone(),
-                        json!({"serverRelativeURL": format!("/openapi/v3/{path}?hash={hash}")}),
-                    )
+                    let url = format!("/openapi/v3/{path}?hash={}", hash(doc));
+                    (path.clone(), json!({"serverRelativeURL": url}))
                 })
                 .collect();
             json_response(StatusCode::OK, &json!({"paths": paths}))
         }
-        _ => match docs.get(&rest.join("/")) {
-            Some(doc) => json_response(StatusCode::OK, doc),
+        _ => match docs.get(&path) {
+            Some(doc) => {
+                let asked = query
+                    .into_iter()
+                    .flat_map(|q| q.split('&'))
+                    .find_map(|kv| kv.strip_prefix("hash="));
+                let own = hash(doc);
+                match asked {
+                    Some(h) if h != own => redirect(&format!("/openapi/v3/{path}?hash={own}")),
+                    _ => json_response(StatusCode::OK, doc),
+                }
+            }
             None => status_error(
                 404,
                 "NotFound",
@@ -44,6 +62,14 @@ pub fn serve(version: Minor, git_version: &str, rest: &[&str]) -> Response<SimBo
             ),
         },
     }
+}
+
+fn redirect(location: &str) -> Response<SimBody> {
+    let mut resp = json_response(StatusCode::MOVED_PERMANENTLY, &Value::Null);
+    if let Ok(l) = http::HeaderValue::from_str(location) {
+        resp.headers_mut().insert(http::header::LOCATION, l);
+    }
+    resp
 }
 
 /// Every group/version document a simulator of `version` serves, by its path (`api/v1`,

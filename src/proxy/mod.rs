@@ -37,6 +37,7 @@ use crate::identity::{IdentityHeaders, ServingTls};
 use crate::metrics::Metrics;
 use crate::steer::{Clock, SystemClock, WriteLedger};
 use crate::upstream::{PoolSettings, Upstreams};
+use discovery::OpenApiMerges;
 
 /// How long an HTTP/1.1 connection may wait for its next request by default: kube-apiserver's
 /// `IdleTimeout`.
@@ -164,6 +165,8 @@ pub(crate) struct Proxy {
     pub draining: std::sync::atomic::AtomicBool,
     /// The backends' fields, from their OpenAPI v3.
     pub schemas: Arc<schemas::Schemas>,
+    /// The OpenAPI documents merged discovery answers merged.
+    pub(crate) openapi: Arc<OpenApiMerges>,
 }
 
 impl Proxy {
@@ -185,6 +188,7 @@ impl Proxy {
         log_warnings(&table);
         let upstreams = Upstreams::new(settings.pool.clone(), metrics.clone());
         let stop_long_running = CancellationToken::new();
+        let openapi = Arc::new(OpenApiMerges::default());
         let routing = Routing::new(
             table,
             &upstreams,
@@ -192,6 +196,7 @@ impl Proxy {
             &stop_long_running,
             None,
             &settings.clock,
+            &openapi,
         );
         metrics.config_reloads.with_label_values(&["success"]).inc();
         metrics.config_last_success.set(unix_now());
@@ -215,6 +220,7 @@ impl Proxy {
             goaway_chance: rebalance::per_million(settings.goaway_chance),
             draining: std::sync::atomic::AtomicBool::new(false),
             schemas: Arc::default(),
+            openapi,
             settings,
         })
     }
@@ -263,6 +269,7 @@ impl Proxy {
                     &self.stop_long_running,
                     Some(&old),
                     &self.settings.clock,
+                    &self.openapi,
                 ));
                 self.routing.store(routing.clone());
                 // A replica that publishes itself serves beside others.
@@ -279,6 +286,25 @@ impl Proxy {
         }
     }
 
+    /// Merges discovery again from what the backends serve now, and makes the merged OpenAPI
+    /// documents it names in the background (merging again once they are made).
+    fn refresh_discovery(self: &Arc<Self>) {
+        let routing = self.routing();
+        routing.refresh_discovery(self.settings.clock.now(), &self.openapi);
+        let plans = routing
+            .discovery()
+            .map(|d| d.openapi_plans())
+            .unwrap_or_default();
+        let me = Arc::downgrade(self);
+        let done = move || {
+            if let Some(p) = me.upgrade() {
+                p.routing()
+                    .refresh_discovery(p.settings.clock.now(), &p.openapi);
+            }
+        };
+        self.openapi.refresh(plans, routing.backends.clone(), done);
+    }
+
     /// Starts the background health checks of every endpoint, until `stop`.
     pub(crate) fn spawn_health_checks(self: &Arc<Self>, stop: CancellationToken) {
         let (me, me_too) = (Arc::downgrade(self), Arc::downgrade(self));
@@ -290,9 +316,8 @@ impl Proxy {
             },
             move || {
                 if let Some(p) = me_too.upgrade() {
-                    let routing = p.routing();
-                    routing.refresh_discovery(p.settings.clock.now());
-                    p.schemas.refresh(routing.backends.clone());
+                    p.refresh_discovery();
+                    p.schemas.refresh(p.routing().backends.clone());
                 }
             },
             self.settings.health_interval,

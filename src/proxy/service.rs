@@ -228,6 +228,12 @@ fn forward(
             .and_then(|m| MergedAnswer::take(m, &mut parts.headers))
             // Boxed: discovery's answers only, and held across the request's awaits.
             .map(Box::new);
+        if merged_answer.as_ref().is_some_and(|m| m.is_openapi()) {
+            // Its `?hash=` is the merged document's: the source apiserver would redirect it.
+            if let Ok(uri) = parts.uri.path().parse() {
+                parts.uri = uri;
+            }
+        }
         prepare_headers(&mut parts.headers, caller.remote, caller.forwarded_for);
         let names = &proxy.settings.identity_headers;
         forward_made(names, &mut parts.headers, caller.forwarded);
@@ -367,8 +373,13 @@ fn relay(
     resp: Response<UpstreamBody>,
     tracker: RequestTracker,
 ) -> Response<ProxyBody> {
-    let merged =
-        merged_answer.and_then(|m| m.answer(routing.discovery().as_deref(), resp.status()));
+    let merged = merged_answer.and_then(|m| {
+        m.answer(
+            routing.discovery().as_deref(),
+            resp.status(),
+            resp.headers(),
+        )
+    });
     if let Some(merged) = merged {
         return merged.map(ProxyBody::full);
     }

@@ -3,7 +3,7 @@
 use std::path::Path;
 use std::process::Command;
 
-use crate::harness::{Pair, gate, kubectl, resources};
+use crate::harness::{Pair, gate, kubectl, resources, within};
 
 /// A certificate user, a token user and an anonymous client each reach the apiservers through
 /// skewgate as themselves (the front-proxy certificate with the user's headers; the token as it
@@ -65,7 +65,7 @@ pub fn clients_reach_the_apiservers_as_themselves(pair: &Pair) {
 }
 
 /// Reads default to the old version: a resource only the new one serves, in a group/version both
-/// serve (v1.36's mutatingadmissionpolicies), is listed and readable (issue 42, 3).
+/// serve (v1.36's mutatingadmissionpolicies), is listed, readable and explained (issue 42, 3).
 pub fn discovery_lists_what_only_the_new_version_adds_to_a_shared_group_version(pair: &Pair) {
     let (_gate, routes) = gate(pair, "writes:\n  default: new\nreads:\n  default: old\n");
     let kc = routes.with_file_name("kubeconfig");
@@ -87,5 +87,14 @@ pub fn discovery_lists_what_only_the_new_version_adds_to_a_shared_group_version(
         assert!(through.contains(r), "{r:?} not listed through skewgate");
         let (ok, text) = kubectl(&kc, &["get", &r.0]);
         assert!(ok, "kubectl get {}: {text}", r.0);
+        // Its schema, in the old version's document of the group/version, merged in the
+        // background once discovery has run.
+        let mut said = String::new();
+        let explained = within(20, || {
+            let (ok, text) = kubectl(&kc, &["explain", &r.0]);
+            said = text;
+            ok && said.contains("KIND:")
+        });
+        assert!(explained, "kubectl explain {}: {said}", r.0);
     }
 }

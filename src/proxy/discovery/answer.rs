@@ -27,8 +27,18 @@ impl MergedAnswer {
         &self,
         discovery: Option<&MergedDiscovery>,
         status: StatusCode,
+        headers: &HeaderMap,
     ) -> Option<Response<Bytes>> {
         if status != StatusCode::OK {
+            return None;
+        }
+        // The merged OpenAPI document is JSON: a client that asked for protobuf gets the source
+        // backend's own.
+        let json = headers
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|t| t.starts_with("application/json"));
+        if matches!(self.path, Answer::OpenApi(_)) && !json {
             return None;
         }
         discovery?.respond(
@@ -36,6 +46,11 @@ impl MergedAnswer {
             self.accept.as_ref(),
             self.if_none_match.as_ref(),
         )
+    }
+
+    /// Whether it answers a group/version's OpenAPI document.
+    pub(crate) fn is_openapi(&self) -> bool {
+        matches!(self.path, Answer::OpenApi(_))
     }
 
     pub(crate) fn take(merge: Merge, headers: &mut HeaderMap) -> Option<MergedAnswer> {
@@ -71,6 +86,8 @@ pub(crate) enum Answer {
     OpenApiIndex,
     /// `/api/VERSION` or `/apis/GROUP/VERSION`.
     List(Box<(String, String)>),
+    /// `/openapi/v3/api/VERSION` or `/openapi/v3/apis/GROUP/VERSION`, asked for as JSON.
+    OpenApi(Box<(String, String)>),
 }
 
 pub(crate) fn merged_discovery(
@@ -85,9 +102,12 @@ pub(crate) fn merged_discovery(
         } => {
             let discovery = discovery?;
             let source = discovery.source(group, version)?;
+            let gv = || Box::new((group.to_owned(), version.to_owned()));
             if !openapi && discovery.has_merged_list(group, version) {
-                let list = Answer::List(Box::new((group.to_owned(), version.to_owned())));
-                return Some(Merge::SourceAnswer(source, list));
+                return Some(Merge::SourceAnswer(source, Answer::List(gv())));
+            }
+            if openapi && discovery.has_merged_openapi(group, version) {
+                return Some(Merge::SourceAnswer(source, Answer::OpenApi(gv())));
             }
             Some(Merge::Source(source))
         }

@@ -300,3 +300,32 @@ pub(super) fn merged_openapi(
     }
     any.then_some(paths)
 }
+
+/// For each group/version whose resource list other backends added resources to, the OpenAPI
+/// document to merge (when the source backend serves OpenAPI v3).
+pub(super) fn openapi_plans(
+    served: &[(BackendId, Arc<Served>)],
+    sources: &HashMap<(String, String), BackendId>,
+    lists: &HashMap<(String, String), Listed>,
+) -> Vec<((String, String), super::Plan)> {
+    let indexes: Vec<(BackendId, &Map<String, Value>)> = served
+        .iter()
+        .filter_map(|(id, s)| Some((*id, s.openapi.as_ref()?)))
+        .collect();
+    let mut plans: Vec<_> = lists
+        .iter()
+        .filter(|(_, l)| l.added)
+        .filter_map(|((group, version), _)| {
+            let source = *sources.get(&(group.clone(), version.clone()))?;
+            let index_path = if group.is_empty() {
+                format!("api/{version}")
+            } else {
+                format!("apis/{group}/{version}")
+            };
+            let plan = super::Plan::new(&index_path, source, &indexes)?;
+            Some(((group.clone(), version.clone()), plan))
+        })
+        .collect();
+    plans.sort_by(|a, b| a.0.cmp(&b.0));
+    plans
+}

@@ -20,13 +20,16 @@ use serde_json::{Value, json};
 
 mod answer;
 mod documents;
+mod openapi;
 
 pub(crate) use answer::{Answer, Merge, MergedAnswer, merged_discovery};
+pub(crate) use openapi::{OpenApiMerges, Plan};
 
 use crate::config::BackendId;
 use crate::upstream::Served;
 use documents::{
-    aggregated, choose_sources, core_group, group_list, merged_openapi, union_of_versions,
+    aggregated, choose_sources, core_group, group_list, merged_openapi, openapi_plans,
+    union_of_versions,
 };
 
 /// A discovery path, as far as merging is concerned.
@@ -180,6 +183,10 @@ pub(crate) struct MergedDiscovery {
     api: Forms,
     apis: Forms,
     openapi: Option<Document>,
+    /// The OpenAPI documents of the group/versions in `lists` (`openapi`).
+    openapi_plans: Vec<Plan>,
+    /// Those made so far, answered in place of the source backend's.
+    openapi_docs: HashMap<(String, String), Arc<Document>>,
 }
 
 /// A named group while merging: its versions in order, and its preferred version.
@@ -194,9 +201,11 @@ impl MergedDiscovery {
     /// then the route file's order) serve. `source_of(group, version, resource)` is the backend the
     /// route table would send that group/version's resources to. `None` until some backend has been
     /// discovered.
+    /// `merges` holds the merged OpenAPI documents made so far.
     pub(crate) fn build(
         served: &[(BackendId, Arc<Served>)],
         source_of: impl Fn(&str, &str, &str) -> BackendId,
+        merges: &OpenApiMerges,
     ) -> Option<MergedDiscovery> {
         let primary = served.first()?;
         let (core_versions, groups) = union_of_versions(served);
@@ -219,8 +228,17 @@ impl MergedDiscovery {
             v2: Document::new(&aggregated("v2", &groups, &lists)),
             v2beta1: Document::new(&aggregated("v2beta1", &groups, &lists)),
         };
-        let openapi =
-            merged_openapi(served, &sources).map(|paths| Document::new(&json!({"paths": paths})));
+        let openapi_plans = openapi_plans(served, &sources, &lists);
+        let mut index = merged_openapi(served, &sources);
+        let mut openapi_docs = HashMap::new();
+        for (gv, plan) in &openapi_plans {
+            if let (Some(doc), Some(paths)) = (merges.get(&plan.key), index.as_mut()) {
+                let entry = json!({"serverRelativeURL": plan.url()});
+                paths.insert(plan.index_path.clone(), entry);
+                openapi_docs.insert(gv.clone(), doc);
+            }
+        }
+        let openapi = index.map(|paths| Document::new(&json!({"paths": paths})));
         let lists = lists
             .into_iter()
             .filter(|(_, l)| l.added)
@@ -232,7 +250,20 @@ impl MergedDiscovery {
             api,
             apis,
             openapi,
+            openapi_plans: openapi_plans.into_iter().map(|(_, p)| p).collect(),
+            openapi_docs,
         })
+    }
+
+    /// The merged OpenAPI documents this discovery names, made or not.
+    pub(crate) fn openapi_plans(&self) -> Vec<Plan> {
+        self.openapi_plans.clone()
+    }
+
+    /// Whether `group`/`version`'s OpenAPI document is answered merged.
+    pub(crate) fn has_merged_openapi(&self, group: &str, version: &str) -> bool {
+        self.openapi_docs
+            .contains_key(&(group.to_owned(), version.to_owned()))
     }
 
     /// The backend the documents of `group`/`version` come from, if some backend serves it.
@@ -268,6 +299,7 @@ impl MergedDiscovery {
             }
             Answer::OpenApiIndex => (self.openapi.as_ref()?, "application/json"),
             Answer::List(gv) => (self.lists.get(&**gv)?, "application/json"),
+            Answer::OpenApi(gv) => (&**self.openapi_docs.get(&**gv)?, "application/json"),
         };
         let fresh = if_none_match.is_some_and(|v| v == doc.etag);
         let mut resp = if fresh {

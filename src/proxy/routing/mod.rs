@@ -11,7 +11,7 @@ use std::time::SystemTime;
 use prometheus::{IntCounter, IntGauge};
 use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 
-use super::discovery::MergedDiscovery;
+use super::discovery::{MergedDiscovery, OpenApiMerges};
 use crate::classify::{Client, Verb, classify};
 use crate::config::{BackendId, RouteTable};
 use crate::metrics::{Metrics, ResourceIndex, Slots, TableLabels};
@@ -92,6 +92,7 @@ impl Routing {
         shutdown: &CancellationToken,
         previous: Option<&Routing>,
         clock: &Arc<dyn Clock>,
+        merges: &OpenApiMerges,
     ) -> Routing {
         let now = clock.now();
         let backends = upstreams.backends_for(&table);
@@ -158,7 +159,7 @@ impl Routing {
             watches: Slots::new(n),
             decisions: Slots::per_worker(rules * CLASSES),
         };
-        routing.refresh_discovery(now);
+        routing.refresh_discovery(now, merges);
         routing
     }
 
@@ -170,7 +171,7 @@ impl Routing {
     /// Rebuilds the merged discovery from what the backends serve now: the backend `reads.default`
     /// names first, then the route file's order; each group/version from the backend this table
     /// sends a list of its first resource to.
-    pub(crate) fn refresh_discovery(&self, now: SystemTime) {
+    pub(crate) fn refresh_discovery(&self, now: SystemTime, merges: &OpenApiMerges) {
         let primary = self.table().reads.default;
         let order = std::iter::once(primary)
             .chain(BackendId::all(self.backends.len()).filter(|b| *b != primary));
@@ -178,21 +179,25 @@ impl Routing {
             .filter_map(|b| Some((b, self.backends.get(b.index())?.served.load_full()?)))
             .collect();
         self.extend_resources(served.iter().map(|(_, s)| &**s));
-        let merged = MergedDiscovery::build(&served, |group, version, resource| {
-            let path = if group.is_empty() {
-                format!("/api/{version}/{resource}")
-            } else {
-                format!("/apis/{group}/{version}/{resource}")
-            };
-            let info = classify("GET", &path, None);
-            let req = SteerRequest {
-                info: &info,
-                user: "",
-                groups: &[],
-                client: Client::default(),
-            };
-            self.steering.decide(&req, now, self).backend
-        });
+        let merged = MergedDiscovery::build(
+            &served,
+            |group, version, resource| {
+                let path = if group.is_empty() {
+                    format!("/api/{version}/{resource}")
+                } else {
+                    format!("/apis/{group}/{version}/{resource}")
+                };
+                let info = classify("GET", &path, None);
+                let req = SteerRequest {
+                    info: &info,
+                    user: "",
+                    groups: &[],
+                    client: Client::default(),
+                };
+                self.steering.decide(&req, now, self).backend
+            },
+            merges,
+        );
         self.discovery.store(merged.map(Arc::new));
     }
 
