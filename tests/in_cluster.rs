@@ -7,34 +7,9 @@
 mod common;
 
 use std::net::SocketAddr;
-use std::time::Duration;
 
 use common::*;
 use serde_json::Value;
-use skewgate::cluster::PublishSettings;
-use skewgate::edge::{ServeOptions, Server};
-use skewgate::proxy::ProxySettings;
-
-/// A replica listening at `listen` that publishes itself there.
-async fn replica(routes: &std::path::Path, listen: SocketAddr) -> Server {
-    Server::start(ServeOptions {
-        routes: routes.to_path_buf(),
-        listen,
-        admin_listen: loopback(),
-        reload_poll: Duration::from_millis(200),
-        settings: ProxySettings {
-            shutdown_grace: Duration::from_secs(1),
-            publish: Some(PublishSettings {
-                address: listen,
-                interval: Duration::from_millis(100),
-                lease_duration: Duration::from_secs(1),
-            }),
-            ..ProxySettings::default()
-        },
-    })
-    .await
-    .expect("skewgate starts")
-}
 
 /// The addresses the Service's EndpointSlice names, as kube-proxy would route to them.
 async fn service_endpoints(apiserver: &str) -> Vec<SocketAddr> {
@@ -76,8 +51,8 @@ async fn in_cluster_clients_resolve_the_kubernetes_service_to_live_skewgate_repl
         format!("127.0.0.1:{port}").parse().expect("addr"),
         format!("127.0.0.2:{port}").parse().expect("addr"),
     );
-    let a = replica(&file, a_addr).await;
-    let b = replica(&file, b_addr).await;
+    let a = publishing_replica(&file, a_addr).await;
+    let b = publishing_replica(&file, b_addr).await;
     let apiserver = sims.old.url();
     assert!(
         eventually(10, || async {

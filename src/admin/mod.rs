@@ -23,6 +23,8 @@ pub(crate) trait AdminSource: Send + Sync + 'static {
     fn debug_routes(&self) -> serde_json::Value;
     /// What differs between the backends' versions, with the pins that follow, as JSON.
     fn debug_skew(&self) -> serde_json::Value;
+    /// `/debug/fleet`: the replicas and whether they run the same table.
+    fn debug_fleet(&self) -> serde_json::Value;
 }
 
 /// Serves the admin endpoints until `stop`.
@@ -76,6 +78,10 @@ fn answer(source: &dyn AdminSource, req: &Request<Incoming>) -> Response<Full<By
             let body = serde_json::to_string_pretty(&source.debug_skew()).unwrap_or_default();
             text(StatusCode::OK, "application/json", body)
         }
+        "/debug/fleet" => {
+            let body = serde_json::to_string_pretty(&source.debug_fleet()).unwrap_or_default();
+            text(StatusCode::OK, "application/json", body)
+        }
         "/debug/routes" => {
             let body = serde_json::to_string_pretty(&source.debug_routes()).unwrap_or_default();
             text(StatusCode::OK, "application/json", body)
@@ -83,7 +89,7 @@ fn answer(source: &dyn AdminSource, req: &Request<Incoming>) -> Response<Full<By
         _ => text(
             StatusCode::NOT_FOUND,
             "text/plain",
-            "not found; try /metrics, /healthz, /readyz, /debug/routes or /debug/skew\n".to_owned(),
+            "not found; try /metrics, /healthz, /readyz, /debug/routes, /debug/fleet or /debug/skew\n".to_owned(),
         ),
     }
 }

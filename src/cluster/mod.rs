@@ -11,7 +11,10 @@
 //! privilege: deploy/kubeadm/rbac.yaml), and a failure is logged and counted, never in the way of
 //! serving.
 
+mod fleet;
 mod objects;
+
+pub(crate) use fleet::{FleetView, Report};
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex};
@@ -23,7 +26,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::metrics::Metrics;
 use crate::upstream::{BackendPool, EndpointPool, own_request};
-use objects::{Desired, endpoint_slice, endpoints, lease, live_replicas};
+use objects::{Desired, endpoint_slice, endpoints, lease};
 
 /// How this replica publishes itself.
 #[derive(Clone, Debug)]
@@ -81,8 +84,12 @@ pub(crate) type Target = Box<dyn Fn() -> Option<Arc<EndpointPool>> + Send + Sync
 pub(crate) struct Presence {
     settings: PublishSettings,
     target: Target,
+    /// What this replica runs, published in its Lease.
+    report: Report,
     metrics: Arc<Metrics>,
     last_error: Mutex<Option<String>>,
+    /// The replicas as last read.
+    fleet: Mutex<FleetView>,
 }
 
 impl Presence {
@@ -90,14 +97,17 @@ impl Presence {
     pub(crate) fn spawn(
         settings: PublishSettings,
         target: Target,
+        report: Report,
         metrics: Arc<Metrics>,
         stop: CancellationToken,
     ) -> Arc<Presence> {
         let presence = Arc::new(Presence {
             settings,
             target,
+            report,
             metrics,
             last_error: Mutex::new(None),
+            fleet: Mutex::new(FleetView::default()),
         });
         let me = presence.clone();
         tokio::spawn(async move {
@@ -133,7 +143,10 @@ impl Presence {
                 self.delete_lease(&ep).await?;
             }
             let leases = read(&ep, &lease_collection()).await?;
-            let mut live = live_replicas(&leases, now);
+            let members = fleet::members(&leases, now);
+            let mut live: Vec<SocketAddr> =
+                members.iter().filter(|m| m.live).map(|m| m.address).collect();
+            self.saw(members, now);
             live.retain(|a| present || *a != self.settings.address);
             if live.is_empty() {
                 // The last replica going away leaves the endpoints as they are: an empty Service
@@ -176,6 +189,7 @@ impl Presence {
             self.settings.lease_duration,
             now,
             current.as_ref(),
+            &(self.report)(now),
         );
         match current {
             Some(_) => send_json(ep, Method::PUT, &path, &body).await,
@@ -193,6 +207,28 @@ impl Presence {
             (code, _) if code.is_success() || code == StatusCode::NOT_FOUND => Ok(()),
             (code, body) => Err(answered(&path, code, &body)),
         }
+    }
+
+    /// Keeps the replicas as read at `now`, and counts them.
+    fn saw(&self, members: Vec<fleet::Member>, now: SystemTime) {
+        let mut fleet = self.fleet.lock().unwrap_or_else(|e| e.into_inner());
+        *fleet = FleetView::new(members, now, &fleet);
+        let m = &self.metrics;
+        m.fleet_replica_table.reset();
+        for member in fleet.live() {
+            let replica = member.address.to_string();
+            m.fleet_replica_table
+                .with_label_values(&[replica.as_str(), member.table()])
+                .set(1);
+        }
+        m.fleet_disagreement
+            .set(fleet.disagreement(now).as_secs_f64());
+    }
+
+    /// `/debug/fleet`: the replicas as last read, at `now`.
+    pub(crate) fn fleet_json(&self, now: SystemTime) -> Value {
+        let fleet = self.fleet.lock().unwrap_or_else(|e| e.into_inner());
+        fleet.to_json(self.settings.address, now)
     }
 
     fn succeeded(&self) {

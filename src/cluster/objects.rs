@@ -7,7 +7,7 @@ use std::time::{Duration, SystemTime};
 use serde_json::{Value, json};
 
 /// The label that marks a skewgate replica's Lease.
-const LEASE_LABEL: &str = "skewgate.io/endpoint";
+pub(super) const LEASE_LABEL: &str = "skewgate.io/endpoint";
 
 /// What the endpoints should name: the live replicas, and the port of the Service's endpoints.
 pub(super) struct Desired {
@@ -33,6 +33,7 @@ pub(super) fn lease(
     duration: Duration,
     now: SystemTime,
     current: Option<&Value>,
+    state: &Value,
 ) -> Value {
     let mut lease = json!({
         "apiVersion": "coordination.k8s.io/v1",
@@ -48,6 +49,10 @@ pub(super) fn lease(
             "renewTime": humantime::format_rfc3339_micros(now).to_string(),
         },
     });
+    if !state.is_null() {
+        lease["metadata"]["annotations"] =
+            json!({super::fleet::STATE_ANNOTATION: state.to_string()});
+    }
     if let Some(rv) = current.and_then(|c| c["metadata"].get("resourceVersion")) {
         lease["metadata"]["resourceVersion"] = rv.clone();
     }
@@ -55,19 +60,12 @@ pub(super) fn lease(
 }
 
 /// The replicas whose Lease (in `list`, a LeaseList) is current at `now`.
+#[cfg(test)]
 pub(super) fn live_replicas(list: &Value, now: SystemTime) -> Vec<SocketAddr> {
-    list["items"]
-        .as_array()
+    super::fleet::members(list, now)
         .into_iter()
-        .flatten()
-        .filter(|l| l["metadata"]["labels"][LEASE_LABEL] == "true")
-        .filter_map(|l| {
-            let spec = &l["spec"];
-            let address: SocketAddr = spec["holderIdentity"].as_str()?.parse().ok()?;
-            let renewed = humantime::parse_rfc3339_weak(spec["renewTime"].as_str()?).ok()?;
-            let holds = Duration::from_secs(spec["leaseDurationSeconds"].as_u64()?);
-            (renewed + holds > now).then_some(address)
-        })
+        .filter(|m| m.live)
+        .map(|m| m.address)
         .collect()
 }
 

@@ -1,7 +1,7 @@
 //! Everything `skewgate serve` runs: the route table and its watcher, the client listener, the admin
 //! listener and the health checks, started together and stopped together.
 
-use crate::cluster::{Presence, Target, first_ready};
+use crate::cluster::{Presence, Report, Target, first_ready};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -156,8 +156,30 @@ impl Server {
             let routing = Arc::downgrade(&proxy);
             let target: Target =
                 Box::new(move || first_ready(&routing.upgrade()?.routing().backends));
-            Presence::spawn(publish, target, proxy.metrics.clone(), background.clone())
+            let me = Arc::downgrade(&proxy);
+            let report: Report = Box::new(move |now| {
+                me.upgrade()
+                    .map(|p| p.fleet_report(now))
+                    .unwrap_or_default()
+            });
+            let presence = Presence::spawn(
+                publish,
+                target,
+                report,
+                proxy.metrics.clone(),
+                background.clone(),
+            );
+            let _ = proxy.presence.set(presence.clone());
+            presence
         });
+        match &presence {
+            Some(_) => tracing::info!(
+                "fleet mode: this replica publishes its route table, pin moves and rollout aborts in its Lease; /debug/fleet shows whether the replicas agree"
+            ),
+            None => tracing::info!(
+                "single-replica mode (no --advertise-address): nothing is published; pins move at flipAt by this replica's clock alone"
+            ),
+        }
         tokio::spawn(crate::admin::serve(
             proxy.clone(),
             admin,

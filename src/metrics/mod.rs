@@ -62,6 +62,12 @@ pub(crate) struct Metrics {
     /// `skewgate_endpoint_reconciles_total{result}`: rounds of keeping the `kubernetes` Service's
     /// endpoints (success, failure).
     pub endpoint_reconciles: IntCounterVec,
+    /// `skewgate_fleet_replica_table{replica,table}`: 1 for each live replica and the digest of
+    /// the route table it runs, as its Lease says.
+    pub fleet_replica_table: IntGaugeVec,
+    /// `skewgate_fleet_disagreement_seconds`: how long the live replicas have run different route
+    /// tables (0 when they agree).
+    pub fleet_disagreement: prometheus::Gauge,
     /// `skewgate_guarded_updates_total{guard,action,resource}`: updates a guard found would drop
     /// fields, by what it did.
     pub guarded_updates: IntCounterVec,
@@ -204,6 +210,8 @@ impl Metrics {
             client_connections_closed: counter(&r, "skewgate_client_connections_closed_total", "Client connections skewgate closed for misbehaving, by reason (premature_resets).", &["reason"]),
             client_goaways: counter(&r, "skewgate_client_goaways_total", "Client HTTP/2 connections sent GOAWAY after a response so that clients reconnect and spread over the replicas (reason rebalance).", &["reason"]),
             guarded_updates: counter(&r, "skewgate_guarded_updates_total", "Full-object updates from clients older than their backend that would have dropped fields the stored object has, by guard, action (reject, warn, preserve) and resource.", &["guard", "action", "resource"]),
+            fleet_replica_table: gauge(&r, "skewgate_fleet_replica_table", "1 for each live skewgate replica and the digest of the route table it runs, as read from its Lease (with --advertise-address).", &["replica", "table"]),
+            fleet_disagreement: register(&r, valid(prometheus::Gauge::new("skewgate_fleet_disagreement_seconds", "How long the live skewgate replicas have run different route tables, as read from their Leases; 0 when they agree."))),
             endpoint_reconciles: counter(&r, "skewgate_endpoint_reconciles_total", "Rounds of renewing this replica's Lease and keeping the default/kubernetes endpoints naming the live replicas, by result (success, failure).", &["result"]),
             clients_held_back: counter(&r, "skewgate_clients_held_back_total", "Holds put on a misbehaving client's next connections, by reason (premature_resets, malformed_requests).", &["reason"]),
             client_connections_delayed: register(&r, valid(prometheus::IntCounter::new("skewgate_client_connections_delayed_total", "Client connections that waited out their client's hold (skewgate_clients_held_back_total) before they were served."))),

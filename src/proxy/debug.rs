@@ -8,6 +8,7 @@ use super::Proxy;
 use super::routing::Routing;
 use crate::admin::AdminSource;
 use crate::config::{Schedule, Selectors};
+use crate::steer::LiveState;
 use crate::upstream::EndpointState;
 
 impl AdminSource for Proxy {
@@ -45,6 +46,18 @@ impl AdminSource for Proxy {
         }
     }
 
+    fn debug_fleet(&self) -> Value {
+        let now = self.settings.clock.now();
+        match self.presence.get() {
+            Some(p) => p.fleet_json(now),
+            None => json!({
+                "mode": "single",
+                "note": "no --advertise-address: this replica publishes nothing and reads no other; its pins move at flipAt by its own clock",
+                "state": self.fleet_report(now),
+            }),
+        }
+    }
+
     fn debug_skew(&self) -> Value {
         let report = self.schemas.report();
         let routing = self.routing();
@@ -77,6 +90,49 @@ impl AdminSource for Proxy {
 }
 
 impl Proxy {
+    /// What this replica runs at `now`, as it publishes it in its Lease for the other replicas:
+    /// the route table's digest (`table_digest`), name and generation (tables loaded since start),
+    /// each pin's backend, `flipAt` and move, each rollout's abort, and its clock.
+    pub(crate) fn fleet_report(&self, now: SystemTime) -> Value {
+        let routing = self.routing();
+        let t = routing.table();
+        let pins: Vec<Value> = t
+            .writes
+            .pins
+            .iter()
+            .enumerate()
+            .map(|(i, p)| {
+                let moved = routing.steering.pin_move(i, now, &*routing);
+                json!({
+                    "name": p.name,
+                    "backend": t.backend_name(p.backend),
+                    "flipAt": p.flip_at.map(|a| humantime::format_rfc3339_seconds(a).to_string()),
+                    "move": moved.stage.describe(),
+                })
+            })
+            .collect();
+        let rollouts: Vec<Value> = t
+            .reads
+            .rollouts
+            .iter()
+            .enumerate()
+            .map(|(i, r)| json!({"name": r.name, "aborted": LiveState::rollout_aborted(&*routing, i)}))
+            .collect();
+        let generation = self
+            .metrics
+            .config_reloads
+            .with_label_values(&["success"])
+            .get();
+        json!({
+            "table": table_digest(t),
+            "name": t.name,
+            "generation": generation,
+            "pins": pins,
+            "rollouts": rollouts,
+            "clock": humantime::format_rfc3339_millis(now).to_string(),
+        })
+    }
+
     /// The pins, each with its move at `now`.
     fn pins(&self, routing: &Routing, now: SystemTime) -> Vec<Value> {
         let t = routing.table();
@@ -187,4 +243,16 @@ fn selectors(s: &Selectors) -> Value {
         "clients": s.clients.as_ref().map(|c| c.include.iter().map(|p| p.to_string()).chain(c.exclude.iter().map(|p| format!("!{p}"))).collect::<Vec<_>>()),
         "resources": s.resources.as_ref().map(|r| r.include.iter().map(|p| p.to_string()).chain(r.exclude.iter().map(|p| format!("!{p}"))).collect::<Vec<_>>()),
     })
+}
+
+/// The digest of what a route table says (its backends, writes, reads and guards, not the file it
+/// came from): replicas that loaded the same table show the same digest. Made from this build's
+/// reading of the table, so replicas of different skewgate builds may show different digests for
+/// one file.
+pub(crate) fn table_digest(t: &crate::config::RouteTable) -> String {
+    let text = format!(
+        "{:?}|{:?}|{:?}|{:?}|{:?}",
+        t.name, t.backends, t.writes, t.reads, t.guards
+    );
+    format!("{:016x}", xxhash_rust::xxh3::xxh3_64(text.as_bytes()))
 }

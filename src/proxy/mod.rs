@@ -167,6 +167,8 @@ pub(crate) struct Proxy {
     pub schemas: Arc<schemas::Schemas>,
     /// The OpenAPI documents merged discovery answers merged.
     pub(crate) openapi: Arc<OpenApiMerges>,
+    /// This replica's presence in the cluster, when it publishes itself.
+    pub(crate) presence: std::sync::OnceLock<Arc<crate::cluster::Presence>>,
 }
 
 impl Proxy {
@@ -221,6 +223,7 @@ impl Proxy {
             draining: std::sync::atomic::AtomicBool::new(false),
             schemas: Arc::default(),
             openapi,
+            presence: std::sync::OnceLock::new(),
             settings,
         })
     }

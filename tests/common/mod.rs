@@ -371,3 +371,24 @@ pub async fn big_configmaps(sims: &Sims, n: usize, size: usize) {
         assert_eq!(resp.status(), 201);
     }
 }
+
+/// A replica listening at `listen` that publishes itself there.
+pub async fn publishing_replica(routes: &Path, listen: SocketAddr) -> Server {
+    Server::start(ServeOptions {
+        routes: routes.to_path_buf(),
+        listen,
+        admin_listen: loopback(),
+        reload_poll: Duration::from_millis(200),
+        settings: ProxySettings {
+            shutdown_grace: Duration::from_secs(1),
+            publish: Some(skewgate::cluster::PublishSettings {
+                address: listen,
+                interval: Duration::from_millis(100),
+                lease_duration: Duration::from_secs(1),
+            }),
+            ..ProxySettings::default()
+        },
+    })
+    .await
+    .expect("skewgate starts")
+}

@@ -1,0 +1,146 @@
+//! skewgate replicas as one fleet (issue 43, first part): each publishes in its Lease what it runs
+//! (its route table's digest, each pin's move, each rollout's abort, its clock), reads the others',
+//! and shows on `/debug/fleet` and in metrics whether the live replicas run the same table, and
+//! since when they have not. A replica that publishes nothing says it runs alone.
+
+mod common;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use common::*;
+use serde_json::Value;
+use skewgate::edge::Server;
+
+async fn fleet(server: &Server) -> Value {
+    let url = format!("http://{}/debug/fleet", server.admin_addr);
+    match reqwest::get(url).await {
+        Ok(r) => r.json().await.unwrap_or(Value::Null),
+        Err(_) => Value::Null,
+    }
+}
+
+async fn metrics(server: &Server) -> String {
+    let url = format!("http://{}/metrics", server.admin_addr);
+    let r = reqwest::get(url).await.expect("metrics");
+    r.text().await.unwrap_or_default()
+}
+
+fn live(view: &Value) -> Vec<&Value> {
+    view["replicas"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|r| r["live"] == true)
+        .collect()
+}
+
+/// A pin to the new version that moves an hour from now, and `reads` the reads' default.
+fn table(sims: &Sims, reads: &str) -> String {
+    let flip_at = std::time::SystemTime::now() + std::time::Duration::from_secs(3600);
+    let at = humantime::format_rfc3339_seconds(flip_at);
+    routes(
+        sims,
+        &format!(
+            "writes:\n  default: old\n  pins:\n    - {{name: team-a, namespaces: [team-a], backend: new, from: old, flipAt: {at}}}\nreads:\n  default: {reads}\n  rollouts:\n    - {{name: canary, match: {{namespaces: [canary]}}, to: new, percent: 5}}\n"
+        ),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_replicas_publish_what_they_run_and_show_when_they_disagree() {
+    let sims = sims().await;
+    let text = table(&sims, "old");
+    let files: Vec<PathBuf> = (0..3)
+        .map(|i| {
+            let file = temp_dir(&format!("fleet-{i}")).join("routes.yaml");
+            std::fs::write(&file, &text).expect("routes");
+            file
+        })
+        .collect();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    let addr =
+        |i: usize| -> SocketAddr { format!("127.0.0.{}:{port}", i + 1).parse().expect("addr") };
+    let mut replicas = Vec::new();
+    for (i, file) in files.iter().enumerate() {
+        replicas.push(publishing_replica(file, addr(i)).await);
+    }
+    let (a, c) = (&replicas[0], &replicas[2]);
+
+    // All three live, one table, each pin's move and rollout's abort as each replica says.
+    let agreed = eventually(10, || async {
+        let view = fleet(a).await;
+        live(&view).len() == 3 && view["agreed"] == true
+    })
+    .await;
+    assert!(agreed, "{:#}", fleet(a).await);
+    let view = fleet(a).await;
+    let tables: Vec<&Value> = live(&view).iter().map(|r| &r["state"]["table"]).collect();
+    assert!(
+        tables.iter().all(|t| *t == tables[0] && t.is_string()),
+        "{tables:?}"
+    );
+    for r in live(&view) {
+        assert_eq!(r["state"]["pins"][0]["name"], "team-a");
+        assert_eq!(r["state"]["pins"][0]["move"], "before flipAt", "{r}");
+        assert_eq!(
+            r["state"]["rollouts"][0],
+            serde_json::json!({"name": "canary", "aborted": false})
+        );
+        assert!(r["state"]["clock"].is_string());
+    }
+    assert_eq!(view["me"], addr(0).to_string());
+
+    // One replica runs another table: every replica sees it, and for how long.
+    std::fs::write(&files[2], table(&sims, "new")).expect("routes");
+    let split = eventually(10, || async {
+        let m = metrics(a).await;
+        fleet(a).await["agreed"] == false
+            && metric(&m, "skewgate_fleet_disagreement_seconds") >= 1.0
+    })
+    .await;
+    assert!(split, "{:#}", fleet(a).await);
+    let view = fleet(c).await;
+    assert_eq!(view["agreed"], false);
+    assert!(view["disagreeingSince"].is_string());
+    let m = metrics(a).await;
+    let c_table = live(&view)
+        .into_iter()
+        .find(|r| r["me"] == true)
+        .map(|r| r["state"]["table"].as_str().unwrap_or_default().to_owned())
+        .expect("c itself");
+    let series = format!(
+        "skewgate_fleet_replica_table{{replica=\"{}\",table=\"{c_table}\"}}",
+        addr(2)
+    );
+    assert_eq!(metric(&m, &series), 1.0, "{m}");
+
+    // Back to one table: agreed again, and the disagreement over.
+    std::fs::write(&files[2], &text).expect("routes");
+    let healed = eventually(10, || async {
+        let m = metrics(a).await;
+        fleet(a).await["agreed"] == true && metric(&m, "skewgate_fleet_disagreement_seconds") == 0.0
+    })
+    .await;
+    assert!(healed, "{:#}", fleet(a).await);
+    for r in replicas {
+        r.shutdown().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_that_publishes_nothing_says_it_runs_alone() {
+    let sims = sims().await;
+    let gate = gate(&table(&sims, "old")).await;
+    let view: Value = reqwest::get(format!("{}/debug/fleet", gate.admin()))
+        .await
+        .expect("fleet")
+        .json()
+        .await
+        .expect("JSON");
+    assert_eq!(view["mode"], "single", "{view}");
+    assert_eq!(view["state"]["pins"][0]["move"], "before flipAt");
+}
