@@ -144,3 +144,53 @@ async fn a_replica_that_publishes_nothing_says_it_runs_alone() {
     assert_eq!(view["mode"], "single", "{view}");
     assert_eq!(view["state"]["pins"][0]["move"], "before flipAt");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_replica_publishes_how_far_its_clock_is_from_the_apiservers() {
+    let sims = sims().await;
+    let file = temp_dir("fleet-clock").join("routes.yaml");
+    std::fs::write(&file, table(&sims, "old")).expect("routes");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    let addr =
+        |i: usize| -> SocketAddr { format!("127.0.0.{}:{port}", i + 1).parse().expect("addr") };
+    let on_time = publishing_replica(&file, addr(0)).await;
+    // The test hook of issue 43: a replica whose clock is 5 s ahead.
+    let ahead = std::sync::Arc::new(skewgate::steer::OffsetClock(
+        std::time::Duration::from_secs(5),
+    ));
+    let settings = skewgate::proxy::ProxySettings {
+        clock: ahead,
+        ..Default::default()
+    };
+    let off = publishing_replica_with(&file, addr(1), settings).await;
+    let offset_of = |view: &Value, i: usize| {
+        live(view)
+            .into_iter()
+            .find(|r| r["address"] == addr(i).to_string())
+            .and_then(|r| r["state"]["clockOffsetMs"].as_f64())
+    };
+    let measured = eventually(10, || async {
+        let view = fleet(&on_time).await;
+        offset_of(&view, 0).is_some() && offset_of(&view, 1).is_some()
+    })
+    .await;
+    assert!(measured, "{:#}", fleet(&on_time).await);
+    let view = fleet(&on_time).await;
+    // Within a second of the truth: each answer's Date is whole seconds.
+    let (a, b) = (
+        offset_of(&view, 0).unwrap_or_default(),
+        offset_of(&view, 1).unwrap_or_default(),
+    );
+    assert!(a.abs() <= 1000.0, "{a}");
+    assert!((b - 5000.0).abs() <= 1000.0, "{b}");
+    let spread = view["clockSpreadMs"].as_f64().unwrap_or_default();
+    assert!((spread - 5000.0).abs() <= 2000.0, "{spread}");
+    let m = metrics(&off).await;
+    let own = metric(&m, "skewgate_clock_offset_seconds");
+    assert!((own - 5.0).abs() <= 1.0, "{m}");
+    on_time.shutdown().await;
+    off.shutdown().await;
+}

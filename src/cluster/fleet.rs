@@ -4,9 +4,13 @@
 //! says whether the live replicas run the same table, and since when they have not.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
+use http::Method;
 use serde_json::{Value, json};
+
+use crate::upstream::{EndpointPool, own_dated};
 
 /// The Lease annotation a replica's report is published in (as a JSON string).
 pub(super) const STATE_ANNOTATION: &str = "skewgate.io/state";
@@ -95,9 +99,16 @@ impl FleetView {
                 })
             })
             .collect();
+        let offsets: Vec<f64> = self
+            .live()
+            .filter_map(|m| m.state["clockOffsetMs"].as_f64())
+            .collect();
+        let spread = offsets.iter().copied().fold(f64::MIN, f64::max)
+            - offsets.iter().copied().fold(f64::MAX, f64::min);
         json!({
             "mode": "fleet",
             "me": me.to_string(),
+            "clockSpreadMs": (!offsets.is_empty()).then_some(spread),
             "readAt": self.read_at.map(time),
             "agreed": self.agreed(),
             "disagreeingSince": self.disagreeing_since.map(time),
@@ -132,6 +143,68 @@ pub(super) fn members(list: &Value, now: SystemTime) -> Vec<Member> {
             })
         })
         .collect()
+}
+
+impl super::Presence {
+    /// The Lease list, its answer's `Date` measuring this replica's clock offset.
+    pub(super) async fn read_leases(&self, ep: &Arc<EndpointPool>) -> Result<Value, String> {
+        let path = super::lease_collection();
+        let sent = self.clock.now();
+        let (code, body, date) = own_dated(ep, Method::GET, &path, None).await?;
+        let received = self.clock.now();
+        if !code.is_success() {
+            return Err(super::answered(&path, code, &body));
+        }
+        if let Some(date) = date {
+            let mut estimate = self.offset.lock().unwrap_or_else(|e| e.into_inner());
+            estimate.sample(sent, received, date);
+            if let Some(o) = estimate.offset() {
+                self.metrics.clock_offset.set(o.seconds);
+            }
+        }
+        serde_json::from_slice(&body).map_err(|e| format!("{path}: {e}"))
+    }
+
+    /// What this replica publishes at `now`: the proxy's report, and its clock's offset from the
+    /// apiservers' once measured.
+    pub(super) fn report(&self, now: SystemTime) -> Value {
+        let mut state = (self.report)(now);
+        let offset = self
+            .offset
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .offset();
+        if let (Some(o), Some(map)) = (offset, state.as_object_mut()) {
+            map.insert("clockOffsetMs".into(), json!((o.seconds * 1000.0).round()));
+            map.insert(
+                "clockOffsetWithinMs".into(),
+                json!((o.within * 1000.0).round()),
+            );
+        }
+        state
+    }
+
+    /// Keeps the replicas as read at `now`, and counts them.
+    pub(super) fn saw(&self, members: Vec<Member>, now: SystemTime) {
+        let mut fleet = self.fleet.lock().unwrap_or_else(|e| e.into_inner());
+        *fleet = FleetView::new(members, now, &fleet);
+        let m = &self.metrics;
+        m.fleet_replica_table.reset();
+        for member in fleet.live() {
+            let replica = member.address.to_string();
+            m.fleet_replica_table
+                .with_label_values(&[replica.as_str(), member.table()])
+                .set(1);
+        }
+        m.fleet_disagreement
+            .set(fleet.disagreement(now).as_secs_f64());
+    }
+
+    /// `/debug/fleet`: the replicas as last read, at `now`.
+    pub(crate) fn fleet_json(&self, now: SystemTime) -> Value {
+        let fleet = self.fleet.lock().unwrap_or_else(|e| e.into_inner());
+        fleet.to_json(self.settings.address, now)
+    }
 }
 
 #[cfg(test)]

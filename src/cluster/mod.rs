@@ -11,6 +11,7 @@
 //! privilege: deploy/kubeadm/rbac.yaml), and a failure is logged and counted, never in the way of
 //! serving.
 
+mod clock;
 mod fleet;
 mod objects;
 
@@ -25,6 +26,7 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use crate::metrics::Metrics;
+use crate::steer::Clock;
 use crate::upstream::{BackendPool, EndpointPool, own_request};
 use objects::{Desired, endpoint_slice, endpoints, lease};
 
@@ -90,6 +92,9 @@ pub(crate) struct Presence {
     last_error: Mutex<Option<String>>,
     /// The replicas as last read.
     fleet: Mutex<FleetView>,
+    /// The proxy's clock (what `flipAt` is judged by), and its offset from the apiservers'.
+    clock: Arc<dyn Clock>,
+    offset: Mutex<clock::OffsetEstimate>,
 }
 
 impl Presence {
@@ -98,7 +103,7 @@ impl Presence {
         settings: PublishSettings,
         target: Target,
         report: Report,
-        metrics: Arc<Metrics>,
+        (metrics, clock): (Arc<Metrics>, Arc<dyn Clock>),
         stop: CancellationToken,
     ) -> Arc<Presence> {
         let presence = Arc::new(Presence {
@@ -108,6 +113,8 @@ impl Presence {
             metrics,
             last_error: Mutex::new(None),
             fleet: Mutex::new(FleetView::default()),
+            clock,
+            offset: Mutex::new(clock::OffsetEstimate::default()),
         });
         let me = presence.clone();
         tokio::spawn(async move {
@@ -142,7 +149,7 @@ impl Presence {
             } else {
                 self.delete_lease(&ep).await?;
             }
-            let leases = read(&ep, &lease_collection()).await?;
+            let leases = self.read_leases(&ep).await?;
             let members = fleet::members(&leases, now);
             let mut live: Vec<SocketAddr> =
                 members.iter().filter(|m| m.live).map(|m| m.address).collect();
@@ -189,7 +196,7 @@ impl Presence {
             self.settings.lease_duration,
             now,
             current.as_ref(),
-            &(self.report)(now),
+            &self.report(now),
         );
         match current {
             Some(_) => send_json(ep, Method::PUT, &path, &body).await,
@@ -207,28 +214,6 @@ impl Presence {
             (code, _) if code.is_success() || code == StatusCode::NOT_FOUND => Ok(()),
             (code, body) => Err(answered(&path, code, &body)),
         }
-    }
-
-    /// Keeps the replicas as read at `now`, and counts them.
-    fn saw(&self, members: Vec<fleet::Member>, now: SystemTime) {
-        let mut fleet = self.fleet.lock().unwrap_or_else(|e| e.into_inner());
-        *fleet = FleetView::new(members, now, &fleet);
-        let m = &self.metrics;
-        m.fleet_replica_table.reset();
-        for member in fleet.live() {
-            let replica = member.address.to_string();
-            m.fleet_replica_table
-                .with_label_values(&[replica.as_str(), member.table()])
-                .set(1);
-        }
-        m.fleet_disagreement
-            .set(fleet.disagreement(now).as_secs_f64());
-    }
-
-    /// `/debug/fleet`: the replicas as last read, at `now`.
-    pub(crate) fn fleet_json(&self, now: SystemTime) -> Value {
-        let fleet = self.fleet.lock().unwrap_or_else(|e| e.into_inner());
-        fleet.to_json(self.settings.address, now)
     }
 
     fn succeeded(&self) {
@@ -274,12 +259,6 @@ fn lease_name(address: SocketAddr) -> String {
         .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
         .collect();
     format!("skewgate-{ip}-{}", address.port())
-}
-
-async fn read(ep: &Arc<EndpointPool>, path: &str) -> Result<Value, String> {
-    read_optional(ep, path)
-        .await?
-        .ok_or_else(|| format!("{path}: not found"))
 }
 
 /// The object at `path`, or `None` when it does not exist.

@@ -157,16 +157,17 @@ impl Server {
             let target: Target =
                 Box::new(move || first_ready(&routing.upgrade()?.routing().backends));
             let me = Arc::downgrade(&proxy);
-            let report: Report = Box::new(move |now| {
+            // By the proxy's clock, the one `flipAt` is judged by.
+            let report: Report = Box::new(move |_| {
                 me.upgrade()
-                    .map(|p| p.fleet_report(now))
+                    .map(|p| p.fleet_report(p.settings.clock.now()))
                     .unwrap_or_default()
             });
             let presence = Presence::spawn(
                 publish,
                 target,
                 report,
-                proxy.metrics.clone(),
+                (proxy.metrics.clone(), proxy.settings.clock.clone()),
                 background.clone(),
             );
             let _ = proxy.presence.set(presence.clone());

@@ -68,6 +68,9 @@ pub(crate) struct Metrics {
     /// `skewgate_fleet_disagreement_seconds`: how long the live replicas have run different route
     /// tables (0 when they agree).
     pub fleet_disagreement: prometheus::Gauge,
+    /// `skewgate_clock_offset_seconds`: this replica's clock minus the apiservers', from their
+    /// answers' `Date` (with --advertise-address).
+    pub clock_offset: prometheus::Gauge,
     /// `skewgate_guarded_updates_total{guard,action,resource}`: updates a guard found would drop
     /// fields, by what it did.
     pub guarded_updates: IntCounterVec,
@@ -212,6 +215,7 @@ impl Metrics {
             guarded_updates: counter(&r, "skewgate_guarded_updates_total", "Full-object updates from clients older than their backend that would have dropped fields the stored object has, by guard, action (reject, warn, preserve) and resource.", &["guard", "action", "resource"]),
             fleet_replica_table: gauge(&r, "skewgate_fleet_replica_table", "1 for each live skewgate replica and the digest of the route table it runs, as read from its Lease (with --advertise-address).", &["replica", "table"]),
             fleet_disagreement: register(&r, valid(prometheus::Gauge::new("skewgate_fleet_disagreement_seconds", "How long the live skewgate replicas have run different route tables, as read from their Leases; 0 when they agree."))),
+            clock_offset: register(&r, valid(prometheus::Gauge::new("skewgate_clock_offset_seconds", "This replica's clock minus the apiservers', estimated from their answers' Date headers (to about a round trip, once answers fall on either side of a second); measured with --advertise-address. flipAt assumes the replicas' clocks agree within a second."))),
             endpoint_reconciles: counter(&r, "skewgate_endpoint_reconciles_total", "Rounds of renewing this replica's Lease and keeping the default/kubernetes endpoints naming the live replicas, by result (success, failure).", &["result"]),
             clients_held_back: counter(&r, "skewgate_clients_held_back_total", "Holds put on a misbehaving client's next connections, by reason (premature_resets, malformed_requests).", &["reason"]),
             client_connections_delayed: register(&r, valid(prometheus::IntCounter::new("skewgate_client_connections_delayed_total", "Client connections that waited out their client's hold (skewgate_clients_held_back_total) before they were served."))),

@@ -20,7 +20,7 @@ impl Clock for SystemClock {
 }
 
 #[cfg(any(test, feature = "test-util"))]
-pub use manual::ManualClock;
+pub use manual::{ManualClock, OffsetClock};
 
 #[cfg(any(test, feature = "test-util"))]
 mod manual {
@@ -54,6 +54,16 @@ mod manual {
     impl Clock for ManualClock {
         fn now(&self) -> SystemTime {
             *self.0.lock().unwrap_or_else(|e| e.into_inner())
+        }
+    }
+
+    /// The system clock set ahead by a fixed amount: a replica whose clock is off.
+    #[derive(Debug)]
+    pub struct OffsetClock(pub Duration);
+
+    impl Clock for OffsetClock {
+        fn now(&self) -> SystemTime {
+            SystemTime::now() + self.0
         }
     }
 }

@@ -18,9 +18,9 @@ use std::sync::Arc;
 use std::time::SystemTime;
 
 pub(crate) use abort::{AbortWindow, WindowCounts};
-#[cfg(any(test, feature = "test-util"))]
-pub use clock::ManualClock;
 pub(crate) use clock::{Clock, SystemClock};
+#[cfg(any(test, feature = "test-util"))]
+pub use clock::{ManualClock, OffsetClock};
 pub(crate) use decision::Class;
 pub use decision::{Decision, Reason, Rule};
 pub(crate) use ledger::{WriteLedger, WriteTicket, object_key};

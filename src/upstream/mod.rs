@@ -21,7 +21,7 @@ pub(crate) use deadline::WheelTimer;
 pub(crate) use dial::{DialError, Dialed};
 pub(crate) use discovery::Served;
 pub(crate) use health::spawn_health_checks;
-pub(crate) use own::{get as own_get, request as own_request};
+pub(crate) use own::{dated as own_dated, get as own_get, request as own_request};
 pub use pool::PoolSettings;
 pub(crate) use pool::{Credential, EndpointPool, EndpointState};
 pub(crate) use send::{UpstreamBody, send};

@@ -3,7 +3,7 @@
 //! itself (`User-Agent: skewgate/<version>`), each bounded by a 5 s timeout.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
 use http::{Method, Request, StatusCode, Uri, header};
@@ -26,6 +26,19 @@ pub(crate) async fn request(
     path: &str,
     body: Option<Vec<u8>>,
 ) -> Result<(StatusCode, Bytes), String> {
+    dated(ep, method, path, body)
+        .await
+        .map(|(code, body, _)| (code, body))
+}
+
+/// [`request`], with the apiserver's clock as its answer's `Date` says (to the second), if it
+/// gave one.
+pub(crate) async fn dated(
+    ep: &Arc<EndpointPool>,
+    method: Method,
+    path: &str,
+    body: Option<Vec<u8>>,
+) -> Result<(StatusCode, Bytes, Option<SystemTime>), String> {
     let uri: Uri = format!(
         "{}://{}{path}",
         if ep.endpoint.tls { "https" } else { "http" },
@@ -59,13 +72,18 @@ pub(crate) async fn request(
             .await
             .map_err(|e| e.to_string())?;
         let code = resp.status();
+        let date = resp
+            .headers()
+            .get(header::DATE)
+            .and_then(|d| d.to_str().ok())
+            .and_then(|d| httpdate::parse_http_date(d).ok());
         let body = resp
             .into_body()
             .collect()
             .await
             .map_err(|e| e.to_string())?
             .to_bytes();
-        Ok((code, body))
+        Ok((code, body, date))
     };
     tokio::time::timeout(Duration::from_secs(5), exchange)
         .await

@@ -374,6 +374,15 @@ pub async fn big_configmaps(sims: &Sims, n: usize, size: usize) {
 
 /// A replica listening at `listen` that publishes itself there.
 pub async fn publishing_replica(routes: &Path, listen: SocketAddr) -> Server {
+    publishing_replica_with(routes, listen, ProxySettings::default()).await
+}
+
+/// [`publishing_replica`], with `base` for the settings it does not set (its clock, say).
+pub async fn publishing_replica_with(
+    routes: &Path,
+    listen: SocketAddr,
+    base: ProxySettings,
+) -> Server {
     Server::start(ServeOptions {
         routes: routes.to_path_buf(),
         listen,
@@ -386,7 +395,7 @@ pub async fn publishing_replica(routes: &Path, listen: SocketAddr) -> Server {
                 interval: Duration::from_millis(100),
                 lease_duration: Duration::from_secs(1),
             }),
-            ..ProxySettings::default()
+            ..base
         },
     })
     .await
