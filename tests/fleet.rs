@@ -26,6 +26,15 @@ async fn metrics(server: &Server) -> String {
     r.text().await.unwrap_or_default()
 }
 
+/// Replica `i`'s address: node 127.0.0.(i+1), one port for all, as on control-plane nodes.
+fn node_addresses() -> impl Fn(usize) -> SocketAddr {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    move |i| format!("127.0.0.{}:{port}", i + 1).parse().expect("addr")
+}
+
 fn live(view: &Value) -> Vec<&Value> {
     view["replicas"]
         .as_array()
@@ -58,12 +67,7 @@ async fn the_replicas_publish_what_they_run_and_show_when_they_disagree() {
             file
         })
         .collect();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port();
-    let addr =
-        |i: usize| -> SocketAddr { format!("127.0.0.{}:{port}", i + 1).parse().expect("addr") };
+    let addr = node_addresses();
     let mut replicas = Vec::new();
     for (i, file) in files.iter().enumerate() {
         replicas.push(publishing_replica(file, addr(i)).await);
@@ -150,12 +154,7 @@ async fn each_replica_publishes_how_far_its_clock_is_from_the_apiservers() {
     let sims = sims().await;
     let file = temp_dir("fleet-clock").join("routes.yaml");
     std::fs::write(&file, table(&sims, "old")).expect("routes");
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port();
-    let addr =
-        |i: usize| -> SocketAddr { format!("127.0.0.{}:{port}", i + 1).parse().expect("addr") };
+    let addr = node_addresses();
     let on_time = publishing_replica(&file, addr(0)).await;
     // The test hook of issue 43: a replica whose clock is 5 s ahead.
     let ahead = std::sync::Arc::new(skewgate::steer::OffsetClock(
