@@ -75,9 +75,14 @@ async fn the_replicas_publish_what_they_run_and_show_when_they_disagree() {
     let (a, c) = (&replicas[0], &replicas[2]);
 
     // All three live, one table, each pin's move and rollout's abort as each replica says.
+    // (A replica's first report, made before it has read the others', says its pin's writes wait
+    // for them.)
     let agreed = eventually(10, || async {
         let view = fleet(a).await;
-        live(&view).len() == 3 && view["agreed"] == true
+        let moves_known = live(&view)
+            .iter()
+            .all(|r| r["state"]["pins"][0]["move"] == "before flipAt");
+        live(&view).len() == 3 && view["agreed"] == true && moves_known
     })
     .await;
     assert!(agreed, "{:#}", fleet(a).await);
@@ -89,7 +94,18 @@ async fn the_replicas_publish_what_they_run_and_show_when_they_disagree() {
     );
     for r in live(&view) {
         assert_eq!(r["state"]["pins"][0]["name"], "team-a");
-        assert_eq!(r["state"]["pins"][0]["move"], "before flipAt", "{r}");
+        // Every replica ran the move in time: the fleet makes it at its flipAt (on the
+        // apiservers' clock: this one's, less its offset, within a second here).
+        let pin = &r["state"]["pins"][0];
+        let at = |f: &str| humantime::parse_rfc3339_weak(pin[f].as_str().unwrap_or("")).ok();
+        let (flips, flip) = (
+            at("flipsAt").expect("flipsAt"),
+            at("flipAt").expect("flipAt"),
+        );
+        let apart = flips
+            .duration_since(flip)
+            .or_else(|e| Ok::<_, ()>(e.duration()));
+        assert!(apart.is_ok_and(|d| d.as_millis() <= 1000), "{r}");
         assert_eq!(
             r["state"]["rollouts"][0],
             serde_json::json!({"name": "canary", "aborted": false})
@@ -192,4 +208,157 @@ async fn each_replica_publishes_how_far_its_clock_is_from_the_apiservers() {
     assert!((own - 5.0).abs() <= 1.0, "{m}");
     on_time.shutdown().await;
     off.shutdown().await;
+}
+
+/// The late-table test of issue 43: three replicas, writers through all of them, a pin moved at a
+/// `flipAt` that one replica's file reaches 3 s after it. Returns the writes' final codes (a 429
+/// is retried, as client-go does) and the cross-version violations per object: an old-version
+/// write in flight with a new-version one, or after one.
+async fn move_with_one_replica_late(
+    fleet_mode: bool,
+) -> (std::collections::BTreeMap<u16, u64>, usize) {
+    let sims = sims().await;
+    let table = |pin: &str| {
+        routes(
+            &sims,
+            &format!(
+                "writes:\n  default: old\n  fence: 3s\n  pins:\n    - name: team-a\n      namespaces: [team-a]\n{pin}reads:\n  default: old\n"
+            ),
+        )
+    };
+    let files: Vec<PathBuf> = (0..3)
+        .map(|i| {
+            let file = temp_dir(&format!("fleet-late-{i}")).join("routes.yaml");
+            std::fs::write(&file, table("      backend: old\n")).expect("routes");
+            file
+        })
+        .collect();
+    let addr = node_addresses();
+    let mut replicas = Vec::new();
+    for (i, file) in files.iter().enumerate() {
+        let r = if fleet_mode {
+            publishing_replica(file, addr(i)).await
+        } else {
+            gate_on(file, skewgate::proxy::ProxySettings::default())
+                .await
+                .server
+        };
+        replicas.push(r);
+    }
+    let urls: Vec<String> = replicas
+        .iter()
+        .map(|r| format!("http://{}", r.addr))
+        .collect();
+    let c = h1();
+    for i in 0..3 {
+        let r = c
+            .post(format!("{}/api/v1/namespaces/team-a/configmaps", urls[0]))
+            .json(&serde_json::json!({"metadata": {"name": format!("cm-{i}")}}))
+            .send()
+            .await
+            .expect("create");
+        assert_eq!(r.status(), 201);
+    }
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writers: Vec<_> = (0..6)
+        .map(|i| {
+            // Each object through two replicas.
+            let (object, replica) = (i % 3, (i / 3 + i) % 3);
+            let url = format!(
+                "{}/api/v1/namespaces/team-a/configmaps/cm-{object}",
+                urls[replica]
+            );
+            let stop = stop.clone();
+            tokio::spawn(async move {
+                let c = h1();
+                let mut codes = std::collections::BTreeMap::new();
+                let mut n = 0;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    n += 1;
+                    let sent = c
+                        .patch(&url)
+                        .header("content-type", "application/merge-patch+json")
+                        .body(format!(r#"{{"data":{{"n":"{n}"}}}}"#))
+                        .send()
+                        .await;
+                    let code = sent.map_or(0, |r| r.status().as_u16());
+                    if code == 429 {
+                        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                        continue;
+                    }
+                    *codes.entry(code).or_insert(0u64) += 1;
+                }
+                codes
+            })
+        })
+        .collect();
+    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    let flip_at = std::time::SystemTime::now() + std::time::Duration::from_secs(3);
+    let moved = table(&format!(
+        "      backend: new\n      from: old\n      flipAt: {}\n",
+        humantime::format_rfc3339_seconds(flip_at)
+    ));
+    std::fs::write(&files[0], &moved).expect("routes");
+    std::fs::write(&files[1], &moved).expect("routes");
+    // The third replica's file comes 3 s after flipAt.
+    let until = |t: std::time::SystemTime| {
+        t.duration_since(std::time::SystemTime::now())
+            .unwrap_or_default()
+    };
+    tokio::time::sleep(until(flip_at + std::time::Duration::from_secs(3))).await;
+    std::fs::write(&files[2], &moved).expect("routes");
+    // Through the fleet's wait and the fence, and 2 s on the new version.
+    tokio::time::sleep(std::time::Duration::from_secs(7)).await;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let mut codes = std::collections::BTreeMap::new();
+    for w in writers {
+        for (code, n) in w.await.expect("writer") {
+            *codes.entry(code).or_insert(0) += n;
+        }
+    }
+    let records: Vec<_> = sims
+        .store
+        .writes()
+        .into_iter()
+        .filter(|r| r.verb == "patch")
+        .collect();
+    assert!(
+        records.iter().any(|r| r.version == NEW),
+        "the pin moved: {codes:?}"
+    );
+    let mut violations = 0;
+    for x in &records {
+        for y in &records {
+            let concurrent = x.arrived <= y.arrived && y.arrived < x.completed;
+            let back = x.version == NEW && y.version == OLD && x.completed <= y.arrived;
+            if x.key == y.key && x.version != y.version && (concurrent || back) {
+                violations += 1;
+            }
+        }
+    }
+    for r in replicas {
+        r.shutdown().await;
+    }
+    (codes, violations)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pin_moves_when_every_replica_runs_its_move_not_at_flip_at_alone() {
+    let (codes, violations) = move_with_one_replica_late(true).await;
+    println!("fleet: {codes:?}, {violations} cross-version violations");
+    assert_eq!(violations, 0, "{codes:?}");
+    assert_eq!(
+        codes.keys().copied().collect::<Vec<_>>(),
+        vec![200],
+        "every write answered"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_the_fleet_a_replica_late_with_its_file_writes_through_the_old_version() {
+    // The same move by replicas that do not publish themselves: two move at flipAt, the late one
+    // writes the same objects through the old version for 3 s more.
+    let (codes, violations) = move_with_one_replica_late(false).await;
+    println!("no fleet: {codes:?}, {violations} cross-version violations");
+    assert!(violations > 0, "{codes:?}");
 }

@@ -18,6 +18,19 @@ pub(super) const STATE_ANNOTATION: &str = "skewgate.io/state";
 /// What a replica runs at a time: made by the proxy (`Proxy::fleet_report`).
 pub(crate) type Report = Box<dyn Fn(SystemTime) -> Value + Send + Sync>;
 
+/// What the proxy does with the replicas as read at a time: its gates of the pins' moves
+/// (`Proxy::fleet_seen`), given how to read a time on the apiservers' clock as this replica's.
+pub(crate) type OnView =
+    Box<dyn Fn(&FleetView, SystemTime, &dyn Fn(SystemTime) -> SystemTime) + Send + Sync>;
+
+/// The proxy's side of the presence.
+pub(crate) struct Hooks {
+    /// What this replica runs.
+    pub(crate) report: Report,
+    /// What it does with the others'.
+    pub(crate) on_view: OnView,
+}
+
 /// One replica, as its Lease says.
 #[derive(Clone, Debug)]
 pub(crate) struct Member {
@@ -168,12 +181,20 @@ impl super::Presence {
     /// What this replica publishes at `now`: the proxy's report, and its clock's offset from the
     /// apiservers' once measured.
     pub(super) fn report(&self, now: SystemTime) -> Value {
-        let mut state = (self.report)(now);
-        let offset = self
-            .offset
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .offset();
+        let mut state = (self.hooks.report)(now);
+        let offset = self.offset();
+        // The moves' times, on the apiservers' clock.
+        let to_theirs = |t: SystemTime| shift(t, -offset.map_or(0.0, |o| o.seconds));
+        for pin in state["pins"].as_array_mut().into_iter().flatten() {
+            for field in ["readySince", "flipsAt"] {
+                let t = pin[field]
+                    .as_str()
+                    .and_then(|t| humantime::parse_rfc3339_weak(t).ok());
+                if let Some(t) = t {
+                    pin[field] = json!(humantime::format_rfc3339_millis(to_theirs(t)).to_string());
+                }
+            }
+        }
         if let (Some(o), Some(map)) = (offset, state.as_object_mut()) {
             map.insert("clockOffsetMs".into(), json!((o.seconds * 1000.0).round()));
             map.insert(
@@ -184,7 +205,14 @@ impl super::Presence {
         state
     }
 
-    /// Keeps the replicas as read at `now`, and counts them.
+    fn offset(&self) -> Option<super::clock::Offset> {
+        self.offset
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .offset()
+    }
+
+    /// Keeps the replicas as read at `now`, and counts them, and gives them to the proxy.
     pub(super) fn saw(&self, members: Vec<Member>, now: SystemTime) {
         let mut fleet = self.fleet.lock().unwrap_or_else(|e| e.into_inner());
         *fleet = FleetView::new(members, now, &fleet);
@@ -198,6 +226,9 @@ impl super::Presence {
         }
         m.fleet_disagreement
             .set(fleet.disagreement(now).as_secs_f64());
+        let offset = self.offset();
+        let to_mine = |t: SystemTime| shift(t, offset.map_or(0.0, |o| o.seconds));
+        (self.hooks.on_view)(&fleet, self.clock.now(), &to_mine);
     }
 
     /// `/debug/fleet`: the replicas as last read, at `now`.
@@ -205,6 +236,12 @@ impl super::Presence {
         let fleet = self.fleet.lock().unwrap_or_else(|e| e.into_inner());
         fleet.to_json(self.settings.address, now)
     }
+}
+
+/// `t` moved by `secs` (either way).
+fn shift(t: SystemTime, secs: f64) -> SystemTime {
+    let by = Duration::from_secs_f64(secs.abs());
+    if secs >= 0.0 { t + by } else { t - by }
 }
 
 #[cfg(test)]

@@ -13,9 +13,11 @@
 
 mod clock;
 mod fleet;
+mod gates;
 mod objects;
 
-pub(crate) use fleet::{FleetView, Report};
+pub(crate) use fleet::{FleetView, Hooks, Member, OnView, Report};
+pub(crate) use gates::{FleetGates, MoveView, move_key};
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex};
@@ -86,8 +88,8 @@ pub(crate) type Target = Box<dyn Fn() -> Option<Arc<EndpointPool>> + Send + Sync
 pub(crate) struct Presence {
     settings: PublishSettings,
     target: Target,
-    /// What this replica runs, published in its Lease.
-    report: Report,
+    /// What this replica runs, published in its Lease, and what it does with the others'.
+    hooks: Hooks,
     metrics: Arc<Metrics>,
     last_error: Mutex<Option<String>>,
     /// The replicas as last read.
@@ -102,14 +104,14 @@ impl Presence {
     pub(crate) fn spawn(
         settings: PublishSettings,
         target: Target,
-        report: Report,
+        hooks: Hooks,
         (metrics, clock): (Arc<Metrics>, Arc<dyn Clock>),
         stop: CancellationToken,
     ) -> Arc<Presence> {
         let presence = Arc::new(Presence {
             settings,
             target,
-            report,
+            hooks,
             metrics,
             last_error: Mutex::new(None),
             fleet: Mutex::new(FleetView::default()),

@@ -1,7 +1,7 @@
 //! Everything `skewgate serve` runs: the route table and its watcher, the client listener, the admin
 //! listener and the health checks, started together and stopped together.
 
-use crate::cluster::{Presence, Report, Target, first_ready};
+use crate::cluster::{Hooks, OnView, Presence, Report, Target, first_ready};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -156,17 +156,23 @@ impl Server {
             let routing = Arc::downgrade(&proxy);
             let target: Target =
                 Box::new(move || first_ready(&routing.upgrade()?.routing().backends));
-            let me = Arc::downgrade(&proxy);
+            let (me, me_too) = (Arc::downgrade(&proxy), Arc::downgrade(&proxy));
             // By the proxy's clock, the one `flipAt` is judged by.
             let report: Report = Box::new(move |_| {
                 me.upgrade()
                     .map(|p| p.fleet_report(p.settings.clock.now()))
                     .unwrap_or_default()
             });
+            let on_view: OnView = Box::new(move |view, now, to_mine| {
+                if let Some(p) = me_too.upgrade() {
+                    p.fleet_seen(view, now, to_mine);
+                }
+            });
+            proxy.fleet_gates.enable(publish.interval);
             let presence = Presence::spawn(
                 publish,
                 target,
-                report,
+                Hooks { report, on_view },
                 (proxy.metrics.clone(), proxy.settings.clock.clone()),
                 background.clone(),
             );
@@ -175,7 +181,7 @@ impl Server {
         });
         match &presence {
             Some(_) => tracing::info!(
-                "fleet mode: this replica publishes its route table, pin moves and rollout aborts in its Lease; /debug/fleet shows whether the replicas agree"
+                "fleet mode: this replica publishes its route table, pin moves and rollout aborts in its Lease, and a pin with flipAt moves when every live replica runs its move; /debug/fleet shows the replicas"
             ),
             None => tracing::info!(
                 "single-replica mode (no --advertise-address): nothing is published; pins move at flipAt by this replica's clock alone"

@@ -55,6 +55,11 @@ pub(crate) async fn admit_write(
     };
     let held_until = match decision.reason {
         Reason::Fenced { until } => Some(until),
+        Reason::FleetUnsure => {
+            return Err(ProxyError::FleetUnsure {
+                rule: rule.to_owned(),
+            });
+        }
         _ => None,
     };
     let on_hold = || Held::new(proxy.metrics.writes_held.with_label_values(&[rule]));

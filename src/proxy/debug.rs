@@ -103,12 +103,24 @@ impl Proxy {
             .enumerate()
             .map(|(i, p)| {
                 let moved = routing.steering.pin_move(i, now, &*routing);
-                json!({
+                let mut pin = json!({
                     "name": p.name,
                     "backend": t.backend_name(p.backend),
                     "flipAt": p.flip_at.map(|a| humantime::format_rfc3339_seconds(a).to_string()),
                     "move": moved.stage.describe(),
-                })
+                });
+                // In the fleet: since when this replica runs the move, and when the fleet makes it.
+                if let Some(Some(key)) = routing.pin_keys.get(i)
+                    && self.fleet_gates.enabled()
+                {
+                    let gates = &self.fleet_gates;
+                    let time = |t: SystemTime| humantime::format_rfc3339_millis(t).to_string();
+                    pin["readySince"] = json!(time(gates.ready_since(key, now)));
+                    if let Some(at) = gates.flips_at(key) {
+                        pin["flipsAt"] = json!(time(at));
+                    }
+                }
+                pin
             })
             .collect();
         let rollouts: Vec<Value> = t
@@ -131,6 +143,48 @@ impl Proxy {
             "rollouts": rollouts,
             "clock": humantime::format_rfc3339_millis(now).to_string(),
         })
+    }
+
+    /// What the replicas say (`view`, read at `now`) of this replica's moves: the fleet's gates.
+    pub(crate) fn fleet_seen(
+        &self,
+        view: &crate::cluster::FleetView,
+        now: SystemTime,
+        to_mine: &dyn Fn(SystemTime) -> SystemTime,
+    ) {
+        let routing = self.routing();
+        let t = routing.table();
+        // A replica that publishes no report (an older skewgate) takes no part.
+        let live: Vec<&crate::cluster::Member> =
+            view.live().filter(|m| m.state.is_object()).collect();
+        let moves: Vec<crate::cluster::MoveView<'_>> = t
+            .writes
+            .pins
+            .iter()
+            .zip(&routing.pin_keys)
+            .filter_map(|(p, key)| {
+                let key = key.as_deref()?;
+                let flip_at = p.flip_at?;
+                let at = humantime::format_rfc3339_seconds(flip_at).to_string();
+                let backend = t.backend_name(p.backend);
+                let entries = live
+                    .iter()
+                    .map(|m| move_entry(&m.state, &p.name, backend, &at))
+                    .collect();
+                let lapsed = view.members.iter().filter(|m| !m.live);
+                let lapsed = lapsed
+                    .filter_map(|m| move_entry(&m.state, &p.name, backend, &at))
+                    .collect();
+                Some(crate::cluster::MoveView {
+                    key,
+                    flip_at,
+                    fence: t.writes.fence,
+                    entries,
+                    lapsed,
+                })
+            })
+            .collect();
+        self.fleet_gates.update(&moves, now, to_mine);
     }
 
     /// The pins, each with its move at `now`.
@@ -243,6 +297,15 @@ fn selectors(s: &Selectors) -> Value {
         "clients": s.clients.as_ref().map(|c| c.include.iter().map(|p| p.to_string()).chain(c.exclude.iter().map(|p| format!("!{p}"))).collect::<Vec<_>>()),
         "resources": s.resources.as_ref().map(|r| r.include.iter().map(|p| p.to_string()).chain(r.exclude.iter().map(|p| format!("!{p}"))).collect::<Vec<_>>()),
     })
+}
+
+/// A replica's published entry for the move of pin `name` to `backend` at `flip_at`, if it runs
+/// that move.
+fn move_entry<'a>(state: &'a Value, name: &str, backend: &str, flip_at: &str) -> Option<&'a Value> {
+    state["pins"]
+        .as_array()?
+        .iter()
+        .find(|e| e["name"] == name && e["backend"] == backend && e["flipAt"] == flip_at)
 }
 
 /// The digest of what a route table says (its backends, writes, reads and guards, not the file it

@@ -167,6 +167,8 @@ pub(crate) struct Proxy {
     pub schemas: Arc<schemas::Schemas>,
     /// The OpenAPI documents merged discovery answers merged.
     pub(crate) openapi: Arc<OpenApiMerges>,
+    /// The fleet's times of the pins' moves, shared by every routing.
+    pub(crate) fleet_gates: Arc<crate::cluster::FleetGates>,
     /// This replica's presence in the cluster, when it publishes itself.
     pub(crate) presence: std::sync::OnceLock<Arc<crate::cluster::Presence>>,
 }
@@ -191,6 +193,7 @@ impl Proxy {
         let upstreams = Upstreams::new(settings.pool.clone(), metrics.clone());
         let stop_long_running = CancellationToken::new();
         let openapi = Arc::new(OpenApiMerges::default());
+        let fleet_gates = Arc::default();
         let routing = Routing::new(
             table,
             &upstreams,
@@ -198,7 +201,7 @@ impl Proxy {
             &stop_long_running,
             None,
             &settings.clock,
-            &openapi,
+            (&openapi, &fleet_gates),
         );
         metrics.config_reloads.with_label_values(&["success"]).inc();
         metrics.config_last_success.set(unix_now());
@@ -223,6 +226,7 @@ impl Proxy {
             draining: std::sync::atomic::AtomicBool::new(false),
             schemas: Arc::default(),
             openapi,
+            fleet_gates,
             presence: std::sync::OnceLock::new(),
             settings,
         })
@@ -272,7 +276,7 @@ impl Proxy {
                     &self.stop_long_running,
                     Some(&old),
                     &self.settings.clock,
-                    &self.openapi,
+                    (&self.openapi, &self.fleet_gates),
                 ));
                 self.routing.store(routing.clone());
                 // A replica that publishes itself serves beside others.

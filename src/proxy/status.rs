@@ -42,6 +42,12 @@ pub(crate) enum ProxyError {
         /// Seconds left of the fence, rounded up.
         remaining_secs: u64,
     },
+    /// A write of a moving pin that this replica cannot tell the other replicas have or have not
+    /// moved yet (with `--advertise-address`).
+    FleetUnsure {
+        /// The pin (rule) moving.
+        rule: String,
+    },
     /// A write of an object whose earlier writes are still in flight on the previous backend.
     ObjectMoving {
         /// The backend the object's writes move to.
@@ -111,6 +117,7 @@ impl ProxyError {
             }
             ProxyError::ClientBusy { .. } => "client_busy",
             ProxyError::PinFenced { .. } => "pin_fenced",
+            ProxyError::FleetUnsure { .. } => "fleet_unsure",
             ProxyError::ObjectMoving { .. } => "object_moving",
             ProxyError::ClientBody => "client_body",
             ProxyError::UpgradeWithBody => "upgrade_with_body",
@@ -143,6 +150,14 @@ impl ProxyError {
                 "TooManyRequests",
                 format!(
                     "skewgate: pin {rule:?} is moving; its writes are held for {remaining_secs}s more"
+                ),
+                true,
+            ),
+            ProxyError::FleetUnsure { rule } => (
+                StatusCode::TOO_MANY_REQUESTS,
+                "TooManyRequests",
+                format!(
+                    "skewgate: pin {rule:?} is moving, and this replica cannot tell yet whether the other replicas have moved it; retry"
                 ),
                 true,
             ),

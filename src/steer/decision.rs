@@ -49,6 +49,9 @@ pub enum Reason {
         /// When the fence ends.
         until: std::time::SystemTime,
     },
+    /// A write matched a pin whose move this replica cannot tell the other replicas have or have
+    /// not made: it is refused (429), sent nowhere.
+    FleetUnsure,
     /// A write matched no pin.
     NoPin,
     /// A read matched a pin whose reads follow it.
@@ -157,6 +160,10 @@ impl Explained<'_> {
                 f,
                 "write matches pin {rule:?}, which is moving: it is held until {} (flipAt + fence), then goes to {backend}",
                 humantime::format_rfc3339_seconds(until)
+            ),
+            Reason::FleetUnsure => write!(
+                f,
+                "write matches pin {rule:?}, which is moving, and this replica cannot tell whether the other replicas have moved it: it is refused (429) until they agree"
             ),
             Reason::ReadFollowsPin => write!(
                 f,

@@ -24,6 +24,7 @@ pub use clock::{ManualClock, OffsetClock};
 pub(crate) use decision::Class;
 pub use decision::{Decision, Reason, Rule};
 pub(crate) use ledger::{WriteLedger, WriteTicket, object_key};
+pub use pin_move::PinGate;
 pub(crate) use pin_move::{PinMove, Refused, Stage, WriteAdmission, previous_backends};
 pub use request::{SteerRequest, mismatch};
 
@@ -40,6 +41,11 @@ pub trait LiveState {
     /// pin's backend now: where its writes go until the pin's `flipAt`.
     fn pin_previous(&self, _pin: usize) -> Option<BackendId> {
         None
+    }
+
+    /// What the fleet says of pin `pin`'s move at `now` (with `--advertise-address`).
+    fn pin_gate(&self, _pin: usize, _now: SystemTime) -> PinGate {
+        PinGate::AsWritten
     }
 
     /// Whether `backend` serves `resource` in `group`/`version`; `None` while not known.
@@ -221,6 +227,7 @@ impl Steering {
                 Stage::Settled => Reason::PinnedWrite,
                 Stage::BeforeFlip { .. } => Reason::BeforeFlip,
                 Stage::Fenced { until } | Stage::Waiting { until } => Reason::Fenced { until },
+                Stage::Unsure => Reason::FleetUnsure,
             };
             return Decision::new(Class::Write, moved.backend, Rule::Pin(i), reason);
         }
@@ -302,7 +309,17 @@ impl Steering {
     /// Where pin `i` stands at `now`: settled, before its `flipAt`, or in its fence.
     pub fn pin_move(&self, i: usize, now: SystemTime, live: &impl LiveState) -> PinMove {
         let pin = &self.table.writes.pins[i];
-        PinMove::at(pin, live.pin_previous(i), self.table.writes.fence, now)
+        let gate = match pin.flip_at {
+            Some(_) => live.pin_gate(i, now),
+            None => PinGate::AsWritten,
+        };
+        PinMove::gated(
+            pin,
+            gate,
+            live.pin_previous(i),
+            self.table.writes.fence,
+            now,
+        )
     }
 }
 

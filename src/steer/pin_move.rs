@@ -38,6 +38,26 @@ pub enum Stage {
         /// When the fence ends.
         until: SystemTime,
     },
+    /// The fleet's move of the pin is not known to this replica, and it can no longer rule out that
+    /// other replicas have made it: its writes are refused (429) rather than sent either way.
+    Unsure,
+}
+
+/// What the fleet says of a pin's move: where skewgate runs as several replicas publishing
+/// themselves (`--advertise-address`), a pin moves when every live replica runs its move, not at
+/// `flipAt` alone.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PinGate {
+    /// The pin moves at its own `flipAt` (one replica, or a pin without `flipAt`).
+    AsWritten,
+    /// The fleet moves it at this time (its `flipAt`, or later).
+    At(SystemTime),
+    /// Not every live replica runs the move: its writes stay where they were until `safe_until`,
+    /// the earliest the others could have moved it, and are refused after.
+    NotYet {
+        /// Until when no other replica can have moved it.
+        safe_until: SystemTime,
+    },
 }
 
 impl Stage {
@@ -48,6 +68,7 @@ impl Stage {
             Stage::BeforeFlip { .. } => "before flipAt",
             Stage::Fenced { .. } => "in fence: writes held",
             Stage::Waiting { .. } => "waiting for flipAt + fence: previous backend unknown",
+            Stage::Unsure => "waiting for the other replicas: writes refused",
         }
     }
 }
@@ -70,10 +91,29 @@ impl PinMove {
     /// Pin `pin` at `now`, with `fence` the table's `writes.fence` and `previous` the backend the pin
     /// had in the table this replica ran before (when known and different).
     pub fn at(pin: &Pin, previous: Option<BackendId>, fence: Duration, now: SystemTime) -> PinMove {
+        PinMove::gated(pin, PinGate::AsWritten, previous, fence, now)
+    }
+
+    /// [`PinMove::at`], with what the fleet says of the move.
+    pub fn gated(
+        pin: &Pin,
+        gate: PinGate,
+        previous: Option<BackendId>,
+        fence: Duration,
+        now: SystemTime,
+    ) -> PinMove {
         let named = pin.flip_from.or(previous);
         let from = named.filter(|b| *b != pin.backend);
-        let fence_ends = pin.flip_at.map(|at| at + fence);
-        let stage = match (pin.flip_at, fence_ends) {
+        let flip_at = match gate {
+            PinGate::AsWritten => pin.flip_at,
+            PinGate::At(at) => pin.flip_at.map(|f| f.max(at)),
+            PinGate::NotYet { safe_until } if named != Some(pin.backend) => {
+                return PinMove::not_yet(pin, from, safe_until, now);
+            }
+            PinGate::NotYet { .. } => pin.flip_at,
+        };
+        let fence_ends = flip_at.map(|at| at + fence);
+        let stage = match (flip_at, fence_ends) {
             // A pin whose `from` (or previous backend) is its own backend has no move to make.
             _ if named == Some(pin.backend) => Stage::Settled,
             (Some(at), Some(end)) if now < end => match from {
@@ -92,6 +132,26 @@ impl PinMove {
             from,
             fence_ends,
             backend,
+        }
+    }
+
+    /// A move the fleet has not made: its writes stay on `from` while that is safe; without a
+    /// `from`, or after `safe_until`, they are refused. Reads stay on `from` if known.
+    fn not_yet(
+        pin: &Pin,
+        from: Option<BackendId>,
+        safe_until: SystemTime,
+        now: SystemTime,
+    ) -> Self {
+        let stage = match (from, pin.flip_at) {
+            (Some(from), Some(at)) if now < safe_until => Stage::BeforeFlip { from, at },
+            _ => Stage::Unsure,
+        };
+        PinMove {
+            stage,
+            from,
+            fence_ends: None,
+            backend: from.unwrap_or(pin.backend),
         }
     }
 }
@@ -240,6 +300,38 @@ mod tests {
             Duration::from_secs(10),
             UNIX_EPOCH + Duration::from_secs(secs),
         )
+    }
+
+    #[test]
+    fn the_fleet_gate_keeps_a_move_back_then_makes_it_at_its_own_time() {
+        let t = |secs: u64| UNIX_EPOCH + Duration::from_secs(secs);
+        let fence = Duration::from_secs(10);
+        let p = pin(1, Some(0), Some(100));
+        let not_yet = PinGate::NotYet { safe_until: t(150) };
+        // Past flipAt, not known: the old backend while that is safe, refused after.
+        let m = PinMove::gated(&p, not_yet, None, fence, t(120));
+        assert_eq!(
+            (m.stage, m.backend),
+            (
+                Stage::BeforeFlip {
+                    from: BackendId::new(0),
+                    at: t(100)
+                },
+                BackendId::new(0)
+            )
+        );
+        let m = PinMove::gated(&p, not_yet, None, fence, t(150));
+        assert_eq!((m.stage, m.backend), (Stage::Unsure, BackendId::new(0)));
+        // Known: the fleet's time, with the fence after it.
+        let m = PinMove::gated(&p, PinGate::At(t(200)), None, fence, t(150));
+        assert!(matches!(m.stage, Stage::BeforeFlip { .. }));
+        let m = PinMove::gated(&p, PinGate::At(t(200)), None, fence, t(205));
+        assert_eq!(m.stage, Stage::Fenced { until: t(210) });
+        let m = PinMove::gated(&p, PinGate::At(t(200)), None, fence, t(210));
+        assert_eq!((m.stage, m.backend), (Stage::Settled, BackendId::new(1)));
+        // Without a backend it moves from, nothing can be kept back: refused until known.
+        let m = PinMove::gated(&pin(1, None, Some(100)), not_yet, None, fence, t(50));
+        assert_eq!(m.stage, Stage::Unsure);
     }
 
     #[test]

@@ -13,11 +13,12 @@ use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 
 use super::discovery::{MergedDiscovery, OpenApiMerges};
 use crate::classify::{Client, Verb, classify};
+use crate::cluster::{FleetGates, move_key};
 use crate::config::{BackendId, RouteTable};
 use crate::metrics::{Metrics, ResourceIndex, Slots, TableLabels};
 use crate::steer::{
-    Class, Clock, Decision, LiveState, PinMove, RolloutState, Rule, Stage, SteerRequest, Steering,
-    previous_backends,
+    Class, Clock, Decision, LiveState, PinGate, PinMove, RolloutState, Rule, Stage, SteerRequest,
+    Steering, previous_backends,
 };
 use crate::upstream::{BackendPool, Upstreams};
 
@@ -40,6 +41,10 @@ pub(crate) struct Routing {
     pin_previous: Vec<Option<BackendId>>,
     /// Discovery merged across the backends, rebuilt when discovery refreshes.
     discovery: arc_swap::ArcSwapOption<MergedDiscovery>,
+    /// The fleet's times of the pins' moves (with `--advertise-address`).
+    pub(crate) gates: Arc<FleetGates>,
+    /// Each pin's move, when it has `flipAt` (`cluster::move_key`).
+    pub(crate) pin_keys: Vec<Option<String>>,
     /// Fired when the reads a rule sends somewhere move elsewhere: one per pin, then one for
     /// `reads.default`, then one for everything else (fired only at shutdown).
     moved: Vec<CancellationToken>,
@@ -92,7 +97,7 @@ impl Routing {
         shutdown: &CancellationToken,
         previous: Option<&Routing>,
         clock: &Arc<dyn Clock>,
-        merges: &OpenApiMerges,
+        (merges, gates): (&OpenApiMerges, &Arc<FleetGates>),
     ) -> Routing {
         let now = clock.now();
         let backends = upstreams.backends_for(&table);
@@ -140,7 +145,18 @@ impl Routing {
                 Some(flip)
             })
             .collect();
+        let pin_keys = table
+            .writes
+            .pins
+            .iter()
+            .map(|p| {
+                let at = humantime::format_rfc3339_seconds(p.flip_at?).to_string();
+                Some(move_key(&p.name, table.backend_name(p.backend), &at))
+            })
+            .collect();
         let routing = Routing {
+            gates: gates.clone(),
+            pin_keys,
             discovery: arc_swap::ArcSwapOption::empty(),
             pin_previous,
             moved,
@@ -337,6 +353,13 @@ impl LiveState for Routing {
 
     fn pin_previous(&self, pin: usize) -> Option<BackendId> {
         self.pin_previous.get(pin).copied().flatten()
+    }
+
+    fn pin_gate(&self, pin: usize, _now: SystemTime) -> PinGate {
+        match self.pin_keys.get(pin) {
+            Some(Some(key)) => self.gates.gate(key),
+            _ => PinGate::AsWritten,
+        }
     }
 
     fn serves(
