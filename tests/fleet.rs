@@ -305,7 +305,24 @@ async fn move_with_one_replica_late(
         t.duration_since(std::time::SystemTime::now())
             .unwrap_or_default()
     };
+    tokio::time::sleep(until(flip_at + std::time::Duration::from_secs(1))).await;
+    // Past flipAt, with the move held back: a watch of what the pin covers still goes to the old
+    // version, and ends when the fleet makes the move.
+    let watch = watch_configmaps(&h2(), &urls[0], "team-a")
+        .await
+        .expect("watch");
+    let watched_on = served_by(&watch);
+    let mut stream = watch.bytes_stream();
+    let watch = tokio::spawn(async move {
+        while let Some(chunk) = futures_util::StreamExt::next(&mut stream).await {
+            if chunk.is_err() {
+                return false;
+            }
+        }
+        true
+    });
     tokio::time::sleep(until(flip_at + std::time::Duration::from_secs(3))).await;
+    let open_while_held = !watch.is_finished();
     std::fs::write(&files[2], &moved).expect("routes");
     // Through the fleet's wait and the fence, and 2 s on the new version.
     tokio::time::sleep(std::time::Duration::from_secs(7)).await;
@@ -335,6 +352,21 @@ async fn move_with_one_replica_late(
                 violations += 1;
             }
         }
+    }
+    let watch_ended = tokio::time::timeout(std::time::Duration::from_secs(1), watch).await;
+    if fleet_mode {
+        assert_eq!(
+            watched_on, OLD,
+            "reads follow the pin while its move is held back"
+        );
+        assert!(
+            open_while_held,
+            "the watch stays open while the move is held back"
+        );
+        assert!(
+            matches!(watch_ended, Ok(Ok(true))),
+            "the watch ended cleanly when the fleet moved the pin"
+        );
     }
     for r in replicas {
         r.shutdown().await;

@@ -3,6 +3,7 @@
 
 mod accounting;
 mod current;
+mod moves;
 mod resources;
 
 use std::sync::Arc;
@@ -13,12 +14,12 @@ use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 
 use super::discovery::{MergedDiscovery, OpenApiMerges};
 use crate::classify::{Client, Verb, classify};
-use crate::cluster::{FleetGates, move_key};
+use crate::cluster::FleetGates;
 use crate::config::{BackendId, RouteTable};
 use crate::metrics::{Metrics, ResourceIndex, Slots, TableLabels};
 use crate::steer::{
-    Class, Clock, Decision, LiveState, PinGate, PinMove, RolloutState, Rule, Stage, SteerRequest,
-    Steering, previous_backends,
+    Class, Clock, Decision, LiveState, PinGate, RolloutState, Rule, Stage, SteerRequest, Steering,
+    previous_backends,
 };
 use crate::upstream::{BackendPool, Upstreams};
 
@@ -130,30 +131,15 @@ impl Routing {
         let moved: Vec<CancellationToken> = (0..table.writes.pins.len() + 2)
             .map(|_| shutdown.child_token())
             .collect();
-        let flipping = table
-            .writes
-            .pins
-            .iter()
-            .enumerate()
-            .map(|(i, pin)| {
-                let at = PinMove::at(pin, pin_previous[i], table.writes.fence, now);
-                let Stage::BeforeFlip { at, .. } = at.stage else {
-                    return None;
-                };
-                let flip = moved[i].child_token();
-                tokio::spawn(fire_at(at, clock.clone(), flip.clone()));
-                Some(flip)
-            })
-            .collect();
-        let pin_keys = table
-            .writes
-            .pins
-            .iter()
-            .map(|p| {
-                let at = humantime::format_rfc3339_seconds(p.flip_at?).to_string();
-                Some(move_key(&p.name, table.backend_name(p.backend), &at))
-            })
-            .collect();
+        let pin_keys = moves::pin_keys(&table);
+        let flipping = moves::flipping(
+            &table,
+            &pin_keys,
+            &pin_previous,
+            (gates, clock),
+            &moved,
+            now,
+        );
         let routing = Routing {
             gates: gates.clone(),
             pin_keys,
@@ -374,19 +360,4 @@ impl LiveState for Routing {
             .as_ref()
             .map(|s| s.contains(group, version, resource))
     }
-}
-
-/// Fires `token` once `clock` reads `at` or later (polled, so that a clock that jumps is followed);
-/// returns early when the token fires otherwise (the pin moved again, shutdown).
-async fn fire_at(at: SystemTime, clock: Arc<dyn Clock>, token: CancellationToken) {
-    while let Ok(left) = at.duration_since(clock.now()) {
-        if left.is_zero() {
-            break;
-        }
-        tokio::select! {
-            _ = tokio::time::sleep(left.min(std::time::Duration::from_millis(250))) => {}
-            _ = token.cancelled() => return,
-        }
-    }
-    token.cancel();
 }

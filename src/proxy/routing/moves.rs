@@ -1,0 +1,90 @@
+//! When a pin's move comes, as this routing sees it: each pin's move key, and the tokens that end
+//! the reads a pin sent to the old backend when its move comes (at `flipAt`, or when the fleet
+//! makes it).
+
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use tokio_util::sync::CancellationToken;
+
+use crate::cluster::{FleetGates, move_key};
+use crate::config::{BackendId, RouteTable};
+use crate::steer::{Clock, PinGate, PinMove, Stage};
+
+/// Each pin's move (`cluster::move_key`), when it has `flipAt`.
+pub(super) fn pin_keys(table: &RouteTable) -> Vec<Option<String>> {
+    table
+        .writes
+        .pins
+        .iter()
+        .map(|p| {
+            let at = humantime::format_rfc3339_seconds(p.flip_at?).to_string();
+            Some(move_key(&p.name, table.backend_name(p.backend), &at))
+        })
+        .collect()
+}
+
+/// For each pin before its move, a token fired when the move comes (at `flipAt`, or when the
+/// fleet makes it): a child of the pin's `moved`, ending the reads it sent to the old backend.
+pub(super) fn flipping(
+    table: &RouteTable,
+    pin_keys: &[Option<String>],
+    pin_previous: &[Option<BackendId>],
+    (gates, clock): (&Arc<FleetGates>, &Arc<dyn Clock>),
+    moved: &[CancellationToken],
+    now: SystemTime,
+) -> Vec<Option<CancellationToken>> {
+    table
+        .writes
+        .pins
+        .iter()
+        .enumerate()
+        .map(|(i, pin)| {
+            let key = pin_keys.get(i).cloned().flatten();
+            let gate = key.as_ref().map_or(PinGate::AsWritten, |k| gates.gate(k));
+            let previous = pin_previous.get(i).copied().flatten();
+            let at = PinMove::gated(pin, gate, previous, table.writes.fence, now);
+            let Stage::BeforeFlip { at, .. } = at.stage else {
+                return None;
+            };
+            let flip = moved.get(i)?.child_token();
+            let fleet = key.map(|k| (gates.clone(), k));
+            tokio::spawn(fire_at(at, fleet, clock.clone(), flip.clone()));
+            Some(flip)
+        })
+        .collect()
+}
+
+/// Fires `token` once `clock` reads `at` or later, and the fleet (if any) has made the move
+/// (polled, so that a clock that jumps is followed); returns early when the token fires otherwise
+/// (the pin moved again, shutdown).
+async fn fire_at(
+    at: SystemTime,
+    fleet: Option<(Arc<FleetGates>, String)>,
+    clock: Arc<dyn Clock>,
+    token: CancellationToken,
+) {
+    // With the fleet, at the time it makes the move (known at `flipAt` or later).
+    let when = || match &fleet {
+        Some((gates, key)) => match gates.gate(key) {
+            PinGate::At(e) => Some(e.max(at)),
+            PinGate::NotYet { .. } => None,
+            PinGate::AsWritten => Some(at),
+        },
+        None => Some(at),
+    };
+    loop {
+        let left = when().map(|t| t.duration_since(clock.now()).unwrap_or_default());
+        if left.is_some_and(|l| l.is_zero()) {
+            break;
+        }
+        let wait = left.map_or(std::time::Duration::from_millis(250), |l| {
+            l.min(std::time::Duration::from_millis(250))
+        });
+        tokio::select! {
+            _ = tokio::time::sleep(wait) => {}
+            _ = token.cancelled() => return,
+        }
+    }
+    token.cancel();
+}
