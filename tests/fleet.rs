@@ -35,6 +35,19 @@ fn node_addresses() -> impl Fn(usize) -> SocketAddr {
     move |i| format!("127.0.0.{}:{port}", i + 1).parse().expect("addr")
 }
 
+/// A merge patch of configmap `default/{name}` through the replica at `server`: its code and body.
+async fn patch(client: &reqwest::Client, server: SocketAddr, name: &str) -> (u16, String) {
+    let url = format!("http://{server}/api/v1/namespaces/default/configmaps/{name}");
+    let r = client
+        .patch(url)
+        .header("content-type", "application/merge-patch+json")
+        .body(r#"{"data":{"k":"v"}}"#)
+        .send()
+        .await
+        .expect("patch");
+    (r.status().as_u16(), r.text().await.unwrap_or_default())
+}
+
 fn live(view: &Value) -> Vec<&Value> {
     view["replicas"]
         .as_array()
@@ -393,4 +406,103 @@ async fn without_the_fleet_a_replica_late_with_its_file_writes_through_the_old_v
     let (codes, violations) = move_with_one_replica_late(false).await;
     println!("no fleet: {codes:?}, {violations} cross-version violations");
     assert!(violations > 0, "{codes:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_that_cannot_renew_its_lease_takes_no_writes_until_it_does() {
+    // Self-fencing: the others stop waiting for a replica whose Lease lapsed, so it must stop
+    // taking writes before its Lease can lapse in their eyes, and take them again once renewed.
+    let sims = sims().await;
+    let file = temp_dir("fleet-fence").join("routes.yaml");
+    std::fs::write(&file, table(&sims, "old")).expect("routes");
+    let addr = node_addresses();
+    let a = publishing_replica(&file, addr(0)).await;
+    let c = publishing_replica(&file, addr(1)).await;
+    let c_lease = format!("skewgate-127-0-0-2-{}", addr(1).port());
+    let client = h1();
+    let created = client
+        .post(format!(
+            "http://{}/api/v1/namespaces/default/configmaps",
+            a.addr
+        ))
+        .json(&serde_json::json!({"metadata": {"name": "fenced"}}))
+        .send()
+        .await
+        .expect("create");
+    assert_eq!(created.status(), 201);
+    let patch = |server: &Server| patch(&client, server.addr, "fenced");
+    assert!(eventually(10, || async { patch(&c).await.0 == 200 }).await);
+    for sim in [&sims.old, &sims.new] {
+        *sim.controls.fail_writes_containing.lock().expect("control") = Some(c_lease.clone());
+    }
+    let fenced = eventually(10, || async { patch(&c).await.0 == 429 }).await;
+    assert!(fenced, "{:?}", patch(&c).await);
+    let (_, said) = patch(&c).await;
+    assert!(said.contains("Lease"), "{said}");
+    assert_eq!(
+        patch(&a).await.0,
+        200,
+        "the replica that renews takes writes"
+    );
+    for sim in [&sims.old, &sims.new] {
+        *sim.controls.fail_writes_containing.lock().expect("control") = None;
+    }
+    assert!(eventually(10, || async { patch(&c).await.0 == 200 }).await);
+    a.shutdown().await;
+    c.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_whose_file_is_behind_a_move_the_others_made_takes_no_writes_until_it_catches_up()
+{
+    let sims = sims().await;
+    let table = |pin: &str| {
+        routes(
+            &sims,
+            &format!(
+                "writes:\n  default: old\n  pins:\n    - name: team-a\n      namespaces: [team-a]\n{pin}reads:\n  default: old\n"
+            ),
+        )
+    };
+    let files: Vec<PathBuf> = (0..2)
+        .map(|i| {
+            let file = temp_dir(&format!("fleet-behind-{i}")).join("routes.yaml");
+            std::fs::write(&file, table("      backend: old\n")).expect("routes");
+            file
+        })
+        .collect();
+    let addr = node_addresses();
+    let a = publishing_replica(&files[0], addr(0)).await;
+    let b = publishing_replica(&files[1], addr(1)).await;
+    let client = h1();
+    let patch = |server: &Server| patch(&client, server.addr, "cm");
+    let created = client
+        .post(format!(
+            "http://{}/api/v1/namespaces/default/configmaps",
+            a.addr
+        ))
+        .json(&serde_json::json!({"metadata": {"name": "cm"}}))
+        .send()
+        .await
+        .expect("create");
+    assert_eq!(created.status(), 201);
+    assert!(eventually(10, || async { patch(&b).await.0 == 200 }).await);
+    // A file whose move came a minute ago reaches one replica: no replica ran it in time, so it
+    // was made at its flipAt, and that replica moves. The other, still on its old file, would
+    // write the pin's objects through the old version: it takes no writes until its file comes.
+    let past = std::time::SystemTime::now() - std::time::Duration::from_secs(60);
+    let moved = table(&format!(
+        "      backend: new\n      from: old\n      flipAt: {}\n",
+        humantime::format_rfc3339_seconds(past)
+    ));
+    std::fs::write(&files[0], &moved).expect("routes");
+    let held = eventually(10, || async { patch(&b).await.0 == 429 }).await;
+    assert!(held, "{:?}", patch(&b).await);
+    let (_, said) = patch(&b).await;
+    assert!(said.contains("does not move yet"), "{said}");
+    assert_eq!(patch(&a).await.0, 200);
+    std::fs::write(&files[1], &moved).expect("routes");
+    assert!(eventually(10, || async { patch(&b).await.0 == 200 }).await);
+    a.shutdown().await;
+    b.shutdown().await;
 }

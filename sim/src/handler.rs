@@ -26,6 +26,13 @@ const MAX_BODY: usize = 3 * 1024 * 1024;
 /// Answers one request.
 pub async fn handle(sim: Arc<SimState>, req: Request<Incoming>) -> Response<SimBody> {
     let path = req.uri().path().to_owned();
+    if req.method() != Method::GET && sim.controls.fails_write(&path) {
+        return status_error(
+            500,
+            "InternalError",
+            "the simulator fails this write (a test's)",
+        );
+    }
     let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
     match segments.as_slice() {
         [

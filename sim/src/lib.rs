@@ -72,6 +72,9 @@ pub struct SimControls {
     pub write_delay: AtomicU64,
     /// Reads that fail with 500, per thousand (0: none), spread evenly.
     pub fail_reads_per_mille: AtomicU32,
+    /// Writes (not GET) whose path contains this fail with 500: one client's own objects (a
+    /// skewgate replica's Lease), as an apiserver that cannot be written.
+    pub fail_writes_containing: std::sync::Mutex<Option<String>>,
     /// Requests received so far.
     pub requests: AtomicU64,
     /// Requests to `/debug/` paths (the probes of tests) received so far: unlike `requests`, no
@@ -99,6 +102,15 @@ impl SimControls {
         if seen.len() < MAX_AGENTS_SEEN || seen.contains_key(path) {
             seen.insert(path.to_owned(), agent.to_owned());
         }
+    }
+
+    /// Whether a write of `path` is set to fail.
+    pub fn fails_write(&self, path: &str) -> bool {
+        let fail = self
+            .fail_writes_containing
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        fail.as_deref().is_some_and(|f| path.contains(f))
     }
 
     fn should_fail_read(&self) -> bool {

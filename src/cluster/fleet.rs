@@ -29,6 +29,8 @@ pub(crate) struct Hooks {
     pub(crate) report: Report,
     /// What it does with the others'.
     pub(crate) on_view: OnView,
+    /// The fleet's moves as this replica knows them, told of each renewal of its Lease.
+    pub(crate) gates: Arc<super::FleetGates>,
 }
 
 /// One replica, as its Lease says.

@@ -14,6 +14,7 @@
 
 use std::collections::HashMap;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, SystemTime};
 
 use arc_swap::ArcSwap;
@@ -45,6 +46,20 @@ pub(crate) struct FleetGates {
     known: ArcSwap<Known>,
     /// When this replica first ran each move, by its clock.
     ready_since: Mutex<HashMap<String, SystemTime>>,
+    /// Until when this replica's Lease surely holds in the others' eyes (milliseconds since the
+    /// epoch, by its clock; 0 before its first renewal).
+    lease_holds_until: AtomicU64,
+    /// A live replica has made a move that this replica's table does not make.
+    behind: AtomicBool,
+}
+
+/// Why a replica in the fleet takes no writes now.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum OutOfStep {
+    /// Its Lease may have lapsed: the others may have moved pins without waiting for it.
+    Lease,
+    /// Another live replica has made a move its table does not make.
+    Behind,
 }
 
 /// One move of this replica's table, with what the replicas say of it.
@@ -97,6 +112,42 @@ impl FleetGates {
             r + Self::settle(round) - round * 2
         });
         PinGate::NotYet { safe_until }
+    }
+
+    /// A renewal of this replica's Lease, begun at `at`, succeeded: the Lease holds for
+    /// `duration`, and the others see that at their next read. Past half the slack between
+    /// `duration` and a round, it may have lapsed in their eyes.
+    pub(crate) fn renewed(&self, at: SystemTime, duration: Duration) {
+        let Some(round) = self.round() else {
+            return;
+        };
+        let until = at + round + duration.saturating_sub(round) / 2;
+        let ms = until
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+        self.lease_holds_until.store(ms, Ordering::Relaxed);
+    }
+
+    /// Why this replica takes no writes at `now`, if it takes none (on every write: two loads).
+    pub(crate) fn out_of_step(&self, now: SystemTime) -> Option<OutOfStep> {
+        self.round()?;
+        let until = self.lease_holds_until.load(Ordering::Relaxed);
+        let now_ms = now
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+        // Never renewed (a replica starting, or one without the RBAC to write its Lease, which
+        // logs it every round): never counted by the others, so not fenced on that account.
+        if until != 0 && now_ms > until {
+            return Some(OutOfStep::Lease);
+        }
+        self.behind
+            .load(Ordering::Relaxed)
+            .then_some(OutOfStep::Behind)
+    }
+
+    /// Whether a live replica has made a move this replica's table does not make.
+    pub(crate) fn set_behind(&self, behind: bool) {
+        self.behind.store(behind, Ordering::Relaxed);
     }
 
     /// When this replica first ran move `key` (now, the first time asked).

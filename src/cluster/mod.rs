@@ -17,7 +17,7 @@ mod gates;
 mod objects;
 
 pub(crate) use fleet::{FleetView, Hooks, Member, OnView, Report};
-pub(crate) use gates::{FleetGates, MoveView, move_key};
+pub(crate) use gates::{FleetGates, MoveView, OutOfStep, move_key};
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex};
@@ -146,16 +146,24 @@ impl Presence {
         };
         let result = async {
             let now = SystemTime::now();
-            if present {
-                self.renew_lease(&ep, now).await?;
+            // The others' Leases are read even when this one's renewal failed: a move its file
+            // does not make yet is seen all the same.
+            let renewal = if present {
+                let begun = self.clock.now();
+                let renewed = self.renew_lease(&ep, now).await;
+                if renewed.is_ok() {
+                    self.hooks.gates.renewed(begun, self.settings.lease_duration);
+                }
+                renewed
             } else {
-                self.delete_lease(&ep).await?;
-            }
+                self.delete_lease(&ep).await
+            };
             let leases = self.read_leases(&ep).await?;
             let members = fleet::members(&leases, now);
             let mut live: Vec<SocketAddr> =
                 members.iter().filter(|m| m.live).map(|m| m.address).collect();
             self.saw(members, now);
+            renewal?;
             live.retain(|a| present || *a != self.settings.address);
             if live.is_empty() {
                 // The last replica going away leaves the endpoints as they are: an empty Service

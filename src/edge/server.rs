@@ -172,7 +172,11 @@ impl Server {
             let presence = Presence::spawn(
                 publish,
                 target,
-                Hooks { report, on_view },
+                Hooks {
+                    report,
+                    on_view,
+                    gates: proxy.fleet_gates.clone(),
+                },
                 (proxy.metrics.clone(), proxy.settings.clock.clone()),
                 background.clone(),
             );

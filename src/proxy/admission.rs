@@ -44,6 +44,11 @@ pub(crate) async fn admit_write(
     object: u64,
     query: Option<&str>,
 ) -> Result<WriteTicket, ProxyError> {
+    // Out of step with the fleet, a replica takes no writes: the others may have moved a pin it
+    // does not know of.
+    if let Some(why) = proxy.fleet_gates.out_of_step(proxy.settings.clock.now()) {
+        return Err(ProxyError::OutOfStep { why });
+    }
     let table = routing.table();
     let backend = table.backend_name(decision.backend);
     let rule = decision.rule_name(table);

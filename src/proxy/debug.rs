@@ -185,6 +185,20 @@ impl Proxy {
             })
             .collect();
         self.fleet_gates.update(&moves, now, to_mine);
+        let behind = live.iter().any(|m| {
+            let made = m.state["pins"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter(|e| {
+                    let at = e["flipsAt"]
+                        .as_str()
+                        .and_then(|a| humantime::parse_rfc3339_weak(a).ok());
+                    at.is_some_and(|a| to_mine(a) <= now)
+                });
+            made.into_iter().any(|e| !moves_alike(t, e))
+        });
+        self.fleet_gates.set_behind(behind);
     }
 
     /// The pins, each with its move at `now`.
@@ -297,6 +311,16 @@ fn selectors(s: &Selectors) -> Value {
         "clients": s.clients.as_ref().map(|c| c.include.iter().map(|p| p.to_string()).chain(c.exclude.iter().map(|p| format!("!{p}"))).collect::<Vec<_>>()),
         "resources": s.resources.as_ref().map(|r| r.include.iter().map(|p| p.to_string()).chain(r.exclude.iter().map(|p| format!("!{p}"))).collect::<Vec<_>>()),
     })
+}
+
+/// Whether this table sends the writes of the pin another replica has moved (its entry `e`) where
+/// that replica does: a pin of that name to the same backend, or, without one, `writes.default`.
+fn moves_alike(t: &crate::config::RouteTable, e: &Value) -> bool {
+    let to = e["backend"].as_str().unwrap_or_default();
+    match t.writes.pins.iter().find(|p| e["name"] == p.name.as_str()) {
+        Some(p) => t.backend_name(p.backend) == to,
+        None => t.backend_name(t.writes.default) == to,
+    }
 }
 
 /// A replica's published entry for the move of pin `name` to `backend` at `flip_at`, if it runs

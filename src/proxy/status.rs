@@ -48,6 +48,12 @@ pub(crate) enum ProxyError {
         /// The pin (rule) moving.
         rule: String,
     },
+    /// A write to a replica out of step with the fleet (its Lease may have lapsed, or another
+    /// replica has made a move its table does not make).
+    OutOfStep {
+        /// Why.
+        why: crate::cluster::OutOfStep,
+    },
     /// A write of an object whose earlier writes are still in flight on the previous backend.
     ObjectMoving {
         /// The backend the object's writes move to.
@@ -118,6 +124,7 @@ impl ProxyError {
             ProxyError::ClientBusy { .. } => "client_busy",
             ProxyError::PinFenced { .. } => "pin_fenced",
             ProxyError::FleetUnsure { .. } => "fleet_unsure",
+            ProxyError::OutOfStep { .. } => "out_of_step",
             ProxyError::ObjectMoving { .. } => "object_moving",
             ProxyError::ClientBody => "client_body",
             ProxyError::UpgradeWithBody => "upgrade_with_body",
@@ -159,6 +166,15 @@ impl ProxyError {
                 format!(
                     "skewgate: pin {rule:?} is moving, and this replica cannot tell yet whether the other replicas have moved it; retry"
                 ),
+                true,
+            ),
+            ProxyError::OutOfStep { why } => (
+                StatusCode::TOO_MANY_REQUESTS,
+                "TooManyRequests",
+                match why {
+                    crate::cluster::OutOfStep::Lease => "skewgate: this replica has not renewed its Lease in time, so the other replicas may move pins without it; it takes no writes until it renews; retry".to_owned(),
+                    crate::cluster::OutOfStep::Behind => "skewgate: another replica has moved a pin that this replica's route file does not move yet; it takes no writes until its file catches up; retry".to_owned(),
+                },
                 true,
             ),
             ProxyError::ObjectMoving { backend } => (
