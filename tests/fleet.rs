@@ -48,6 +48,17 @@ async fn patch(client: &reqwest::Client, server: SocketAddr, name: &str) -> (u16
     (r.status().as_u16(), r.text().await.unwrap_or_default())
 }
 
+/// `n` route files, each in a folder of its own, holding `text`.
+fn route_files(tag: &str, n: usize, text: &str) -> Vec<PathBuf> {
+    (0..n)
+        .map(|i| {
+            let file = temp_dir(&format!("{tag}-{i}")).join("routes.yaml");
+            std::fs::write(&file, text).expect("routes");
+            file
+        })
+        .collect()
+}
+
 fn live(view: &Value) -> Vec<&Value> {
     view["replicas"]
         .as_array()
@@ -73,13 +84,7 @@ fn table(sims: &Sims, reads: &str) -> String {
 async fn the_replicas_publish_what_they_run_and_show_when_they_disagree() {
     let sims = sims().await;
     let text = table(&sims, "old");
-    let files: Vec<PathBuf> = (0..3)
-        .map(|i| {
-            let file = temp_dir(&format!("fleet-{i}")).join("routes.yaml");
-            std::fs::write(&file, &text).expect("routes");
-            file
-        })
-        .collect();
+    let files = route_files("fleet", 3, &text);
     let addr = node_addresses();
     let mut replicas = Vec::new();
     for (i, file) in files.iter().enumerate() {
@@ -239,13 +244,7 @@ async fn move_with_one_replica_late(
             ),
         )
     };
-    let files: Vec<PathBuf> = (0..3)
-        .map(|i| {
-            let file = temp_dir(&format!("fleet-late-{i}")).join("routes.yaml");
-            std::fs::write(&file, table("      backend: old\n")).expect("routes");
-            file
-        })
-        .collect();
+    let files = route_files("fleet-late", 3, &table("      backend: old\n"));
     let addr = node_addresses();
     let mut replicas = Vec::new();
     for (i, file) in files.iter().enumerate() {
@@ -464,13 +463,7 @@ async fn a_replica_whose_file_is_behind_a_move_the_others_made_takes_no_writes_u
             ),
         )
     };
-    let files: Vec<PathBuf> = (0..2)
-        .map(|i| {
-            let file = temp_dir(&format!("fleet-behind-{i}")).join("routes.yaml");
-            std::fs::write(&file, table("      backend: old\n")).expect("routes");
-            file
-        })
-        .collect();
+    let files = route_files("fleet-behind", 2, &table("      backend: old\n"));
     let addr = node_addresses();
     let a = publishing_replica(&files[0], addr(0)).await;
     let b = publishing_replica(&files[1], addr(1)).await;
@@ -503,6 +496,76 @@ async fn a_replica_whose_file_is_behind_a_move_the_others_made_takes_no_writes_u
     assert_eq!(patch(&a).await.0, 200);
     std::fs::write(&files[1], &moved).expect("routes");
     assert!(eventually(10, || async { patch(&b).await.0 == 200 }).await);
+    a.shutdown().await;
+    b.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rollout_one_replica_aborts_is_aborted_on_every_replica_running_its_table() {
+    let sims = sims().await;
+    let table = |percent: u32| {
+        routes(
+            &sims,
+            &format!(
+                "writes:\n  default: old\nreads:\n  default: old\n  rollouts:\n    - name: canary\n      match: {{namespaces: [canary]}}\n      to: new\n      percent: {percent}\n      abort: {{errorRatio: 0.5, window: 1m, minRequests: 10}}\n"
+            ),
+        )
+    };
+    let files = route_files("fleet-abort", 2, &table(100));
+    let addr = node_addresses();
+    let a = publishing_replica(&files[0], addr(0)).await;
+    let b = publishing_replica(&files[1], addr(1)).await;
+    let client = h1();
+    let read = |server: &Server| {
+        let url = format!("http://{}/api/v1/namespaces/canary/configmaps", server.addr);
+        let client = client.clone();
+        async move { client.get(url).send().await.expect("read") }
+    };
+    assert_eq!(served_by(&read(&b).await), NEW);
+    // The new version fails every read: the replica that sees it aborts the rollout, and the
+    // other, which saw none of those reads, aborts it too.
+    sims.new
+        .controls
+        .fail_reads_per_mille
+        .store(1000, std::sync::atomic::Ordering::Relaxed);
+    for _ in 0..20 {
+        let _ = read(&a).await;
+    }
+    let aborted = |server: &Server| {
+        let server_addr = server.admin_addr;
+        async move {
+            let m = reqwest::get(format!("http://{server_addr}/metrics"))
+                .await
+                .expect("metrics");
+            metric(
+                &m.text().await.unwrap_or_default(),
+                "skewgate_rollout_aborted{rollout=\"canary\"}",
+            )
+        }
+    };
+    assert_eq!(aborted(&a).await, 1.0);
+    assert!(
+        eventually(10, || async { aborted(&b).await == 1.0 }).await,
+        "fleet-wide"
+    );
+    assert_eq!(
+        served_by(&read(&b).await),
+        OLD,
+        "the other replica's reads are back on the old version"
+    );
+    // A new table clears it, on each replica as it loads it.
+    sims.new
+        .controls
+        .fail_reads_per_mille
+        .store(0, std::sync::atomic::Ordering::Relaxed);
+    for f in &files {
+        std::fs::write(f, table(99)).expect("routes");
+    }
+    let cleared = eventually(10, || async {
+        aborted(&a).await == 0.0 && aborted(&b).await == 0.0
+    })
+    .await;
+    assert!(cleared);
     a.shutdown().await;
     b.shutdown().await;
 }

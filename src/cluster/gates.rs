@@ -51,6 +51,8 @@ pub(crate) struct FleetGates {
     lease_holds_until: AtomicU64,
     /// A live replica has made a move that this replica's table does not make.
     behind: AtomicBool,
+    /// Woken when this replica has news for the others (a rollout it aborted).
+    news: tokio::sync::Notify,
 }
 
 /// Why a replica in the fleet takes no writes now.
@@ -143,6 +145,16 @@ impl FleetGates {
         self.behind
             .load(Ordering::Relaxed)
             .then_some(OutOfStep::Behind)
+    }
+
+    /// This replica has news for the others: renew its Lease (with its report) now.
+    pub(crate) fn publish_now(&self) {
+        self.news.notify_one();
+    }
+
+    /// Until this replica has news for the others.
+    pub(crate) async fn news(&self) {
+        self.news.notified().await;
     }
 
     /// Whether a live replica has made a move this replica's table does not make.

@@ -124,6 +124,7 @@ impl Presence {
                 me.reconcile(true).await;
                 tokio::select! {
                     _ = tokio::time::sleep(me.settings.interval) => {}
+                    _ = me.hooks.gates.news() => {}
                     _ = stop.cancelled() => return,
                 }
             }

@@ -10,6 +10,7 @@ pub(crate) mod capacity;
 pub(crate) mod clock;
 mod debug;
 mod discovery;
+mod fleet;
 pub(crate) mod forwarding;
 pub(crate) mod framing;
 mod guard;

@@ -68,6 +68,11 @@ impl AbortWindow {
         self.aborted.load(Ordering::Relaxed)
     }
 
+    /// Aborts the rollout (another replica aborted it); whether it was not aborted before.
+    pub(crate) fn abort(&self) -> bool {
+        !self.aborted.swap(true, Ordering::AcqRel)
+    }
+
     /// Records one request sent to `to`. Returns the counts when this request trips the abort.
     pub(crate) fn record(&self, now: SystemTime, failed: bool) -> Option<WindowCounts> {
         let epoch = millis(now) / self.step_ms;

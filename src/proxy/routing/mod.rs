@@ -328,6 +328,23 @@ impl Routing {
                 .rollout_aborted
                 .with_label_values(&[name.as_str()])
                 .set(1);
+            // The other replicas learn it at their next read.
+            self.gates.publish_now();
+        }
+    }
+
+    /// Aborts rollout `i` because replica `by`, running this table, aborted it.
+    pub(crate) fn adopt_abort(&self, i: usize, by: &str) {
+        let Some(window) = self.rollouts.window(i) else {
+            return;
+        };
+        if window.abort() {
+            let name = &self.table().reads.rollouts[i].name;
+            tracing::warn!(rollout = %name, replica = %by, "rollout aborted by another replica; it holds at 0 % until the route file changes");
+            self.metrics
+                .rollout_aborted
+                .with_label_values(&[name.as_str()])
+                .set(1);
         }
     }
 }
