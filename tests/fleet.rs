@@ -355,16 +355,7 @@ async fn move_with_one_replica_late(
         records.iter().any(|r| r.version == NEW),
         "the pin moved: {codes:?}"
     );
-    let mut violations = 0;
-    for x in &records {
-        for y in &records {
-            let concurrent = x.arrived <= y.arrived && y.arrived < x.completed;
-            let back = x.version == NEW && y.version == OLD && x.completed <= y.arrived;
-            if x.key == y.key && x.version != y.version && (concurrent || back) {
-                violations += 1;
-            }
-        }
-    }
+    let violations = cross_version_writes(&records, true);
     let watch_ended = tokio::time::timeout(std::time::Duration::from_secs(1), watch).await;
     if fleet_mode {
         assert_eq!(

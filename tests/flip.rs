@@ -167,18 +167,7 @@ async fn two_replicas_flip_a_pin_at_flip_at_without_overlap() {
         "writes moved to the new version"
     );
     assert!(records.len() > before_flip);
-    let mut violations = 0;
-    for x in &records {
-        for y in &records {
-            if x.key == y.key
-                && x.version != y.version
-                && x.arrived <= y.arrived
-                && y.arrived < x.completed
-            {
-                violations += 1;
-            }
-        }
-    }
+    let violations = cross_version_writes(&records, false);
     println!(
         "{} writes over two replicas, {codes:?}; {violations} overlaps",
         records.len()

@@ -199,6 +199,10 @@ impl FleetGates {
                 flips.insert(m.key.to_owned(), at);
             }
         }
+        // Moves the table no longer makes are forgotten.
+        let mut since = self.ready_since.lock().unwrap_or_else(|e| e.into_inner());
+        since.retain(|k, _| moves.iter().any(|m| m.key == k));
+        drop(since);
         self.known.store(std::sync::Arc::new(Known {
             flips,
             read_at: Some(now),

@@ -107,6 +107,54 @@ fn watch_for_changes(
     );
 }
 
+/// With `--advertise-address`, this replica's presence in the cluster: its Lease carrying what it
+/// runs (`Proxy::fleet_report`), the others' read back into the proxy (`Proxy::fleet_seen`), the
+/// `kubernetes` endpoints kept. Logs which mode is in force.
+fn publish(
+    proxy: &Arc<Proxy>,
+    settings: Option<crate::cluster::PublishSettings>,
+    addr: SocketAddr,
+    background: &CancellationToken,
+) -> Option<Arc<Presence>> {
+    let Some(mut publish) = settings else {
+        tracing::info!(
+            "single-replica mode (no --advertise-address): nothing is published; pins move at flipAt by this replica's clock alone"
+        );
+        return None;
+    };
+    // `--listen` on port 0: the port the kernel chose is the one clients reach.
+    if publish.address.port() == 0 {
+        publish.address.set_port(addr.port());
+    }
+    let routing = Arc::downgrade(proxy);
+    let target: Target = Box::new(move || first_ready(&routing.upgrade()?.routing().backends));
+    let (me, me_too) = (Arc::downgrade(proxy), Arc::downgrade(proxy));
+    // By the proxy's clock, the one `flipAt` is judged by.
+    let report: Report = Box::new(move |_| {
+        me.upgrade()
+            .map(|p| p.fleet_report(p.settings.clock.now()))
+            .unwrap_or_default()
+    });
+    let on_view: OnView = Box::new(move |view, now, to_mine| {
+        if let Some(p) = me_too.upgrade() {
+            p.fleet_seen(view, now, to_mine);
+        }
+    });
+    proxy.fleet_gates.enable(publish.interval);
+    let hooks = Hooks {
+        report,
+        on_view,
+        gates: proxy.fleet_gates.clone(),
+    };
+    let shared = (proxy.metrics.clone(), proxy.settings.clock.clone());
+    let presence = Presence::spawn(publish, target, hooks, shared, background.clone());
+    let _ = proxy.presence.set(presence.clone());
+    tracing::info!(
+        "fleet mode: this replica publishes its route table, pin moves and rollout aborts in its Lease, and a pin with flipAt moves when every live replica runs its move; /debug/fleet shows the replicas"
+    );
+    Some(presence)
+}
+
 /// The admin listener, bound with the kernel's largest backlog (`skewgate_shared::listen`).
 fn bind(addr: SocketAddr) -> Result<TcpListener, StartError> {
     skewgate_shared::listen(addr)
@@ -148,49 +196,7 @@ impl Server {
             background.clone(),
         );
         watch_for_changes(&proxy, &opts, loaded, background.clone());
-        let presence = opts.settings.publish.clone().map(|mut publish| {
-            // `--listen` on port 0: the port the kernel chose is the one clients reach.
-            if publish.address.port() == 0 {
-                publish.address.set_port(addr.port());
-            }
-            let routing = Arc::downgrade(&proxy);
-            let target: Target =
-                Box::new(move || first_ready(&routing.upgrade()?.routing().backends));
-            let (me, me_too) = (Arc::downgrade(&proxy), Arc::downgrade(&proxy));
-            // By the proxy's clock, the one `flipAt` is judged by.
-            let report: Report = Box::new(move |_| {
-                me.upgrade()
-                    .map(|p| p.fleet_report(p.settings.clock.now()))
-                    .unwrap_or_default()
-            });
-            let on_view: OnView = Box::new(move |view, now, to_mine| {
-                if let Some(p) = me_too.upgrade() {
-                    p.fleet_seen(view, now, to_mine);
-                }
-            });
-            proxy.fleet_gates.enable(publish.interval);
-            let presence = Presence::spawn(
-                publish,
-                target,
-                Hooks {
-                    report,
-                    on_view,
-                    gates: proxy.fleet_gates.clone(),
-                },
-                (proxy.metrics.clone(), proxy.settings.clock.clone()),
-                background.clone(),
-            );
-            let _ = proxy.presence.set(presence.clone());
-            presence
-        });
-        match &presence {
-            Some(_) => tracing::info!(
-                "fleet mode: this replica publishes its route table, pin moves and rollout aborts in its Lease, and a pin with flipAt moves when every live replica runs its move; /debug/fleet shows the replicas"
-            ),
-            None => tracing::info!(
-                "single-replica mode (no --advertise-address): nothing is published; pins move at flipAt by this replica's clock alone"
-            ),
-        }
+        let presence = publish(&proxy, opts.settings.publish.clone(), addr, &background);
         tokio::spawn(crate::admin::serve(
             proxy.clone(),
             admin,

@@ -149,40 +149,13 @@ impl ProxyError {
                 ),
                 true,
             ),
-            ProxyError::PinFenced {
-                rule,
-                remaining_secs,
-            } => (
+            ProxyError::PinFenced { .. }
+            | ProxyError::FleetUnsure { .. }
+            | ProxyError::OutOfStep { .. }
+            | ProxyError::ObjectMoving { .. } => (
                 StatusCode::TOO_MANY_REQUESTS,
                 "TooManyRequests",
-                format!(
-                    "skewgate: pin {rule:?} is moving; its writes are held for {remaining_secs}s more"
-                ),
-                true,
-            ),
-            ProxyError::FleetUnsure { rule } => (
-                StatusCode::TOO_MANY_REQUESTS,
-                "TooManyRequests",
-                format!(
-                    "skewgate: pin {rule:?} is moving, and this replica cannot tell yet whether the other replicas have moved it; retry"
-                ),
-                true,
-            ),
-            ProxyError::OutOfStep { why } => (
-                StatusCode::TOO_MANY_REQUESTS,
-                "TooManyRequests",
-                match why {
-                    crate::cluster::OutOfStep::Lease => "skewgate: this replica has not renewed its Lease in time, so the other replicas may move pins without it; it takes no writes until it renews; retry".to_owned(),
-                    crate::cluster::OutOfStep::Behind => "skewgate: another replica has moved a pin that this replica's route file does not move yet; it takes no writes until its file catches up; retry".to_owned(),
-                },
-                true,
-            ),
-            ProxyError::ObjectMoving { backend } => (
-                StatusCode::TOO_MANY_REQUESTS,
-                "TooManyRequests",
-                format!(
-                    "skewgate: writes of this object are moving to backend {backend:?}; earlier writes on the previous backend are still in flight, retry"
-                ),
+                self.held_back_message(),
                 true,
             ),
             ProxyError::ClientBody => (
@@ -227,6 +200,31 @@ impl ProxyError {
                 error,
                 safe,
             } => upstream_parts(backend, error, *safe),
+        }
+    }
+
+    /// Why a write is held back while a pin moves (429, nothing sent).
+    fn held_back_message(&self) -> String {
+        match self {
+            ProxyError::PinFenced {
+                rule,
+                remaining_secs,
+            } => format!(
+                "skewgate: pin {rule:?} is moving; its writes are held for {remaining_secs}s more"
+            ),
+            ProxyError::FleetUnsure { rule } => format!(
+                "skewgate: pin {rule:?} is moving, and this replica cannot tell yet whether the other replicas have moved it; retry"
+            ),
+            ProxyError::OutOfStep {
+                why: crate::cluster::OutOfStep::Lease,
+            } => "skewgate: this replica has not renewed its Lease in time, so the other replicas may move pins without it; it takes no writes until it renews; retry".to_owned(),
+            ProxyError::OutOfStep {
+                why: crate::cluster::OutOfStep::Behind,
+            } => "skewgate: another replica has moved a pin that this replica's route file does not move yet; it takes no writes until its file catches up; retry".to_owned(),
+            ProxyError::ObjectMoving { backend } => format!(
+                "skewgate: writes of this object are moving to backend {backend:?}; earlier writes on the previous backend are still in flight, retry"
+            ),
+            _ => String::new(),
         }
     }
 

@@ -401,3 +401,21 @@ pub async fn publishing_replica_with(
     .await
     .expect("skewgate starts")
 }
+
+/// Writes of one object by two versions that overlap: the second arrived while the first was in
+/// flight; with `back`, also an old-version write after a new-version one had completed (the
+/// object written back through the old version).
+pub fn cross_version_writes(records: &[skewgate_sim::WriteRecord], back: bool) -> usize {
+    let mut violations = 0;
+    for x in records {
+        for y in records {
+            let concurrent = x.arrived <= y.arrived && y.arrived < x.completed;
+            let went_back =
+                back && x.version == NEW && y.version == OLD && x.completed <= y.arrived;
+            if x.key == y.key && x.version != y.version && (concurrent || went_back) {
+                violations += 1;
+            }
+        }
+    }
+    violations
+}
