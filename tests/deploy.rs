@@ -359,6 +359,24 @@ fn the_shipped_arguments_start_serve_on_a_kubeadm_node() {
             said.contains("--advertise-address 127.0.0.1: may not be in the loopback range"),
             "{file}: {said}"
         );
+        // A Lease renewed no more often than it lapses, or held for part of a second, is refused.
+        for (more, words) in [
+            (
+                ["--lease-renew-interval", "15s"],
+                "must be more than 0 and less than --lease-duration",
+            ),
+            (["--lease-duration", "1500ms"], "is not whole seconds"),
+        ] {
+            let out = Command::new(exe)
+                .args(&args)
+                .args(more)
+                .arg("--dry-run")
+                .output()
+                .expect("skewgate");
+            let said = String::from_utf8_lossy(&out.stderr);
+            assert!(!out.status.success(), "{file} {more:?}: {said}");
+            assert!(said.contains(words), "{file} {more:?}: {said}");
+        }
     }
 }
 

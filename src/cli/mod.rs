@@ -95,6 +95,17 @@ fn goaway_chance(s: &str) -> Result<f64, String> {
     }
 }
 
+/// `--lease-duration`: whole seconds, at least one (a Lease's `leaseDurationSeconds`).
+fn lease_duration(s: &str) -> Result<std::time::Duration, String> {
+    match humantime::parse_duration(s) {
+        Ok(d) if d.as_secs() >= 1 && d.subsec_nanos() == 0 => Ok(d),
+        Ok(_) => Err(format!(
+            "{s:?} is not whole seconds of at least 1s (a Lease holds for whole seconds)"
+        )),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
 /// How skewgate connects to the apiservers (`serve`, `skew`).
 #[derive(clap::Args)]
 pub struct UpstreamArgs {
@@ -215,6 +226,15 @@ pub struct ServeArgs {
     /// port bound, when --listen names port 0).
     #[arg(long)]
     pub advertise_address: Option<std::net::IpAddr>,
+    /// With --advertise-address: how long this replica's Lease holds without renewal (whole
+    /// seconds, as a Lease says it). The others wait for it that long; it stops taking writes
+    /// before then if it cannot renew. kube-apiserver's own: 15s.
+    #[arg(long, default_value = "15s", value_parser = lease_duration)]
+    pub lease_duration: std::time::Duration,
+    /// With --advertise-address: how often the Lease is renewed and the others' read (less than
+    /// --lease-duration). A pin's move waits four of these after the last replica runs it.
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    pub lease_renew_interval: std::time::Duration,
     /// Client connections held at once; past it, new ones wait in the listen backlog. 0: the file
     /// descriptor limit (raised to its hard limit at start) less an eighth, at least 64, kept for
     /// upstream connections and the admin listener.

@@ -120,8 +120,20 @@ fn publish(args: &ServeArgs) -> Result<Option<PublishSettings>> {
             "--advertise-address {ip}: {why}, so the apiservers refuse it in the kubernetes Service's endpoints; give the address in-cluster clients reach this node at"
         );
     }
+    let (interval, lease_duration) = (args.lease_renew_interval, args.lease_duration);
+    if interval.is_zero() || interval >= lease_duration {
+        bail!(
+            "--lease-renew-interval {} must be more than 0 and less than --lease-duration {}, or the Lease lapses between renewals",
+            humantime::format_duration(interval),
+            humantime::format_duration(lease_duration)
+        );
+    }
     let address = std::net::SocketAddr::new(ip, args.listen.port());
-    Ok(Some(PublishSettings::new(address)))
+    Ok(Some(PublishSettings {
+        interval,
+        lease_duration,
+        ..PublishSettings::new(address)
+    }))
 }
 
 /// `--dry-run`: the flags and files were loaded above; the route table is loaded here.

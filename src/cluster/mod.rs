@@ -122,14 +122,43 @@ impl Presence {
         tokio::spawn(async move {
             loop {
                 me.reconcile(true).await;
-                tokio::select! {
-                    _ = tokio::time::sleep(me.settings.interval) => {}
-                    _ = me.hooks.gates.news() => {}
-                    _ = stop.cancelled() => return,
+                if !me.between_renewals(&stop).await {
+                    return;
                 }
             }
         });
         presence
+    }
+
+    /// Until the next renewal is due (a round, or news of this replica's own), reading the others'
+    /// Leases every quarter round (not more often than every 250 ms): an abort or a move's time
+    /// another replica publishes is seen within a quarter round. False at `stop`.
+    async fn between_renewals(&self, stop: &CancellationToken) -> bool {
+        let renew_at = tokio::time::Instant::now() + self.settings.interval;
+        let peek = (self.settings.interval / 4).max(Duration::from_millis(250));
+        loop {
+            let next = (tokio::time::Instant::now() + peek).min(renew_at);
+            tokio::select! {
+                _ = tokio::time::sleep_until(next) => {}
+                _ = self.hooks.gates.news() => return true,
+                _ = stop.cancelled() => return false,
+            }
+            if tokio::time::Instant::now() >= renew_at {
+                return true;
+            }
+            self.peek().await;
+        }
+    }
+
+    /// The others' Leases read between renewals (a failure waits for the round, which logs it).
+    async fn peek(&self) {
+        let Some(ep) = (self.target)() else {
+            return;
+        };
+        let now = SystemTime::now();
+        if let Ok(leases) = self.read_leases(&ep).await {
+            self.saw(fleet::members(&leases, now), now);
+        }
     }
 
     /// Takes this replica out: deletes its Lease and rewrites the endpoints without it (within
