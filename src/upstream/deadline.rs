@@ -4,7 +4,8 @@
 //! send) cost about 900 instructions per proxied GET (callgrind, docs/design.md). A worker is one
 //! thread with its own runtime, so its requests' deadlines are instead one thread-local slab that a
 //! ticker of the worker's own scans every `TICK`: arming a deadline is a slab insert, disarming it
-//! a remove, no lock, no atomic. A deadline fires up to `TICK` late, never early.
+//! a remove, no lock, no atomic. A deadline fires up to `TICK` late, never early; after the worker
+//! stalled (its process frozen), a tick later, so that an answer that came meanwhile is read first.
 //!
 //! Off the workers (the admin runtime, tests that drive the pool directly) a deadline is one of
 //! tokio's timers.
@@ -198,6 +199,7 @@ fn arm(at: Instant, waker: &Waker) -> (usize, u64) {
 /// Every `TICK` while deadlines are armed: wakes and disarms those that passed. Parks while none
 /// is armed. Runs for as long as the worker's runtime does.
 async fn tick() {
+    let mut skipped = false;
     loop {
         let idle = std::future::poll_fn(|cx| {
             WHEEL.with(|w| {
@@ -211,10 +213,24 @@ async fn tick() {
             })
         });
         idle.await;
+        let due = Instant::now() + TICK;
         tokio::time::sleep(TICK).await;
-        fire_passed(Instant::now());
+        // Late by more than `STALLED`, the worker did not run (its process frozen, or starved):
+        // answers that came meanwhile are read before any deadline is judged to have passed. One
+        // tick only, so that a worker starved for good still fires its deadlines.
+        let now = Instant::now();
+        let stalled = now.saturating_duration_since(due) > STALLED;
+        if stalled && !skipped {
+            skipped = true;
+            continue;
+        }
+        skipped = false;
+        fire_passed(now);
     }
 }
+
+/// How late a tick comes when the worker has not run: the deadlines wait one tick more.
+const STALLED: Duration = Duration::from_millis(500);
 
 /// Disarms the deadlines that passed by `now`, and wakes their requests.
 fn fire_passed(now: Instant) {
@@ -361,5 +377,37 @@ mod tests {
         assert_eq!(armed(), 1);
         drop(long);
         assert_eq!(armed(), 0);
+    }
+
+    #[tokio::test]
+    async fn an_answer_that_came_while_the_worker_was_frozen_is_read_before_its_deadline_fires() {
+        use tokio::io::AsyncReadExt;
+        // The answer comes over a socket (read by a task of this runtime, as an upstream
+        // connection's) 200 ms in, within the 400 ms deadline; the thread is frozen from 50 ms to
+        // 1 s, so at once both the ticker's sleep has passed and the socket is readable.
+        let (mut ours, theirs) = std::os::unix::net::UnixStream::pair().expect("pair");
+        theirs.set_nonblocking(true).expect("nonblocking");
+        let mut theirs = tokio::net::UnixStream::from_std(theirs).expect("tokio stream");
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        tokio::spawn(async move {
+            let mut byte = [0u8; 1];
+            if theirs.read_exact(&mut byte).await.is_ok() {
+                let _ = tx.send(byte[0]);
+            }
+        });
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(200));
+            let _ = std::io::Write::write_all(&mut ours, &[7]);
+            std::thread::sleep(Duration::from_secs(2));
+        });
+        let begun = Instant::now();
+        let mut deadline = on_wheel(begun + Duration::from_millis(400));
+        let mut waiting = std::pin::pin!(deadline.bound(rx));
+        let polled = std::future::poll_fn(|cx| Poll::Ready(waiting.as_mut().poll(cx))).await;
+        assert!(polled.is_pending());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        std::thread::sleep(Duration::from_millis(950));
+        let out = bounded(waiting).await;
+        assert_eq!(out, Some(Ok(7)), "the answer, not the deadline");
     }
 }

@@ -88,3 +88,36 @@ async fn fire_at(
     }
     token.cancel();
 }
+
+impl super::Routing {
+    /// A write decided as `d` before its pin's move, checked again at `now` as it is sent: if the
+    /// move came while it waited (for its body, the update guard, or a process frozen and
+    /// resumed), how long the pin's fence still holds (at least a second). Nothing for every other
+    /// decision.
+    pub(crate) fn moved_since_decided(
+        &self,
+        d: &crate::steer::Decision,
+        now: SystemTime,
+    ) -> Option<std::time::Duration> {
+        let (crate::steer::Rule::Pin(i), crate::steer::Reason::BeforeFlip) = (d.rule, d.reason)
+        else {
+            return None;
+        };
+        let table = self.table();
+        let pin = table.writes.pins.get(i)?;
+        let gate = match self.pin_keys.get(i) {
+            Some(Some(key)) => self.gates.gate(key),
+            _ => PinGate::AsWritten,
+        };
+        let previous = self.pin_previous.get(i).copied().flatten();
+        let now_moving = PinMove::gated(pin, gate, previous, table.writes.fence, now);
+        if now_moving.backend == d.backend && matches!(now_moving.stage, Stage::BeforeFlip { .. }) {
+            return None;
+        }
+        let left = now_moving
+            .fence_ends
+            .and_then(|end| end.duration_since(now).ok())
+            .unwrap_or_default();
+        Some(left.max(std::time::Duration::from_secs(1)))
+    }
+}
