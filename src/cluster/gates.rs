@@ -194,7 +194,9 @@ impl FleetGates {
             let said = m.entries.iter().flatten().chain(&m.lapsed);
             let said = said.filter_map(|e| time(e, "flipsAt"));
             let earliest = said.chain(before.flips.get(m.key).copied()).min();
-            let at = earliest.or_else(|| first_time(m, now, Self::settle(round), &time));
+            // `flipAt` is a time on the apiservers' clock, as every time the replicas say.
+            let flip_at = to_mine(m.flip_at);
+            let at = earliest.or_else(|| first_time(m, flip_at, now, Self::settle(round), &time));
             if let Some(at) = at {
                 flips.insert(m.key.to_owned(), at);
             }
@@ -215,9 +217,11 @@ impl FleetGates {
 /// replica to run it, and for every replica to read the time said (`settle`). If none did, the
 /// fleet has no memory of it (all started since with the file as it is, or the file came after
 /// `flipAt + fence` everywhere): it was made at `flipAt`, as the file says and as a single replica
-/// takes it; waiting would send its writes back to the backend they left.
+/// takes it; waiting would send its writes back to the backend they left. `flip_at` is `flipAt` on
+/// this replica's clock.
 fn first_time(
     m: &MoveView<'_>,
+    flip_at: SystemTime,
     now: SystemTime,
     settle: Duration,
     time: &dyn Fn(&Value, &str) -> Option<SystemTime>,
@@ -228,16 +232,16 @@ fn first_time(
         .flatten()
         .filter_map(|e| time(e, "readySince"))
         .collect();
-    let in_time = since.iter().any(|s| *s <= m.flip_at + m.fence);
-    if !in_time && now >= m.flip_at + m.fence {
-        return Some(m.flip_at);
+    let in_time = since.iter().any(|s| *s <= flip_at + m.fence);
+    if !in_time && now >= flip_at + m.fence {
+        return Some(flip_at);
     }
     let all_run = !m.entries.is_empty() && m.entries.iter().all(Option::is_some);
     if !all_run {
         return None;
     }
     let latest = since.iter().max().copied().unwrap_or(now);
-    Some(m.flip_at.max(latest + settle).max(now + settle))
+    Some(flip_at.max(latest + settle).max(now + settle))
 }
 
 #[cfg(test)]
@@ -329,5 +333,33 @@ mod tests {
             }
         );
         assert_eq!(FleetGates::default().gate("k"), PinGate::AsWritten);
+    }
+
+    #[test]
+    fn a_replica_whose_clock_is_ahead_judges_flip_at_on_the_apiservers_clock() {
+        // 5 s ahead: the apiservers' time t is t + 5 here.
+        let ahead = |t: SystemTime| t + Duration::from_secs(5);
+        let g = gates();
+        fn moves(entries: &[Option<Value>]) -> [MoveView<'_>; 1] {
+            [MoveView {
+                key: "k",
+                flip_at: at(100),
+                fence: FENCE,
+                entries: entries.iter().map(Option::as_ref).collect(),
+                lapsed: Vec::new(),
+            }]
+        }
+        // Ran at 107 (their clock), within flipAt + fence: in time, so the move waits for the
+        // replica that does not run it, though this clock reads 117 > 110.
+        g.update(&moves(&[ready(107), None]), at(117), ahead);
+        assert!(
+            matches!(g.gate("k"), PinGate::NotYet { .. }),
+            "{:?}",
+            g.gate("k")
+        );
+        // All ran it in time: the move comes at flipAt on their clock, 105 on this one.
+        let g = gates();
+        g.update(&moves(&[ready(0), ready(1)]), at(20), ahead);
+        assert_eq!(g.gate("k"), PinGate::At(at(105)));
     }
 }

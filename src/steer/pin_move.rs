@@ -50,7 +50,8 @@ pub enum Stage {
 pub enum PinGate {
     /// The pin moves at its own `flipAt` (one replica, or a pin without `flipAt`).
     AsWritten,
-    /// The fleet moves it at this time (its `flipAt`, or later).
+    /// The fleet moves it at this time, on this replica's clock (its `flipAt` on the apiservers'
+    /// clock, or later).
     At(SystemTime),
     /// Not every live replica runs the move: its writes stay where they were until `safe_until`,
     /// the earliest the others could have moved it, and are refused after.
@@ -106,7 +107,9 @@ impl PinMove {
         let from = named.filter(|b| *b != pin.backend);
         let flip_at = match gate {
             PinGate::AsWritten => pin.flip_at,
-            PinGate::At(at) => pin.flip_at.map(|f| f.max(at)),
+            // The fleet's time, on this replica's clock: never before `flipAt` on the
+            // apiservers' clock, which a clock behind theirs reads later than `flipAt` itself.
+            PinGate::At(at) => pin.flip_at.map(|_| at),
             PinGate::NotYet { safe_until } if named != Some(pin.backend) => {
                 return PinMove::not_yet(pin, from, safe_until, now);
             }
