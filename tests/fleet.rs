@@ -6,7 +6,6 @@
 mod common;
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
 
 use common::*;
 use serde_json::Value;
@@ -26,15 +25,6 @@ async fn metrics(server: &Server) -> String {
     r.text().await.unwrap_or_default()
 }
 
-/// Replica `i`'s address: node 127.0.0.(i+1), one port for all, as on control-plane nodes.
-fn node_addresses() -> impl Fn(usize) -> SocketAddr {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port();
-    move |i| format!("127.0.0.{}:{port}", i + 1).parse().expect("addr")
-}
-
 /// A merge patch of configmap `default/{name}` through the replica at `server`: its code and body.
 async fn patch(client: &reqwest::Client, server: SocketAddr, name: &str) -> (u16, String) {
     let url = format!("http://{server}/api/v1/namespaces/default/configmaps/{name}");
@@ -46,17 +36,6 @@ async fn patch(client: &reqwest::Client, server: SocketAddr, name: &str) -> (u16
         .await
         .expect("patch");
     (r.status().as_u16(), r.text().await.unwrap_or_default())
-}
-
-/// `n` route files, each in a folder of its own, holding `text`.
-fn route_files(tag: &str, n: usize, text: &str) -> Vec<PathBuf> {
-    (0..n)
-        .map(|i| {
-            let file = temp_dir(&format!("{tag}-{i}")).join("routes.yaml");
-            std::fs::write(&file, text).expect("routes");
-            file
-        })
-        .collect()
 }
 
 fn live(view: &Value) -> Vec<&Value> {
@@ -226,176 +205,6 @@ async fn each_replica_publishes_how_far_its_clock_is_from_the_apiservers() {
     assert!((own - 5.0).abs() <= 1.0, "{m}");
     on_time.shutdown().await;
     off.shutdown().await;
-}
-
-/// The late-table test of issue 43: three replicas, writers through all of them, a pin moved at a
-/// `flipAt` that one replica's file reaches 3 s after it. Returns the writes' final codes (a 429
-/// is retried, as client-go does) and the cross-version violations per object: an old-version
-/// write in flight with a new-version one, or after one.
-async fn move_with_one_replica_late(
-    fleet_mode: bool,
-) -> (std::collections::BTreeMap<u16, u64>, usize) {
-    let sims = sims().await;
-    let table = |pin: &str| {
-        routes(
-            &sims,
-            &format!(
-                "writes:\n  default: old\n  fence: 3s\n  pins:\n    - name: team-a\n      namespaces: [team-a]\n{pin}reads:\n  default: old\n"
-            ),
-        )
-    };
-    let files = route_files("fleet-late", 3, &table("      backend: old\n"));
-    let addr = node_addresses();
-    let mut replicas = Vec::new();
-    for (i, file) in files.iter().enumerate() {
-        let r = if fleet_mode {
-            publishing_replica(file, addr(i)).await
-        } else {
-            gate_on(file, skewgate::proxy::ProxySettings::default())
-                .await
-                .server
-        };
-        replicas.push(r);
-    }
-    let urls: Vec<String> = replicas
-        .iter()
-        .map(|r| format!("http://{}", r.addr))
-        .collect();
-    let c = h1();
-    for i in 0..3 {
-        let r = c
-            .post(format!("{}/api/v1/namespaces/team-a/configmaps", urls[0]))
-            .json(&serde_json::json!({"metadata": {"name": format!("cm-{i}")}}))
-            .send()
-            .await
-            .expect("create");
-        assert_eq!(r.status(), 201);
-    }
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let writers: Vec<_> = (0..6)
-        .map(|i| {
-            // Each object through two replicas.
-            let (object, replica) = (i % 3, (i / 3 + i) % 3);
-            let url = format!(
-                "{}/api/v1/namespaces/team-a/configmaps/cm-{object}",
-                urls[replica]
-            );
-            let stop = stop.clone();
-            tokio::spawn(async move {
-                let c = h1();
-                let mut codes = std::collections::BTreeMap::new();
-                let mut n = 0;
-                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                    n += 1;
-                    let sent = c
-                        .patch(&url)
-                        .header("content-type", "application/merge-patch+json")
-                        .body(format!(r#"{{"data":{{"n":"{n}"}}}}"#))
-                        .send()
-                        .await;
-                    let code = sent.map_or(0, |r| r.status().as_u16());
-                    if code == 429 {
-                        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-                        continue;
-                    }
-                    *codes.entry(code).or_insert(0u64) += 1;
-                }
-                codes
-            })
-        })
-        .collect();
-    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
-    let flip_at = std::time::SystemTime::now() + std::time::Duration::from_secs(3);
-    let moved = table(&format!(
-        "      backend: new\n      from: old\n      flipAt: {}\n",
-        humantime::format_rfc3339_seconds(flip_at)
-    ));
-    std::fs::write(&files[0], &moved).expect("routes");
-    std::fs::write(&files[1], &moved).expect("routes");
-    // The third replica's file comes 3 s after flipAt.
-    let until = |t: std::time::SystemTime| {
-        t.duration_since(std::time::SystemTime::now())
-            .unwrap_or_default()
-    };
-    tokio::time::sleep(until(flip_at + std::time::Duration::from_secs(1))).await;
-    // Past flipAt, with the move held back: a watch of what the pin covers still goes to the old
-    // version, and ends when the fleet makes the move.
-    let watch = watch_configmaps(&h2(), &urls[0], "team-a")
-        .await
-        .expect("watch");
-    let watched_on = served_by(&watch);
-    let mut stream = watch.bytes_stream();
-    let watch = tokio::spawn(async move {
-        while let Some(chunk) = futures_util::StreamExt::next(&mut stream).await {
-            if chunk.is_err() {
-                return false;
-            }
-        }
-        true
-    });
-    tokio::time::sleep(until(flip_at + std::time::Duration::from_secs(3))).await;
-    let open_while_held = !watch.is_finished();
-    std::fs::write(&files[2], &moved).expect("routes");
-    // Through the fleet's wait and the fence, and 2 s on the new version.
-    tokio::time::sleep(std::time::Duration::from_secs(7)).await;
-    stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    let mut codes = std::collections::BTreeMap::new();
-    for w in writers {
-        for (code, n) in w.await.expect("writer") {
-            *codes.entry(code).or_insert(0) += n;
-        }
-    }
-    let records: Vec<_> = sims
-        .store
-        .writes()
-        .into_iter()
-        .filter(|r| r.verb == "patch")
-        .collect();
-    assert!(
-        records.iter().any(|r| r.version == NEW),
-        "the pin moved: {codes:?}"
-    );
-    let violations = cross_version_writes(&records, true);
-    let watch_ended = tokio::time::timeout(std::time::Duration::from_secs(1), watch).await;
-    if fleet_mode {
-        assert_eq!(
-            watched_on, OLD,
-            "reads follow the pin while its move is held back"
-        );
-        assert!(
-            open_while_held,
-            "the watch stays open while the move is held back"
-        );
-        assert!(
-            matches!(watch_ended, Ok(Ok(true))),
-            "the watch ended cleanly when the fleet moved the pin"
-        );
-    }
-    for r in replicas {
-        r.shutdown().await;
-    }
-    (codes, violations)
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_pin_moves_when_every_replica_runs_its_move_not_at_flip_at_alone() {
-    let (codes, violations) = move_with_one_replica_late(true).await;
-    println!("fleet: {codes:?}, {violations} cross-version violations");
-    assert_eq!(violations, 0, "{codes:?}");
-    assert_eq!(
-        codes.keys().copied().collect::<Vec<_>>(),
-        vec![200],
-        "every write answered"
-    );
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn without_the_fleet_a_replica_late_with_its_file_writes_through_the_old_version() {
-    // The same move by replicas that do not publish themselves: two move at flipAt, the late one
-    // writes the same objects through the old version for 3 s more.
-    let (codes, violations) = move_with_one_replica_late(false).await;
-    println!("no fleet: {codes:?}, {violations} cross-version violations");
-    assert!(violations > 0, "{codes:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

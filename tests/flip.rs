@@ -151,12 +151,7 @@ async fn two_replicas_flip_a_pin_at_flip_at_without_overlap() {
         "every write succeeded: {codes:?}"
     );
 
-    let records: Vec<_> = sims
-        .store
-        .writes()
-        .into_iter()
-        .filter(|r| r.verb == "patch")
-        .collect();
+    let records = patches(&sims);
     assert_eq!(
         records.len() as u64,
         codes.get(&200).copied().unwrap_or(0),

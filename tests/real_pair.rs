@@ -11,7 +11,8 @@
 //! |---|---|
 //! | `real/clients.rs` | certificate, token and anonymous clients reach each version as themselves; discovery lists a kind only the new version adds to a shared group/version |
 //! | `real/fields.rs` | `skew` reports no false difference and finds the real one; the guard on a pod's status and main object; a pin keeps the field a status write through the old version wipes |
-//! | `real/moves.rs` | a pin moved by `flipAt` under four writers: every write 200, no overlap in the audit logs |
+//! | `real/moves.rs` | a pin moved by `flipAt` under 32 writers: every write 200, no overlap in the audit logs |
+//! | `real/fleet.rs` | two replicas as a fleet, one with its route file 5 s late: the move waits for it, every write 200, no overlap in the audit logs |
 //! | `real/cluster.rs` | the endpoints reconciler under deploy/'s RBAC; readiness while the old apiserver stops and returns; `User-Agent: skewgate/<version>` on its own requests |
 
 #[path = "real/clients.rs"]
@@ -21,6 +22,8 @@ mod cluster;
 mod common;
 #[path = "real/fields.rs"]
 mod fields;
+#[path = "real/fleet.rs"]
+mod fleet;
 #[path = "real/h2client.rs"]
 mod h2client;
 #[path = "real/harness.rs"]
@@ -67,6 +70,9 @@ fn skewgate_in_front_of_real_apiservers_of_two_versions() {
     }
     if wanted("moves") {
         moves::a_pin_moved_by_flip_at_answers_every_write_in_flight(&pair);
+    }
+    if wanted("fleet") {
+        fleet::a_fleet_moves_a_pin_when_its_late_replica_runs_the_move(&pair);
     }
     if wanted("cluster") {
         cluster::the_endpoints_reconciler_writes_under_the_shipped_rbac(&pair);

@@ -251,6 +251,12 @@ async fn write(sim: &Arc<SimState>, t: Target<'_>, req: Request<Incoming>) -> Re
         .and_then(|v| v.to_str().ok())
         .unwrap_or("application/json")
         .to_owned();
+    let client = req
+        .headers()
+        .get(header::USER_AGENT)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_owned();
     let body = match read_body(req.into_body()).await {
         Ok(b) => b,
         Err(resp) => return resp,
@@ -287,6 +293,7 @@ async fn write(sim: &Arc<SimState>, t: Target<'_>, req: Request<Incoming>) -> Re
         arrived,
         completed: Instant::now(),
         status: response.status().as_u16(),
+        client,
     });
     response
 }

@@ -90,6 +90,8 @@ pub struct WriteRecord {
     pub completed: Instant,
     /// The HTTP status it answered with.
     pub status: u16,
+    /// The client's User-Agent, as the simulator received it.
+    pub client: String,
 }
 
 /// A failed store operation, as a Kubernetes reason and code.

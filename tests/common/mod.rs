@@ -13,6 +13,10 @@ use skewgate::edge::{ServeOptions, Server};
 use skewgate::proxy::ProxySettings;
 use skewgate_sim::{self as sim, SimConfig, SimHandle, Store};
 
+pub mod fleet;
+#[allow(unused_imports)]
+pub use fleet::*;
+
 pub const OLD: &str = "v1.29.4";
 pub const NEW: &str = "v1.30.1";
 
@@ -370,52 +374,4 @@ pub async fn big_configmaps(sims: &Sims, n: usize, size: usize) {
             .expect("create");
         assert_eq!(resp.status(), 201);
     }
-}
-
-/// A replica listening at `listen` that publishes itself there.
-pub async fn publishing_replica(routes: &Path, listen: SocketAddr) -> Server {
-    publishing_replica_with(routes, listen, ProxySettings::default()).await
-}
-
-/// [`publishing_replica`], with `base` for the settings it does not set (its clock, say).
-pub async fn publishing_replica_with(
-    routes: &Path,
-    listen: SocketAddr,
-    base: ProxySettings,
-) -> Server {
-    Server::start(ServeOptions {
-        routes: routes.to_path_buf(),
-        listen,
-        admin_listen: loopback(),
-        reload_poll: Duration::from_millis(200),
-        settings: ProxySettings {
-            shutdown_grace: Duration::from_secs(1),
-            publish: Some(skewgate::cluster::PublishSettings {
-                address: listen,
-                interval: Duration::from_millis(100),
-                lease_duration: Duration::from_secs(1),
-            }),
-            ..base
-        },
-    })
-    .await
-    .expect("skewgate starts")
-}
-
-/// Writes of one object by two versions that overlap: the second arrived while the first was in
-/// flight; with `back`, also an old-version write after a new-version one had completed (the
-/// object written back through the old version).
-pub fn cross_version_writes(records: &[skewgate_sim::WriteRecord], back: bool) -> usize {
-    let mut violations = 0;
-    for x in records {
-        for y in records {
-            let concurrent = x.arrived <= y.arrived && y.arrived < x.completed;
-            let went_back =
-                back && x.version == NEW && y.version == OLD && x.completed <= y.arrived;
-            if x.key == y.key && x.version != y.version && (concurrent || went_back) {
-                violations += 1;
-            }
-        }
-    }
-    violations
 }

@@ -68,10 +68,10 @@ pub fn a_pin_moved_by_flip_at_answers_every_write_in_flight(pair: &Pair) {
     assert!(failed.is_empty(), "every write answered 200: {failed:?}");
     println!("flipAt: {held} writes held in the fence");
     assert!(held >= WRITERS as f64 / 2.0, "writes were held: {held}");
-    no_overlap_in_the_audit_logs(pair);
+    no_overlap_in_the_audit_logs(pair, "flip");
 }
 
-async fn create_configmaps(client: &H2, ns: &str, n: usize) {
+pub async fn create_configmaps(client: &H2, ns: &str, n: usize) {
     let mut client = client.clone();
     for w in 0..n {
         let body =
@@ -117,19 +117,19 @@ fn writes_held(gate: &crate::process::Serving) -> f64 {
         .unwrap_or(0.0)
 }
 
-async fn sleep_until(at: SystemTime) {
+pub async fn sleep_until(at: SystemTime) {
     tokio::time::sleep(at.duration_since(SystemTime::now()).unwrap_or_default()).await;
 }
 
-/// The old version answered its last patch of the pinned configmaps before the new one received
+/// The old version answered its last patch of the configmaps in `ns` before the new one received
 /// its first: no two versions wrote them at once.
-fn no_overlap_in_the_audit_logs(pair: &Pair) {
+pub fn no_overlap_in_the_audit_logs(pair: &Pair, ns: &str) {
     let patches = |role: &str| {
         pair.audit(role)
             .into_iter()
             .filter(|e| {
                 e["verb"] == "patch"
-                    && e["objectRef"]["namespace"] == "flip"
+                    && e["objectRef"]["namespace"] == ns
                     && e["objectRef"]["resource"] == "configmaps"
             })
             .map(|e| {
