@@ -110,6 +110,21 @@ async fn two_replicas_flip_a_pin_at_flip_at_without_overlap() {
         assert!(loaded);
     }
     tokio::time::sleep(Duration::from_millis(300)).await;
+    let counted = |g: &Gate, name: &'static str| {
+        let name = format!("{name}{{pin=\"team-a\"}}");
+        let g = g.admin();
+        async move {
+            let m = reqwest::get(format!("{g}/metrics")).await.expect("metrics");
+            metric(&m.text().await.unwrap_or_default(), &name)
+        }
+    };
+    for g in [&a, &b] {
+        assert_eq!(
+            counted(g, "skewgate_pin_moves_total").await,
+            0.0,
+            "a pin with flipAt is counted when it flips, not when its file loads"
+        );
+    }
     let before_flip = sims.store.writes().len();
     assert!(
         sims.store
@@ -133,11 +148,27 @@ async fn two_replicas_flip_a_pin_at_flip_at_without_overlap() {
     let pin = &debug["writes"]["pins"][0];
     assert_eq!(pin["move"], "in fence: writes held", "{pin}");
     assert_eq!(pin["movingFrom"], "old", "{pin}");
+    for g in [&a, &b] {
+        let flipped = eventually(10, || async {
+            counted(g, "skewgate_pin_moves_total").await == 1.0
+        })
+        .await;
+        assert!(flipped, "each replica counts the flip once");
+        assert_eq!(counted(g, "skewgate_pin_fence_ends_total").await, 0.0);
+    }
     tokio::time::sleep(Duration::from_millis(200)).await;
 
     // The fence ends: both replicas write to the new version.
     clock.set(flip_at + Duration::from_secs(10));
     tokio::time::sleep(Duration::from_millis(400)).await;
+    for g in [&a, &b] {
+        let ended = eventually(10, || async {
+            counted(g, "skewgate_pin_fence_ends_total").await == 1.0
+        })
+        .await;
+        assert!(ended, "each replica counts the fence's end once");
+        assert_eq!(counted(g, "skewgate_pin_moves_total").await, 1.0);
+    }
     stop.store(true, Ordering::Relaxed);
     let mut codes: HashMap<u16, u64> = HashMap::new();
     for w in writers {

@@ -53,6 +53,8 @@ pub(crate) struct FleetGates {
     behind: AtomicBool,
     /// Woken when this replica has news for the others (a rollout it aborted).
     news: tokio::sync::Notify,
+    /// The moves whose flip this replica has logged and counted (once each, across reloads).
+    announced: Mutex<std::collections::HashSet<String>>,
 }
 
 /// Why a replica in the fleet takes no writes now.
@@ -145,6 +147,12 @@ impl FleetGates {
         self.behind
             .load(Ordering::Relaxed)
             .then_some(OutOfStep::Behind)
+    }
+
+    /// Whether move `key`'s flip is to be logged and counted here: true the first time asked.
+    pub(crate) fn first_flip(&self, key: &str) -> bool {
+        let mut announced = self.announced.lock().unwrap_or_else(|e| e.into_inner());
+        announced.insert(key.to_owned())
     }
 
     /// This replica has news for the others: renew its Lease (with its report) now.

@@ -78,6 +78,8 @@ pub(crate) struct Metrics {
     pub fallbacks: IntCounterVec,
     /// `skewgate_pin_moves_total{pin}`.
     pub pin_moves: IntCounterVec,
+    /// `skewgate_pin_fence_ends_total{pin}`.
+    pub pin_fence_ends: IntCounterVec,
     /// `skewgate_pin_move_wait_seconds`.
     pub pin_move_wait: prometheus::Histogram,
     /// `skewgate_writes_held{pin}`.
@@ -220,7 +222,8 @@ impl Metrics {
             clients_held_back: counter(&r, "skewgate_clients_held_back_total", "Holds put on a misbehaving client's next connections, by reason (premature_resets, malformed_requests).", &["reason"]),
             client_connections_delayed: register(&r, valid(prometheus::IntCounter::new("skewgate_client_connections_delayed_total", "Client connections that waited out their client's hold (skewgate_clients_held_back_total) before they were served."))),
             fallbacks: counter(&r, "skewgate_fallbacks_total", "Requests sent to another backend because the one the rules chose does not serve their group/version/resource.", &["from", "to"]),
-            pin_moves: counter(&r, "skewgate_pin_moves_total", "Reloads that moved a pin (or writes.default, as rule writes.default) to another backend.", &["pin"]),
+            pin_moves: counter(&r, "skewgate_pin_moves_total", "Pins (or writes.default, as rule writes.default) moved to another backend: at their flip (flipAt, or when the fleet makes the move), or at the reload for one without flipAt.", &["pin"]),
+            pin_fence_ends: counter(&r, "skewgate_pin_fence_ends_total", "Fences ended after a pin's flip: from then its writes go to the new backend.", &["pin"]),
             pin_move_wait: pin_move_wait(&r),
             writes_held: gauge(&r, "skewgate_writes_held", "Writes waiting now for in-flight writes of the same object on another backend, by the rule that sends them.", &["pin"]),
             rollout_percent: float_gauge(&r, "skewgate_rollout_percent", "The share of keys each rollout sends to its `to` backend now (0 while aborted).", &["rollout"]),

@@ -110,6 +110,7 @@ impl Metrics {
         });
         prune_each(&self.decisions, |l| keep.rule(l, "rule"));
         prune(&self.pin_moves, |l| keep.rule(l, "pin"));
+        prune(&self.pin_fence_ends, |l| keep.rule(l, "pin"));
         prune(&self.writes_held, |l| keep.rule(l, "pin"));
         prune(&self.pin_backend, |l| {
             keep.rule(l, "pin") && keep.backend(l, "backend")
@@ -134,6 +135,7 @@ impl Metrics {
         }
         for p in &table.writes.pins {
             self.pin_moves.with_label_values(&[p.name.as_str()]);
+            self.pin_fence_ends.with_label_values(&[p.name.as_str()]);
             self.writes_held.with_label_values(&[p.name.as_str()]);
             for class in ["write", "read"] {
                 self.decisions
@@ -210,5 +212,6 @@ reads:
         assert!(!text.contains(r#"rule="canary""#), "{text}");
         assert!(!text.contains("team-a"), "{text}");
         assert!(text.contains(r#"skewgate_pin_moves_total{pin="team-b"} 0"#));
+        assert!(text.contains(r#"skewgate_pin_fence_ends_total{pin="team-b"} 0"#));
     }
 }

@@ -136,7 +136,7 @@ impl Routing {
             &table,
             &pin_keys,
             &pin_previous,
-            (gates, clock),
+            (gates, clock, &metrics),
             &moved,
             now,
         );
@@ -290,10 +290,14 @@ impl Routing {
                 if several_replicas && moved_to.is_some_and(|p| p.flip_at.is_none()) {
                     tracing::warn!(pin = %pin.name, "pin moved without flipAt while several replicas serve: each moves when it reads the file; give flipAt (a moment all replicas will have read the file by) so they move together");
                 }
-                self.metrics
-                    .pin_moves
-                    .with_label_values(&[pin.name.as_str()])
-                    .inc();
+                // A pin with a flip to come is counted when it flips (routing/moves.rs).
+                let j = new.writes.pins.iter().position(|p| p.name == pin.name);
+                if !j.is_some_and(|j| next.flipping.get(j).is_some_and(Option::is_some)) {
+                    self.metrics
+                        .pin_moves
+                        .with_label_values(&[pin.name.as_str()])
+                        .inc();
+                }
                 self.moved[i].cancel();
             }
         }

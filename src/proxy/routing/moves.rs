@@ -9,6 +9,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::cluster::{FleetGates, move_key};
 use crate::config::{BackendId, RouteTable};
+use crate::metrics::Metrics;
 use crate::steer::{Clock, PinGate, PinMove, Stage};
 
 /// Each pin's move (`cluster::move_key`), when it has `flipAt`.
@@ -30,7 +31,7 @@ pub(super) fn flipping(
     table: &RouteTable,
     pin_keys: &[Option<String>],
     pin_previous: &[Option<BackendId>],
-    (gates, clock): (&Arc<FleetGates>, &Arc<dyn Clock>),
+    (gates, clock, metrics): (&Arc<FleetGates>, &Arc<dyn Clock>, &Arc<Metrics>),
     moved: &[CancellationToken],
     now: SystemTime,
 ) -> Vec<Option<CancellationToken>> {
@@ -44,26 +45,41 @@ pub(super) fn flipping(
             let gate = key.as_ref().map_or(PinGate::AsWritten, |k| gates.gate(k));
             let previous = pin_previous.get(i).copied().flatten();
             let at = PinMove::gated(pin, gate, previous, table.writes.fence, now);
-            let Stage::BeforeFlip { at, .. } = at.stage else {
+            let Stage::BeforeFlip { at, from } = at.stage else {
                 return None;
             };
             let flip = moved.get(i)?.child_token();
+            let flipped = Flipped {
+                key: key.clone().unwrap_or_default(),
+                pin: pin.name.clone(),
+                from: table.backend_name(from).to_owned(),
+                to: table.backend_name(pin.backend).to_owned(),
+                fence: table.writes.fence,
+                gates: gates.clone(),
+                metrics: metrics.clone(),
+            };
             let fleet = key.map(|k| (gates.clone(), k));
-            tokio::spawn(fire_at(at, fleet, clock.clone(), flip.clone()));
+            let token = flip.clone();
+            let clock = clock.clone();
+            tokio::spawn(async move {
+                if let Some(at) = fire_at(at, fleet, clock.clone(), token).await {
+                    flipped.announce(at, &*clock).await;
+                }
+            });
             Some(flip)
         })
         .collect()
 }
 
 /// Fires `token` once `clock` reads `at` or later, and the fleet (if any) has made the move
-/// (polled, so that a clock that jumps is followed); returns early when the token fires otherwise
-/// (the pin moved again, shutdown).
+/// (polled, so that a clock that jumps is followed), and says when the move came; returns early,
+/// with nothing, when the token fires otherwise (the pin moved again, shutdown).
 async fn fire_at(
     at: SystemTime,
     fleet: Option<(Arc<FleetGates>, String)>,
     clock: Arc<dyn Clock>,
     token: CancellationToken,
-) {
+) -> Option<SystemTime> {
     // With the fleet, at the time it makes the move (known at `flipAt` or later).
     let when = || match &fleet {
         Some((gates, key)) => match gates.gate(key) {
@@ -74,19 +90,56 @@ async fn fire_at(
         None => Some(at),
     };
     loop {
-        let left = when().map(|t| t.duration_since(clock.now()).unwrap_or_default());
+        let came = when();
+        let left = came.map(|t| t.duration_since(clock.now()).unwrap_or_default());
         if left.is_some_and(|l| l.is_zero()) {
-            break;
+            token.cancel();
+            return came;
         }
         let wait = left.map_or(std::time::Duration::from_millis(250), |l| {
             l.min(std::time::Duration::from_millis(250))
         });
         tokio::select! {
             _ = tokio::time::sleep(wait) => {}
-            _ = token.cancelled() => return,
+            _ = token.cancelled() => return None,
         }
     }
-    token.cancel();
+}
+
+/// A pin's flip as the log and the metrics tell it: once per move on this replica, however many
+/// tables it ran meanwhile.
+struct Flipped {
+    key: String,
+    pin: String,
+    from: String,
+    to: String,
+    fence: std::time::Duration,
+    gates: Arc<FleetGates>,
+    metrics: Arc<Metrics>,
+}
+
+impl Flipped {
+    /// The flip, which came at `at`: logged and counted (`skewgate_pin_moves_total`); then the
+    /// end of its fence, when writes go to the new backend (`skewgate_pin_fence_ends_total`).
+    async fn announce(self, at: SystemTime, clock: &dyn Clock) {
+        if !self.gates.first_flip(&self.key) {
+            return;
+        }
+        let fence = humantime::format_duration(self.fence).to_string();
+        tracing::info!(pin = %self.pin, from = %self.from, to = %self.to, %fence, "pin flipped: its reads go to the new backend, its writes are held until the fence ends");
+        let label = [self.pin.as_str()];
+        self.metrics.pin_moves.with_label_values(&label).inc();
+        let end = at + self.fence;
+        loop {
+            let left = end.duration_since(clock.now()).unwrap_or_default();
+            if left.is_zero() {
+                break;
+            }
+            tokio::time::sleep(left.min(std::time::Duration::from_millis(250))).await;
+        }
+        tracing::info!(pin = %self.pin, to = %self.to, "pin's fence ended: its writes go to the new backend");
+        self.metrics.pin_fence_ends.with_label_values(&label).inc();
+    }
 }
 
 impl super::Routing {
