@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Renders dashboard.png from a run: two simulated apiservers (1.29, 1.30) and a third backend with
-# no apiserver, skewgate in front, Prometheus (Debian's package) scraping it every 2 s, and three
-# minutes of traffic in which a rollout to the missing backend aborts, the team-a pin moves from
-# 1.30 to 1.29, and one bad route file is rejected and then fixed.
+# no apiserver, two skewgate replicas in front as one fleet (--advertise-address), Prometheus
+# (Debian's package) scraping them every 2 s, and three minutes of traffic in which a rollout to
+# the missing backend aborts (on both replicas), the team-a pin moves from 1.30 to 1.29 with the
+# second replica's file 20 s late (the replicas disagree meanwhile), and one bad route file is
+# rejected and then fixed.
 #
 #   deploy/monitoring/render-run.sh [path/to/skewgate]     (needs prometheus, curl, python3 with matplotlib)
 set -euo pipefail
@@ -37,43 +39,54 @@ reads:
 $2
 EOF
 }
-routes v1-30 "" > "$work/routes.yaml"
-"$exe" serve --routes "$work/routes.yaml" --listen 127.0.0.1:27443 --admin-listen 127.0.0.1:29443 \
-  --no-access-log --reload-poll 1s >"$work/skewgate.log" 2>&1 & pids+=($!)
+mkdir -p "$work/a" "$work/b"
+routes v1-30 "" > "$work/a/routes.yaml"
+cp "$work/a/routes.yaml" "$work/b/routes.yaml"
+"$exe" serve --routes "$work/a/routes.yaml" --listen 127.0.0.1:27443 --admin-listen 127.0.0.1:29443 \
+  --advertise-address 192.0.2.10 --no-access-log --reload-poll 1s >"$work/a.log" 2>&1 & pids+=($!)
+"$exe" serve --routes "$work/b/routes.yaml" --listen 127.0.0.1:27444 --admin-listen 127.0.0.1:29444 \
+  --advertise-address 192.0.2.11 --no-access-log --reload-poll 1s >"$work/b.log" 2>&1 & pids+=($!)
+# A route file to replica A now, to B 20 s later.
+deliver() { # $1: file
+  mv "$1" "$work/a/routes.yaml"
+  (sleep 20; cp "$work/a/routes.yaml" "$work/b/routes.tmp" && mv "$work/b/routes.tmp" "$work/b/routes.yaml") &
+}
 
 cat > "$work/prometheus.yml" <<EOF
 global: {scrape_interval: 2s, evaluation_interval: 2s}
 scrape_configs:
   - job_name: skewgate
-    static_configs: [{targets: ["127.0.0.1:29443"]}]
+    static_configs: [{targets: ["127.0.0.1:29443", "127.0.0.1:29444"]}]
 EOF
 prometheus --config.file="$work/prometheus.yml" --storage.tsdb.path="$work/tsdb" \
   --web.listen-address=127.0.0.1:29090 >"$work/prometheus.log" 2>&1 & pids+=($!)
 sleep 3
 start=$(date +%s)
 
-traffic() { # a client in a loop: $1 namespace
+traffic() { # a client in a loop: $1 namespace, $2 the replica's port
   while true; do
-    curl -s -o /dev/null "http://127.0.0.1:27443/api/v1/namespaces/$1/configmaps" || true
+    curl -s -o /dev/null "http://127.0.0.1:$2/api/v1/namespaces/$1/configmaps" || true
     curl -s -o /dev/null -X PATCH -H 'Content-Type: application/merge-patch+json' \
       -d '{"data":{"at":"'"$(date +%s%N)"'"}}' \
-      "http://127.0.0.1:27443/api/v1/namespaces/$1/configmaps/settings" || true
+      "http://127.0.0.1:$2/api/v1/namespaces/$1/configmaps/settings" || true
     sleep 0.05
   done
 }
+port=27443
 for ns in team-a team-b team-c ns-1 ns-2 ns-3 canary; do
   curl -s -o /dev/null -X POST -H 'Content-Type: application/json' \
     -d '{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"settings"},"data":{"a":"b"}}' \
     "http://127.0.0.1:27443/api/v1/namespaces/$ns/configmaps" || true
-  traffic "$ns" & pids+=($!)
+  traffic "$ns" "$port" & pids+=($!)
+  port=$((port == 27443 ? 27444 : 27443))
 done
 
 sleep 70
-routes v1-29 "" > "$work/routes.tmp" && mv "$work/routes.tmp" "$work/routes.yaml"   # the pin moves
+routes v1-29 "" > "$work/routes.tmp" && deliver "$work/routes.tmp"    # the pin moves
 sleep 40
-echo "backends: [oops" > "$work/routes.tmp" && mv "$work/routes.tmp" "$work/routes.yaml" # rejected
+echo "backends: [oops" > "$work/routes.tmp" && deliver "$work/routes.tmp" # rejected
 sleep 30
-routes v1-29 "" > "$work/routes.tmp" && mv "$work/routes.tmp" "$work/routes.yaml"   # fixed
+routes v1-29 "" > "$work/routes.tmp" && deliver "$work/routes.tmp"    # fixed
 sleep 40
 end=$(date +%s)
 python3 "$here/render.py" http://127.0.0.1:29090 "$start" "$end" "$here/dashboard.png"
