@@ -201,3 +201,54 @@ async fn no_access_log_leaves_requests_out_and_keeps_the_rest() {
     let lines = serving.lines_where(2, 1, is_access);
     assert!(lines.is_empty(), "{lines:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_held_by_a_moving_pins_fence_says_for_how_long() {
+    let sims = sims().await;
+    let created = h1()
+        .post(format!(
+            "{}/api/v1/namespaces/team-a/configmaps",
+            sims.old.url()
+        ))
+        .json(&serde_json::json!({"metadata": {"name": "cm"}}))
+        .send()
+        .await
+        .expect("create");
+    assert_eq!(created.status(), 201);
+    // Moved at the current whole second, with a 3 s fence: its writes are held at least 2 s
+    // from now.
+    let flip_at = humantime::format_rfc3339_seconds(std::time::SystemTime::now());
+    let text = routes(
+        &sims,
+        &format!(
+            "writes:\n  default: old\n  fence: 3s\n  pins:\n    - {{name: team-a, namespaces: [team-a], backend: new, from: old, flipAt: {flip_at}}}\nreads:\n  default: old\n"
+        ),
+    );
+    let file = temp_dir("access-held").join("routes.yaml");
+    std::fs::write(&file, text).expect("routes");
+    let serving = serve(&file, &[], None);
+    let base = format!(
+        "http://{}/api/v1/namespaces/team-a/configmaps/cm",
+        serving.addr
+    );
+    let patched = h1()
+        .patch(&base)
+        .header("content-type", "application/merge-patch+json")
+        .body(r#"{"data":{"k":"v"}}"#)
+        .send()
+        .await
+        .expect("patch");
+    assert_eq!(patched.status(), 200);
+    let got = h1().get(&base).send().await.expect("get");
+    assert_eq!(got.status(), 200);
+    let lines = serving.lines_where(10, 2, is_access);
+    assert_eq!(lines.len(), 2, "{lines:?}");
+    assert_eq!(field(&lines[0], "verb"), "patch");
+    assert_eq!(field(&lines[0], "backend"), "new");
+    let held: f64 = field(&lines[0], "held_ms").parse().expect("held_ms");
+    let took: f64 = field(&lines[0], "duration_ms")
+        .parse()
+        .expect("duration_ms");
+    assert!(held >= 1000.0 && held <= took, "{}", lines[0]);
+    assert_eq!(field(&lines[1], "held_ms"), "0.0", "a read is never held");
+}

@@ -31,6 +31,9 @@ pub(crate) struct AccessRecord {
     code: u16,
     bytes: u64,
     error: Option<String>,
+    /// How long a write waited to be admitted (a moving pin's fence, the object's writes on
+    /// another backend, its client's turn).
+    held: Option<std::time::Duration>,
 }
 
 impl AccessRecord {
@@ -56,6 +59,7 @@ impl AccessRecord {
                 code: 0,
                 bytes: 0,
                 error: None,
+                held: None,
             })
         })
     }
@@ -68,6 +72,11 @@ impl AccessRecord {
     /// Bytes of response body sent.
     pub(crate) fn add_bytes(&mut self, n: u64) {
         self.bytes += n;
+    }
+
+    /// How long the write waited to be admitted.
+    pub(crate) fn set_held(&mut self, held: std::time::Duration) {
+        self.held = Some(held);
     }
 
     /// Why the proxy answered the request itself, or the upstream failure that ended it.
@@ -108,6 +117,7 @@ impl Drop for AccessRecord {
             code = self.code,
             bytes = self.bytes,
             duration_ms = (self.start.elapsed().as_secs_f64() * 1e6).round() / 1e3,
+            held_ms = self.held.map_or(0.0, |h| (h.as_secs_f64() * 1e6).round() / 1e3),
             error = self.error.as_deref().unwrap_or(""),
             "request"
         );

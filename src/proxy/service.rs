@@ -220,8 +220,12 @@ fn forward(
     async move {
         let backend = &routing.backends[request.decision.backend.index()];
         super::framing::check(&parts)?;
-        let (endpoint, _ticket) =
-            admit(proxy, routing, request, caller, &parts, &mut tracker).await?;
+        let began = (request.object.is_some() && access.is_some()).then(Instant::now);
+        let admitted = admit(proxy, routing, request, caller, &parts, &mut tracker).await;
+        if let (Some(began), Some(a)) = (began, access.as_mut()) {
+            a.set_held(began.elapsed());
+        }
+        let (endpoint, _ticket) = admitted?;
         let merged_answer = request
             .merge
             .clone()
