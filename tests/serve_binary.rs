@@ -150,3 +150,42 @@ async fn out_of_descriptors_the_admin_listener_answers_and_clients_are_served_ag
         "a client is served once the others left: {served:?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_endpoint_that_keeps_failing_the_same_way_is_logged_once() {
+    let dir = temp_dir("serve-dead");
+    let routes_file = dir.join("routes.yaml");
+    let dead = refused_address();
+    std::fs::write(
+        &routes_file,
+        format!(
+            "apiVersion: skewgate.io/v1alpha1\nkind: RouteTable\nbackends:\n  - {{name: a, endpoints: [\"{dead}\"]}}\nwrites:\n  default: a\nreads:\n  default: a\n"
+        ),
+    )
+    .expect("routes");
+    let serving = serve(&routes_file, &["--no-access-log"], None);
+    // A request's dial fails too, in other words than the check's: still one line.
+    let _ = h1()
+        .get(format!("http://{}/api/v1/namespaces", serving.addr))
+        .send()
+        .await;
+    // Three health checks (every 5 s).
+    let not_ready = |l: &str| l.contains("endpoint is not ready");
+    let mut lines: Vec<String> = serving
+        .log
+        .iter()
+        .filter(|l| not_ready(l))
+        .cloned()
+        .collect();
+    lines.extend(serving.lines_where(12, 10, not_ready));
+    assert_eq!(lines.len(), 1, "{lines:?}");
+}
+
+/// An address nothing listens on: a port bound, then let go.
+fn refused_address() -> String {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    format!("http://127.0.0.1:{port}")
+}

@@ -132,6 +132,11 @@ impl Metrics {
                 self.upstream_errors
                     .with_label_values(&[b.name.as_str(), reason]);
             }
+            self.watches.with_label_values(&[b.name.as_str()]);
+            for to in table.backends.iter().filter(|t| t.name != b.name) {
+                self.fallbacks
+                    .with_label_values(&[b.name.as_str(), to.name.as_str()]);
+            }
         }
         for p in &table.writes.pins {
             self.pin_moves.with_label_values(&[p.name.as_str()]);
@@ -213,5 +218,13 @@ reads:
         assert!(!text.contains("team-a"), "{text}");
         assert!(text.contains(r#"skewgate_pin_moves_total{pin="team-b"} 0"#));
         assert!(text.contains(r#"skewgate_pin_fence_ends_total{pin="team-b"} 0"#));
+        assert!(
+            text.contains(r#"skewgate_watches{backend="new"} 0"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"skewgate_fallbacks_total{from="old",to="new"} 0"#),
+            "{text}"
+        );
     }
 }

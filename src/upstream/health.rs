@@ -64,11 +64,11 @@ async fn check_endpoint(backend: &BackendPool, ep: &Arc<EndpointPool>, metrics: 
                 .with_label_values(&[backend.name.as_str(), "health"])
                 .inc();
         }
-        if ep.set_failure(Some(why.clone())) || was != EndpointState::Down {
+        if ep.set_health_failure(Some(why.clone())) || was != EndpointState::Down {
             tracing::warn!(backend = %backend.name, endpoint = %ep.endpoint.url, %why, "endpoint is not ready");
         }
     } else {
-        ep.set_failure(None);
+        ep.set_health_failure(None);
         if was == EndpointState::Down {
             tracing::info!(backend = %backend.name, endpoint = %ep.endpoint.url, "endpoint is ready again");
         }

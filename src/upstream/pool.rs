@@ -155,6 +155,9 @@ pub(crate) struct EndpointPool {
     connect_rate: std::sync::Mutex<ConnectRate>,
     /// Why the endpoint was last found down: what the apiserver answered, or the connect error.
     failure: arc_swap::ArcSwapOption<String>,
+    /// The health check's own last failure, kept apart from `failure` (which a request's failed
+    /// dial also writes, in other words), so that one repeated every check is logged once.
+    health_failure: arc_swap::ArcSwapOption<String>,
     /// Streams open, by shard; summed when read. (One count for the pool, with the gauge beside
     /// it and a reference to the pool per stream, were three cache lines both workers wrote on
     /// every request.)
@@ -219,6 +222,7 @@ impl EndpointPool {
             endpoint,
             settings,
             failure: arc_swap::ArcSwapOption::empty(),
+            health_failure: arc_swap::ArcSwapOption::empty(),
             connect_rate: std::sync::Mutex::new(ConnectRate::default()),
             shards: (0..shards)
                 .map(|_| Shard {
@@ -263,13 +267,21 @@ impl EndpointPool {
         self.failure.load_full()
     }
 
-    /// Records why the endpoint is down (`None` once it is up); returns whether that changed, so
-    /// that a failure repeated every check is logged once.
-    pub(crate) fn set_failure(&self, why: Option<String>) -> bool {
-        let changed = self.failure.load().as_deref() != why.as_ref();
-        if changed {
+    /// Records why the endpoint is down (`None` once it is up).
+    pub(crate) fn set_failure(&self, why: Option<String>) {
+        if self.failure.load().as_deref() != why.as_ref() {
             self.failure.store(why.map(Arc::new));
         }
+    }
+
+    /// Records the health check's finding (`None`: ready); returns whether it differs from the
+    /// check before, so that a failure repeated every check is logged once.
+    pub(crate) fn set_health_failure(&self, why: Option<String>) -> bool {
+        let changed = self.health_failure.load().as_deref() != why.as_ref();
+        if changed {
+            self.health_failure.store(why.clone().map(Arc::new));
+        }
+        self.set_failure(why);
         changed
     }
 
