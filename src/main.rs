@@ -17,7 +17,10 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Check { paths } => cli::check::check(&paths),
+        Command::Check { mut paths, routes } => {
+            paths.extend(routes);
+            cli::check::check(&paths)
+        }
         Command::Explain(args) => cli::explain::explain(&args).map(|()| ExitCode::SUCCESS),
         Command::Serve(args) => cli::serve::run(*args),
         Command::Skew(args) => cli::skew::run(&args),

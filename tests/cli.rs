@@ -31,6 +31,19 @@ fn check_accepts_the_shipped_routes() {
 }
 
 #[test]
+fn check_takes_the_route_file_as_serve_spells_it_and_counts_in_words() {
+    let out = skewgate(&["check", "--routes", "routes/demo.yaml"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let said = text(&out.stdout);
+    assert!(
+        said.contains("routes/demo.yaml: ok (2 backends, 1 pin, 1 rollout, 1 guard)"),
+        "{said}"
+    );
+    let none = skewgate(&["check"]);
+    assert_eq!(none.status.code(), Some(2), "a file is required");
+}
+
+#[test]
 fn check_prints_every_error_with_file_line_and_field_and_fails() {
     let example =
         std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("routes/example.yaml"))

@@ -63,17 +63,21 @@ pub fn check(paths: &[PathBuf]) -> Result<ExitCode> {
 fn summary(t: &RouteTable) -> String {
     let guards = match t.guards.len() {
         0 => String::new(),
-        n => format!(", {n} guards"),
+        n => format!(", {}", count(n, "guard")),
     };
     let warnings = match t.warnings.len() {
         0 => String::new(),
-        1 => ", 1 warning".to_owned(),
-        n => format!(", {n} warnings"),
+        n => format!(", {}", count(n, "warning")),
     };
     format!(
-        "{} backends, {} pins, {} rollouts{guards}{warnings}",
-        t.backends.len(),
-        t.writes.pins.len(),
-        t.reads.rollouts.len()
+        "{}, {}, {}{guards}{warnings}",
+        count(t.backends.len(), "backend"),
+        count(t.writes.pins.len(), "pin"),
+        count(t.reads.rollouts.len(), "rollout")
     )
+}
+
+/// `1 pin`, `2 pins`.
+fn count(n: usize, what: &str) -> String {
+    format!("{n} {what}{}", if n == 1 { "" } else { "s" })
 }

@@ -36,8 +36,12 @@ pub enum Command {
     /// Validate route files: exit 0, or print every error with file:line and exit 1.
     Check {
         /// Route files, or directories of *.yaml route files.
-        #[arg(required = true)]
+        #[arg(required_unless_present = "routes")]
         paths: Vec<PathBuf>,
+        /// A route file or directory, as `serve`, `explain` and `skew` spell it (repeatable;
+        /// checked with the PATHs).
+        #[arg(long)]
+        routes: Vec<PathBuf>,
     },
     /// Print the RequestInfo, the client, the class, the rule and the backend of one request, and why.
     Explain(ExplainArgs),
