@@ -77,6 +77,10 @@ reads:
       to: new
       percent: 50
       abort: {errorRatio: 0.5, window: 1m, minRequests: 100}
+guards:
+  - name: old-kubectl
+    match: {resources: [configmaps], clients: [\"kubectl<1.30\"]}
+    action: reject
 ",
     ))
     .await;

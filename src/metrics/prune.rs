@@ -155,6 +155,19 @@ impl Metrics {
         self.decisions
             .shared()
             .with_label_values(&["read", "reads.default"]);
+        // A guard's updates, for each resource it names.
+        for g in &table.guards {
+            let named = g.selectors.resources.iter().flat_map(|s| &s.include);
+            for r in named {
+                if let crate::config::Part::Exact(resource) = &r.resource {
+                    self.guarded_updates.with_label_values(&[
+                        g.name.as_str(),
+                        g.action.as_str(),
+                        resource,
+                    ]);
+                }
+            }
+        }
         for r in &table.reads.rollouts {
             self.decisions
                 .shared()
