@@ -361,4 +361,33 @@ impl Selectors {
             && self.groups.is_none()
             && self.clients.is_none()
     }
+
+    /// Whether every request `other` matches, these match too, as far as the items as written
+    /// tell (equal items; no reasoning about patterns): false when unsure.
+    pub fn covers(&self, other: &Selectors) -> bool {
+        fn list<I: PartialEq>(a: &Option<Selector<I>>, b: &Option<Selector<I>>) -> bool {
+            match (a, b) {
+                (None, _) => true,
+                (Some(_), None) => false,
+                (Some(a), Some(b)) => {
+                    let excluded = a.exclude.iter().all(|x| b.exclude.contains(x));
+                    let included = a.include.is_empty()
+                        || (!b.include.is_empty()
+                            && b.include.iter().all(|x| a.include.contains(x)));
+                    excluded && included
+                }
+            }
+        }
+        let verbs = match (&self.verbs, &other.verbs) {
+            (None, _) => true,
+            (Some(a), Some(b)) => a == b,
+            (Some(_), None) => false,
+        };
+        list(&self.namespaces, &other.namespaces)
+            && list(&self.resources, &other.resources)
+            && verbs
+            && list(&self.users, &other.users)
+            && list(&self.groups, &other.groups)
+            && list(&self.clients, &other.clients)
+    }
 }

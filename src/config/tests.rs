@@ -371,3 +371,43 @@ fn guards_parse_with_their_defaults_and_bad_values_are_located() {
         "{e}"
     );
 }
+
+#[test]
+fn a_rule_that_an_earlier_one_covers_entirely_is_warned_of() {
+    let warned = |pins: &str, rollouts: &str| {
+        let text = BASE
+            .replace(
+                "  default: v1-29\nreads:",
+                &format!("  default: v1-29\n  pins:\n{pins}reads:"),
+            )
+            .replace(
+                "reads:\n  default: v1-29\n",
+                &format!("reads:\n  default: v1-29\n  rollouts:\n{rollouts}"),
+            );
+        let t = parse(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+        t.warnings.iter().map(|w| w.to_string()).collect::<Vec<_>>()
+    };
+    // A pin of configmaps everywhere, pasted before a pin of team-a's configmaps: the second
+    // never decides.
+    let w = warned(
+        "    - {name: skew, resources: [configmaps], backend: v1-30}\n    - {name: team-a, namespaces: [team-a], resources: [configmaps], backend: v1-29}\n",
+        "    - {name: r, to: v1-30, percent: 5, match: {namespaces: [a]}}\n",
+    );
+    assert!(
+        w.len() == 1
+            && w[0].contains("writes.pins[1]")
+            && w[0].contains("pin \"skew\" before it covers"),
+        "{w:?}"
+    );
+    // Overlapping but not covering (team-a's other resources are its own): no warning.
+    let w = warned(
+        "    - {name: skew, resources: [configmaps], backend: v1-30}\n    - {name: team-a, namespaces: [team-a], backend: v1-29}\n",
+        "    - {name: r, to: v1-30, percent: 5, match: {namespaces: [a, b]}}\n    - {name: s, to: v1-30, percent: 5, match: {namespaces: [b], users: [u]}}\n",
+    );
+    assert!(
+        w.len() == 1
+            && w[0].contains("reads.rollouts[1]")
+            && w[0].contains("rollout \"r\" before it matches every read"),
+        "{w:?}"
+    );
+}

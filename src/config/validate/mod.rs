@@ -309,6 +309,9 @@ impl Validator<'_> {
                     format!("from names the pin's own backend {:?}: a pin moves from another backend; leave from out if it does not move", from.value),
                 );
             }
+            if let Some(first) = out.iter().find(|o: &&Pin| o.selectors.covers(&selectors)) {
+                self.warn(pin.referenced, &path, format!("never decides: pin {:?} before it covers every object this one names, and the first pin that matches decides; put this one first, or narrow that one", first.name));
+            }
             out.push(Pin {
                 name,
                 selectors,
@@ -356,6 +359,8 @@ impl Validator<'_> {
             }
             if let Some(first) = out.iter().find(|o| o.selectors.is_match_all()) {
                 self.warn(at, &path, format!("never decides: rollout {:?} before it has no match, so it takes every read first; give it a match, or put it last", first.name));
+            } else if let Some(first) = out.iter().find(|o| o.selectors.covers(&selectors)) {
+                self.warn(at, &path, format!("never decides: rollout {:?} before it matches every read this one matches, and the first rollout that matches decides; put this one first, or narrow that one", first.name));
             }
             out.push(Rollout {
                 name: r.name.value,
