@@ -205,16 +205,7 @@ async fn no_access_log_leaves_requests_out_and_keeps_the_rest() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_write_held_by_a_moving_pins_fence_says_for_how_long() {
     let sims = sims().await;
-    let created = h1()
-        .post(format!(
-            "{}/api/v1/namespaces/team-a/configmaps",
-            sims.old.url()
-        ))
-        .json(&serde_json::json!({"metadata": {"name": "cm"}}))
-        .send()
-        .await
-        .expect("create");
-    assert_eq!(created.status(), 201);
+    create_configmap(&sims.old.url(), "team-a", "cm").await;
     // Moved at the current whole second, with a 3 s fence: its writes are held at least 2 s
     // from now.
     let flip_at = humantime::format_rfc3339_seconds(std::time::SystemTime::now());

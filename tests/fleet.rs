@@ -219,16 +219,7 @@ async fn a_replica_that_cannot_renew_its_lease_takes_no_writes_until_it_does() {
     let c = publishing_replica(&file, addr(1)).await;
     let c_lease = format!("skewgate-127-0-0-2-{}", addr(1).port());
     let client = h1();
-    let created = client
-        .post(format!(
-            "http://{}/api/v1/namespaces/default/configmaps",
-            a.addr
-        ))
-        .json(&serde_json::json!({"metadata": {"name": "fenced"}}))
-        .send()
-        .await
-        .expect("create");
-    assert_eq!(created.status(), 201);
+    create_configmap(&format!("http://{}", a.addr), "default", "fenced").await;
     let patch = |server: &Server| patch(&client, server.addr, "fenced");
     assert!(eventually(10, || async { patch(&c).await.0 == 200 }).await);
     for sim in [&sims.old, &sims.new] {
@@ -269,16 +260,7 @@ async fn a_replica_whose_file_is_behind_a_move_the_others_made_takes_no_writes_u
     let b = publishing_replica(&files[1], addr(1)).await;
     let client = h1();
     let patch = |server: &Server| patch(&client, server.addr, "cm");
-    let created = client
-        .post(format!(
-            "http://{}/api/v1/namespaces/default/configmaps",
-            a.addr
-        ))
-        .json(&serde_json::json!({"metadata": {"name": "cm"}}))
-        .send()
-        .await
-        .expect("create");
-    assert_eq!(created.status(), 201);
+    create_configmap(&format!("http://{}", a.addr), "default", "cm").await;
     assert!(eventually(10, || async { patch(&b).await.0 == 200 }).await);
     // A file whose move came a minute ago reaches one replica: no replica ran it in time, so it
     // was made at its flipAt, and that replica moves. The other, still on its old file, would

@@ -49,18 +49,8 @@ async fn until(t: SystemTime) {
 
 /// Objects `cm-0`..`cm-{n-1}` in namespace team-a.
 async fn create_objects(sims: &Sims, n: usize) {
-    let c = h1();
     for i in 0..n {
-        let r = c
-            .post(format!(
-                "{}/api/v1/namespaces/team-a/configmaps",
-                sims.old.url()
-            ))
-            .json(&serde_json::json!({"metadata": {"name": format!("cm-{i}")}}))
-            .send()
-            .await
-            .expect("create");
-        assert_eq!(r.status(), 201);
+        create_configmap(&sims.old.url(), "team-a", &format!("cm-{i}")).await;
     }
 }
 

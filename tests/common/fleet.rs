@@ -12,7 +12,7 @@ use skewgate::edge::{ServeOptions, Server};
 use skewgate::proxy::ProxySettings;
 use skewgate_sim::WriteRecord;
 
-use super::{NEW, OLD, h1, loopback, temp_dir};
+use super::{h1, loopback, temp_dir};
 
 /// A replica listening at `listen` that publishes itself there.
 pub async fn publishing_replica(routes: &Path, listen: SocketAddr) -> Server {
@@ -64,28 +64,21 @@ pub fn route_files(tag: &str, n: usize, text: &str) -> Vec<PathBuf> {
         .collect()
 }
 
+/// Creates configmap `namespace/name` through `base` (a replica's or a simulator's URL).
+pub async fn create_configmap(base: &str, namespace: &str, name: &str) {
+    let created = h1()
+        .post(format!("{base}/api/v1/namespaces/{namespace}/configmaps"))
+        .json(&serde_json::json!({"metadata": {"name": name}}))
+        .send()
+        .await
+        .expect("create");
+    assert_eq!(created.status(), 201, "{namespace}/{name}");
+}
+
 /// The patches the simulators took, as their shared write log holds them.
 pub fn patches(sims: &super::Sims) -> Vec<WriteRecord> {
     let writes = sims.store.writes().into_iter();
     writes.filter(|r| r.verb == "patch").collect()
-}
-
-/// Writes of one object by two versions that overlap: the second arrived while the first was in
-/// flight; with `back`, also an old-version write after a new-version one had completed (the
-/// object written back through the old version).
-pub fn cross_version_writes(records: &[WriteRecord], back: bool) -> usize {
-    let mut violations = 0;
-    for x in records {
-        for y in records {
-            let concurrent = x.arrived <= y.arrived && y.arrived < x.completed;
-            let went_back =
-                back && x.version == NEW && y.version == OLD && x.completed <= y.arrived;
-            if x.key == y.key && x.version != y.version && (concurrent || went_back) {
-                violations += 1;
-            }
-        }
-    }
-    violations
 }
 
 /// Per object, from the apiservers' side: how many of its writes arrived while a write of it by

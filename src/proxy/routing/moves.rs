@@ -158,10 +158,7 @@ impl super::Routing {
         };
         let table = self.table();
         let pin = table.writes.pins.get(i)?;
-        let gate = match self.pin_keys.get(i) {
-            Some(Some(key)) => self.gates.gate(key),
-            _ => PinGate::AsWritten,
-        };
+        let gate = crate::steer::LiveState::pin_gate(self, i, now);
         let previous = self.pin_previous.get(i).copied().flatten();
         let now_moving = PinMove::gated(pin, gate, previous, table.writes.fence, now);
         if now_moving.backend == d.backend && matches!(now_moving.stage, Stage::BeforeFlip { .. }) {
