@@ -25,13 +25,7 @@ fn table(sims: &Sims, action: &str, unknown: &str) -> String {
 /// A gate serving `text`, once it knows both versions' schemas.
 async fn gate_knowing_schemas(text: &str) -> Gate {
     let gate = gate(text).await;
-    let known = eventually(10, || async {
-        gate.debug_skew().await["report"]["kinds"]
-            .as_array()
-            .is_some_and(|k| !k.is_empty())
-    })
-    .await;
-    assert!(known, "the schemas are read");
+    gate.knows_schemas().await;
     gate
 }
 

@@ -24,7 +24,8 @@ use super::routing::{RequestTracker, Routing};
 use super::status::{self, ProxyError};
 use super::upgrade::{Upgrade, forward_upgrade};
 use crate::classify::{Client, ClientVersion, Verb, classify};
-use crate::identity::{ForwardedIdentity, Identity, VerifiedClient, forward_made};
+use crate::config::BackendId;
+use crate::identity::{ForwardedIdentity, Identity, VerifiedClient, forward_made, token_identity};
 use crate::steer::{Class, Decision, SteerRequest, WriteTicket, object_key};
 use crate::upstream::{
     BackendPool, Credential, EndpointPool, Head, UpstreamBody, UpstreamError, send,
@@ -136,6 +137,8 @@ struct Decided {
     upgrade: Option<HeaderValue>,
     /// The update guard that applies (`guards[i]`), for a full-object update.
     guard: Option<usize>,
+    /// Where the same client's reads of the object go, for a guarded update.
+    reader: Option<BackendId>,
     /// The client's version, from its User-Agent.
     client: Option<ClientVersion>,
     /// Its resource's slot in the request metrics.
@@ -150,7 +153,18 @@ fn decide(
     parts: &mut http::request::Parts,
     start: Instant,
 ) -> Decided {
-    let groups = caller.identity.map(|i| i.group_refs()).unwrap_or_default();
+    // A bearer-token client is routed as the user its token names, when skewgate can read it and
+    // some rule looks (token.rs); it is never forwarded as X-Remote-User: the apiserver
+    // authenticates the token itself.
+    let from_token = match caller.identity {
+        None if routing.steering.uses_identity() => parts
+            .headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| token_identity(v.as_bytes())),
+        _ => None,
+    };
+    let identity = caller.identity.or(from_token.as_ref());
+    let groups = identity.map(|i| i.group_refs()).unwrap_or_default();
     let info = classify(parts.method.as_str(), parts.uri.path(), parts.uri.query());
     let ua = parts
         .headers
@@ -158,7 +172,7 @@ fn decide(
         .and_then(|v| v.to_str().ok());
     let req = SteerRequest {
         info: &info,
-        user: caller.identity.map_or("", |i| i.user.as_str()),
+        user: identity.map_or("", |i| i.user.as_str()),
         groups: &groups,
         client: Client::from_user_agent(ua),
     };
@@ -167,6 +181,19 @@ fn decide(
         .steering
         .decide_reading(&req, || clock.now(), routing);
     let guard = routing.steering.guard(&req);
+    // A guarded update is judged by what its client could read too: the same request as a get.
+    let reader = guard.map(|_| {
+        let mut get = info.clone();
+        get.verb = Verb::Get;
+        let read = SteerRequest {
+            info: &get,
+            ..req.clone()
+        };
+        routing
+            .steering
+            .decide_reading(&read, || clock.now(), routing)
+            .backend
+    });
     let client = req.client.version;
     let object = (decision.class == Class::Write).then(|| object_key(&info));
     let merge = (!info.is_resource && parts.method == Method::GET)
@@ -198,6 +225,7 @@ fn decide(
         merge,
         upgrade: parts.headers.get(header::UPGRADE).cloned(),
         guard,
+        reader,
         client,
         resource: routing.resource_slot(&info),
     }
@@ -304,6 +332,7 @@ async fn guarded(
         info: &info,
         client: request.client,
         backend: request.decision.backend,
+        reader: request.reader,
     };
     guard::check(proxy, routing, update, head, body, endpoint, credential).await
 }

@@ -75,10 +75,23 @@ pub(crate) enum ProxyError {
     GuardRejected {
         /// The guard.
         guard: String,
-        /// The client's version, as said to a person.
+        /// Who the update is judged as, as said to a person (`a v1.29 client`).
         client: String,
+        /// What does not know the fields (`a v1.29 client`, `a reader through v1.29`).
+        knower: String,
         /// The fields, and why each would be lost.
         fields: Vec<(String, crate::skew::LossReason)>,
+    },
+    /// A guarded update served by a version that cannot store fields the stored object has.
+    GuardCannotStore {
+        /// The guard.
+        guard: String,
+        /// The serving backend and its version (`backend "v1-29" (v1.29)`).
+        serving: String,
+        /// The fields.
+        fields: Vec<String>,
+        /// Whether the guard's action is `preserve`, which cannot put these back.
+        preserve: bool,
     },
     /// A guard (reject or preserve) could not check the update: it fails closed.
     GuardCannotCheck {
@@ -130,7 +143,9 @@ impl ProxyError {
             ProxyError::UpgradeWithBody => "upgrade_with_body",
             ProxyError::MalformedHead { .. } => "malformed_head",
             ProxyError::BodyTooLarge { .. } => "body_too_large",
-            ProxyError::GuardRejected { .. } => "guard_rejected",
+            ProxyError::GuardRejected { .. } | ProxyError::GuardCannotStore { .. } => {
+                "guard_rejected"
+            }
             ProxyError::GuardCannotCheck { why, .. } => {
                 return format!("guard_cannot_check: {why}");
             }
@@ -181,7 +196,14 @@ impl ProxyError {
                 guard,
                 client,
                 fields,
+                ..
             } => guard_rejected_parts(guard, client, fields),
+            ProxyError::GuardCannotStore {
+                guard,
+                serving,
+                fields,
+                preserve,
+            } => guard_cannot_store_parts(guard, serving, fields, *preserve),
             ProxyError::MalformedHead { code, why } => malformed_head_parts(*code, why),
             ProxyError::GuardCannotCheck { guard, why } => (
                 StatusCode::SERVICE_UNAVAILABLE,
@@ -232,11 +254,23 @@ impl ProxyError {
     pub(crate) fn into_response(self) -> Response<ProxyBody> {
         let (code, reason, message, retry) = self.parts();
         let causes = match &self {
-            ProxyError::GuardRejected { client, fields, .. } => fields
+            ProxyError::GuardRejected { knower, fields, .. } => fields
                 .iter()
                 .map(|(path, why)| Cause {
                     reason: "FieldValueForbidden".to_owned(),
-                    message: describe(*why, client),
+                    message: describe(*why, knower),
+                    field: path.clone(),
+                })
+                .collect(),
+            ProxyError::GuardCannotStore {
+                serving, fields, ..
+            } => fields
+                .iter()
+                .map(|path| Cause {
+                    reason: "FieldValueForbidden".to_owned(),
+                    message: format!(
+                        "{serving} cannot store this field; the update would drop the stored value"
+                    ),
                     field: path.clone(),
                 })
                 .collect(),
@@ -299,8 +333,26 @@ fn guard_rejected_parts(
 ) -> (StatusCode, &'static str, String, bool) {
     let names: Vec<&str> = fields.iter().map(|(p, _)| p.as_str()).collect();
     let message = format!(
-        "skewgate guard {guard:?}: this update from a {client} client would drop {} that the stored object has; update with a client as new as the apiserver, or patch",
+        "skewgate guard {guard:?}: this update from {client} would drop {} that the stored object has; update with a client as new as the apiserver, reading the object where it is written, or patch",
         names.join(", ")
+    );
+    (StatusCode::UNPROCESSABLE_ENTITY, "Invalid", message, false)
+}
+
+fn guard_cannot_store_parts(
+    guard: &str,
+    serving: &str,
+    fields: &[String],
+    preserve: bool,
+) -> (StatusCode, &'static str, String, bool) {
+    let why = if preserve {
+        " (preserve cannot put back what the serving version does not store)"
+    } else {
+        ""
+    };
+    let message = format!(
+        "skewgate guard {guard:?}: this update is served by {serving}, which cannot store {} that the stored object has; it would drop them{why}. Write this object through a version that knows them (its pin), or remove them first",
+        fields.join(", ")
     );
     (StatusCode::UNPROCESSABLE_ENTITY, "Invalid", message, false)
 }
@@ -378,11 +430,11 @@ pub(crate) fn upstream_named(backend: &str, error: UpstreamError, safe: bool) ->
 /// What a person reads for one lost field.
 pub(crate) fn describe(why: LossReason, client: &str) -> String {
     match why {
-        LossReason::Unknown => format!(
-            "a {client} client does not know this field; the update would drop the stored value"
-        ),
+        LossReason::Unknown => {
+            format!("{client} does not know this field; the update would drop the stored value")
+        }
         LossReason::DefaultChanged => format!(
-            "the default of this field changed after {client}; the update would replace the stored value with the new default"
+            "the default of this field changed since the version of {client}; the update would replace the stored value with the new default"
         ),
     }
 }

@@ -43,23 +43,7 @@ pub fn losses(
     body: &Value,
 ) -> Vec<Loss> {
     let mut out = Vec::new();
-    let mut unknown: Vec<&String> = serving
-        .fields
-        .keys()
-        .filter(|p| !client.fields.contains_key(*p))
-        .collect();
-    // Only the outermost: a new object's own fields go with it.
-    unknown.sort();
-    let mut outermost: Vec<&String> = Vec::new();
-    for p in unknown {
-        let under = outermost
-            .iter()
-            .any(|o| p.starts_with(o.as_str()) && p[o.len()..].starts_with(['.', '[']));
-        if !under {
-            outermost.push(p);
-        }
-    }
-    for pattern in outermost {
+    for pattern in outermost_unknown(serving, client) {
         find(pattern, stored, body, LossReason::Unknown, &mut out);
     }
     for (pattern, default) in &serving.fields {
@@ -70,6 +54,64 @@ pub fn losses(
         if changed {
             find(pattern, stored, body, LossReason::DefaultChanged, &mut out);
         }
+    }
+    out
+}
+
+/// The fields `newer` describes and `older` does not, the outermost only: a new object's own
+/// fields go with it.
+fn outermost_unknown<'k>(newer: &'k KindFields, older: &KindFields) -> Vec<&'k String> {
+    let mut unknown: Vec<&String> = newer
+        .fields
+        .keys()
+        .filter(|p| !older.fields.contains_key(*p))
+        .collect();
+    unknown.sort();
+    let mut outermost: Vec<&String> = Vec::new();
+    for p in unknown {
+        let under = outermost
+            .iter()
+            .any(|o| p.starts_with(o.as_str()) && p[o.len()..].starts_with(['.', '[']));
+        if !under {
+            outermost.push(p);
+        }
+    }
+    outermost
+}
+
+/// Every place `object` has a value for a field that `newer` describes and `older` cannot store
+/// (`spec.containers[1].startupProbe`): what an update served by `older` drops.
+pub fn unstorable(newer: &KindFields, older: &KindFields, object: &Value) -> Vec<String> {
+    fn walk(segments: &[&str], value: &Value, at: &mut Vec<Step>, out: &mut Vec<String>) {
+        let Some((segment, rest)) = segments.split_first() else {
+            out.push(display(at));
+            return;
+        };
+        let (name, array) = match segment.strip_suffix("[]") {
+            Some(n) => (n, true),
+            None => (*segment, false),
+        };
+        let Some(child) = value.get(name) else {
+            return;
+        };
+        at.push(Step::Key(name.to_owned()));
+        match child.as_array() {
+            Some(elements) if array => {
+                for (i, element) in elements.iter().enumerate() {
+                    at.push(Step::Index(i));
+                    walk(rest, element, at, out);
+                    at.pop();
+                }
+            }
+            _ if !array => walk(rest, child, at, out),
+            _ => {}
+        }
+        at.pop();
+    }
+    let mut out = Vec::new();
+    for pattern in outermost_unknown(newer, older) {
+        let segments: Vec<&str> = pattern.split('.').collect();
+        walk(&segments, object, &mut Vec::new(), &mut out);
     }
     out
 }

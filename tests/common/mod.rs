@@ -174,6 +174,17 @@ impl Gate {
         }
     }
 
+    /// Waits until the gate has read the backends' schemas (what the update guard judges by).
+    pub async fn knows_schemas(&self) {
+        let known = eventually(10, || async {
+            self.debug_skew().await["report"]["kinds"]
+                .as_array()
+                .is_some_and(|k| !k.is_empty())
+        })
+        .await;
+        assert!(known, "the schemas are read");
+    }
+
     pub async fn metrics(&self) -> String {
         reqwest::get(format!("{}/metrics", self.admin()))
             .await

@@ -1,8 +1,19 @@
-//! The update guard: a full-object update (PUT) that a guard matches, from a client older than the
-//! backend serving it, is read whole and compared with the object as stored (read from the same
-//! backend with the client's own credentials). The fields the stored object has, the body lacks and
-//! the client's version cannot know (and the omitted fields whose default changed) would be lost:
-//! the guard rejects the update, warns, or puts the stored values back.
+//! The update guard: a full-object update (PUT) that a guard matches is judged in both directions
+//! of skew before it is sent.
+//!
+//! - **Down** (`down.rs`): served by a backend older than another, the update would drop every
+//!   field of the stored object that the serving version cannot store. The object is read as the
+//!   newest backend stores it, and the fields only newer versions know are the loss.
+//! - **Up**: from a client older than the serving backend, or from one whose reads of this object
+//!   go to an older backend (a rollout reads it there, the pin writes it here), the body lacks what
+//!   the reader could not see. The body is compared with the object as stored (read from the
+//!   serving backend with the client's own credentials): the fields the stored object has, the body
+//!   lacks and the reader's version cannot know (and the omitted fields whose default changed).
+//!
+//! The guard rejects the update, warns, or puts the stored values back (up only: no body can make
+//! a version store what it does not know, so `preserve` refuses a down loss as `reject` does).
+
+mod down;
 
 use std::sync::Arc;
 
@@ -29,6 +40,8 @@ pub(crate) struct Update<'a> {
     pub(crate) info: &'a RequestInfo<'a>,
     pub(crate) client: Option<ClientVersion>,
     pub(crate) backend: BackendId,
+    /// Where this client's reads of the object go (the same request as a get), when known.
+    pub(crate) reader: Option<BackendId>,
 }
 
 /// Checks a guarded update before it is sent: `Ok(Some(warning))` to send it with a `Warning`,
@@ -45,18 +58,29 @@ pub(crate) async fn check(
 ) -> Result<Option<HeaderValue>, ProxyError> {
     let table = routing.table();
     let guard = &table.guards[update.guard];
-    let Some(client_level) = client_level(routing, &update, guard) else {
+    let newer = down::newest_above(table, update.backend);
+    let level = client_level(routing, &update, guard);
+    if newer.is_none() && level.is_none() {
         return Ok(None);
-    };
+    }
     let whole = body.read_whole(MAX_BODY).await.map_err(|e| match e {
         WholeBody::TooLarge => ProxyError::BodyTooLarge { limit: MAX_BODY },
         WholeBody::Failed => ProxyError::ClientBody,
     })?;
     body.replace(whole.clone());
+    if let Some(newer) = newer {
+        let warning = down::check(proxy, routing, &update, newer, head, &whole, credential).await?;
+        if warning.is_some() {
+            return Ok(warning);
+        }
+    }
+    let Some(level) = level else {
+        return Ok(None);
+    };
     let fail = |why: String| fail(guard, why);
     let (serving, client) = {
         let serving_name = table.backend_name(update.backend);
-        let client_name = table.backend_name(client_level);
+        let client_name = table.backend_name(level.backend);
         let find = |b: &str| proxy.schemas.kind_fields(b, update.info);
         match (find(serving_name), find(client_name)) {
             (Some(s), Some(c)) => (s, c),
@@ -67,7 +91,7 @@ pub(crate) async fn check(
         // Not JSON (protobuf, YAML): nothing to compare with; the apiserver decides.
         return Ok(None);
     };
-    let stored = match read_stored(endpoint, credential, head).await {
+    let stored = match read_stored(endpoint, credential, head, head.uri.clone()).await {
         Ok(Some(stored)) => stored,
         // Nothing stored: nothing to lose.
         Ok(None) => return Ok(None),
@@ -81,22 +105,78 @@ pub(crate) async fn check(
     if lost.is_empty() {
         return Ok(None);
     }
-    decide(proxy, guard, &update, lost, sent, &stored, head, body)
+    let who = Who::of(routing, &update, &level);
+    decide(proxy, guard, &update, &who, lost, sent, &stored, head, body)
 }
 
-/// The backend that stands for the client's version: the newest with a version at or below it,
-/// else the oldest (a client older than every backend is judged by the oldest schema known).
-/// `None` when the update is not guarded: the client is as new as the serving backend, or of
-/// unknown version under `unknownVersion: pass`, or the serving backend names no version.
-fn client_level(routing: &Routing, update: &Update<'_>, guard: &Guard) -> Option<BackendId> {
+/// Who an update is judged as, as said to a person.
+struct Who {
+    /// The whole phrase: `a v1.29 client`, or `a v1.30 client that reads this object through
+    /// backend "v1-29" (v1.29)`.
+    phrase: String,
+    /// What does not know a field: `a v1.29 client`, `a reader through v1.29`.
+    knower: String,
+}
+
+impl Who {
+    fn of(routing: &Routing, update: &Update<'_>, level: &Level) -> Who {
+        let table = routing.table();
+        let client = update
+            .client
+            .map_or("a client of unknown version".to_owned(), |v| {
+                format!("a v{}.{} client", v.major, v.minor)
+            });
+        let through = level.through.and_then(|b| {
+            let (major, minor) = table.backends[b.index()].version?;
+            Some((table.backend_name(b), format!("v{major}.{minor}")))
+        });
+        match through {
+            Some((name, version)) => Who {
+                phrase: format!(
+                    "{client} that reads this object through backend {name:?} ({version})"
+                ),
+                knower: format!("a reader through {version}"),
+            },
+            None => Who {
+                knower: client.clone(),
+                phrase: client,
+            },
+        }
+    }
+}
+
+/// The version an update is judged as, and the backend it was read through when that is older
+/// than the client.
+pub(crate) struct Level {
+    backend: BackendId,
+    through: Option<BackendId>,
+}
+
+/// The backend that stands for the version the update is judged as: the client's own, or that of
+/// the backend its reads of this object go to when older (a reader cannot send back what it did
+/// not see). The newest backend with a version at or below it, else the oldest (a client older
+/// than every backend is judged by the oldest schema known). `None` when the update is not
+/// guarded up: it is judged as new as the serving backend, or its client is of unknown version
+/// under `unknownVersion: pass` and reads it where it is written, or the serving backend names no
+/// version.
+fn client_level(routing: &Routing, update: &Update<'_>, guard: &Guard) -> Option<Level> {
     let table = routing.table();
     let serving = table.backends[update.backend.index()].version?;
     let client = match update.client {
-        Some(v) => (v.major, v.minor),
-        None if guard.unknown_version == UnknownVersion::Pass => return None,
-        None => (0, 0),
+        Some(v) => Some((v.major, v.minor)),
+        None if guard.unknown_version == UnknownVersion::Pass => None,
+        None => Some((0, 0)),
     };
-    if client >= serving {
+    let reader = update
+        .reader
+        .and_then(|b| Some((table.backends[b.index()].version?, b)));
+    let (level, through) = match (client, reader) {
+        (Some(c), Some((r, b))) if r < c => (r, Some(b)),
+        (Some(c), _) => (c, None),
+        (None, Some((r, b))) => (r, Some(b)),
+        (None, None) => return None,
+    };
+    if level >= serving {
         return None;
     }
     let versioned: Vec<((u32, u32), BackendId)> = BackendId::all(table.backends.len())
@@ -105,11 +185,11 @@ fn client_level(routing: &Routing, update: &Update<'_>, guard: &Guard) -> Option
     let at_or_below = versioned
         .iter()
         .copied()
-        .filter(|(v, _)| *v <= client)
+        .filter(|(v, _)| *v <= level)
         .max_by_key(|(v, _)| *v);
     at_or_below
         .or_else(|| versioned.iter().copied().min_by_key(|(v, _)| *v))
-        .map(|(_, b)| b)
+        .map(|(_, backend)| Level { backend, through })
 }
 
 /// Whether the apiserver takes the field at `path` from an update of `subresource`: with a `status`
@@ -138,15 +218,16 @@ fn fail(guard: &Guard, why: String) -> Result<Option<HeaderValue>, ProxyError> {
     }
 }
 
-/// The object as stored, read with the update's own credentials; `None` when there is none.
+/// The object as stored, read at `uri` with the update's own credentials; `None` when there is none.
 async fn read_stored(
     endpoint: &Arc<EndpointPool>,
     credential: Credential,
     update: &http::request::Parts,
+    uri: http::Uri,
 ) -> Result<Option<serde_json::Value>, String> {
     let mut get = Request::builder()
         .method(Method::GET)
-        .uri(update.uri.clone())
+        .uri(uri)
         .body(())
         .map_err(|e| e.to_string())?;
     for (name, value) in &update.headers {
@@ -193,15 +274,45 @@ fn decide(
     proxy: &Proxy,
     guard: &Guard,
     update: &Update<'_>,
+    who: &Who,
     lost: Vec<Loss>,
     mut sent: serde_json::Value,
     stored: &serde_json::Value,
     head: &mut http::request::Parts,
     body: &mut ClientBody,
 ) -> Result<Option<HeaderValue>, ProxyError> {
-    let client = update.client.map_or("an unknown version".to_owned(), |v| {
-        format!("v{}.{}", v.major, v.minor)
-    });
+    let paths: Vec<String> = lost.iter().map(|l| l.path.clone()).collect();
+    count(proxy, guard, update, &who.phrase, &paths);
+    match guard.action {
+        GuardAction::Reject => Err(ProxyError::GuardRejected {
+            guard: guard.name.clone(),
+            client: who.phrase.clone(),
+            knower: who.knower.clone(),
+            fields: lost.iter().map(|l| (l.path.clone(), l.why)).collect(),
+        }),
+        GuardAction::Warn => Ok(warning(&format!(
+            "skewgate guard {:?}: this update from {} drops {} that the stored object has",
+            guard.name,
+            who.phrase,
+            paths.join(", ")
+        ))),
+        GuardAction::Preserve => {
+            restore(&mut sent, stored, &lost);
+            let bytes = serde_json::to_vec(&sent).map_err(|_| ProxyError::ClientBody)?;
+            head.headers.remove(header::CONTENT_LENGTH);
+            body.replace(Bytes::from(bytes));
+            Ok(warning(&format!(
+                "skewgate guard {:?}: kept {} of the stored object, which {} does not know",
+                guard.name,
+                paths.join(", "),
+                who.knower
+            )))
+        }
+    }
+}
+
+/// Counts and logs a guarded update that would lose `paths`.
+fn count(proxy: &Proxy, guard: &Guard, update: &Update<'_>, who: &str, paths: &[String]) {
     let resource = update.info.resource.to_string();
     proxy
         .metrics
@@ -212,31 +323,7 @@ fn decide(
             resource.as_str(),
         ])
         .inc();
-    let paths: Vec<String> = lost.iter().map(|l| l.path.clone()).collect();
-    tracing::info!(guard = %guard.name, action = guard.action.as_str(), %resource, name = %update.info.name, %client, fields = ?paths, "guarded update");
-    match guard.action {
-        GuardAction::Reject => Err(ProxyError::GuardRejected {
-            guard: guard.name.clone(),
-            client,
-            fields: lost.iter().map(|l| (l.path.clone(), l.why)).collect(),
-        }),
-        GuardAction::Warn => Ok(warning(&format!(
-            "skewgate guard {:?}: this update from a {client} client drops {} that the stored object has",
-            guard.name,
-            paths.join(", ")
-        ))),
-        GuardAction::Preserve => {
-            restore(&mut sent, stored, &lost);
-            let bytes = serde_json::to_vec(&sent).map_err(|_| ProxyError::ClientBody)?;
-            head.headers.remove(header::CONTENT_LENGTH);
-            body.replace(Bytes::from(bytes));
-            Ok(warning(&format!(
-                "skewgate guard {:?}: kept {} of the stored object, which this {client} client does not know",
-                guard.name,
-                paths.join(", ")
-            )))
-        }
-    }
+    tracing::info!(guard = %guard.name, action = guard.action.as_str(), %resource, name = %update.info.name, client = %who, fields = ?paths, "guarded update");
 }
 
 /// A `Warning: 299 - "..."` value (what kubectl prints).

@@ -1,0 +1,99 @@
+//! The guard's down direction: an update served by a backend older than another cannot store the
+//! fields only the newer versions know. The apiserver decodes the stored object into its own types
+//! on every write, so such a field the object has is gone after the update, whatever the body says;
+//! one the body sets is dropped. The object is read as the newest backend stores it (with the
+//! client's own credentials), and those fields are the loss.
+
+use bytes::Bytes;
+use http::header::HeaderValue;
+use serde_json::Value;
+
+use super::{Update, fail, read_stored, warning};
+use crate::config::{BackendId, GuardAction, RouteTable};
+use crate::proxy::Proxy;
+use crate::proxy::forwarding::upstream_uri;
+use crate::proxy::routing::Routing;
+use crate::proxy::status::ProxyError;
+use crate::skew::unstorable;
+use crate::upstream::Credential;
+
+/// The newest backend whose version is above the serving backend's, if any.
+pub(super) fn newest_above(table: &RouteTable, serving: BackendId) -> Option<BackendId> {
+    let at = table.backends[serving.index()].version?;
+    BackendId::all(table.backends.len())
+        .filter_map(|b| Some((table.backends[b.index()].version?, b)))
+        .filter(|(v, _)| *v > at)
+        .max_by_key(|(v, _)| *v)
+        .map(|(_, b)| b)
+}
+
+/// Judges an update served by an older backend than `newer`: `Ok(Some(warning))` when it loses
+/// fields under `warn`, `Ok(None)` when it loses none, `Err` to answer instead.
+pub(super) async fn check(
+    proxy: &Proxy,
+    routing: &Routing,
+    update: &Update<'_>,
+    newer: BackendId,
+    head: &http::request::Parts,
+    whole: &Bytes,
+    credential: Credential,
+) -> Result<Option<HeaderValue>, ProxyError> {
+    let table = routing.table();
+    let guard = &table.guards[update.guard];
+    let fail = |why: String| fail(guard, why);
+    let find = |b: BackendId| {
+        proxy
+            .schemas
+            .kind_fields(table.backend_name(b), update.info)
+    };
+    let (Some(serving), Some(newest)) = (find(update.backend), find(newer)) else {
+        return fail("the versions' schemas are not known yet".to_owned());
+    };
+    let Some(endpoint) = routing.backends[newer.index()].pick() else {
+        return fail(format!(
+            "backend {:?}, which the stored object is read through, has no endpoint up",
+            table.backend_name(newer)
+        ));
+    };
+    let uri = upstream_uri(&head.uri, endpoint).map_err(|e| ProxyError::GuardCannotCheck {
+        guard: guard.name.clone(),
+        why: e.to_string(),
+    })?;
+    let stored = match read_stored(endpoint, credential, head, uri).await {
+        Ok(stored) => stored.unwrap_or(Value::Null),
+        Err(why) => return fail(why),
+    };
+    // What the stored object has, and what the body sets (a body that is not JSON sets nothing
+    // skewgate can read): every field of either that only the newer version knows.
+    let sent = serde_json::from_slice::<Value>(whole).unwrap_or(Value::Null);
+    let mut paths: Vec<String> = Vec::new();
+    for object in [&stored, &sent] {
+        for path in unstorable(&newest, &serving, object) {
+            if !paths.contains(&path) {
+                paths.push(path);
+            }
+        }
+    }
+    if paths.is_empty() {
+        return Ok(None);
+    }
+    let serving_name = table.backend_name(update.backend);
+    let serving = match table.backends[update.backend.index()].version {
+        Some((major, minor)) => format!("backend {serving_name:?} (v{major}.{minor})"),
+        None => format!("backend {serving_name:?}"),
+    };
+    super::count(proxy, guard, update, &serving, &paths);
+    match guard.action {
+        GuardAction::Warn => Ok(warning(&format!(
+            "skewgate guard {:?}: this update is served by {serving}, which cannot store {} that the stored object has; they are dropped",
+            guard.name,
+            paths.join(", ")
+        ))),
+        GuardAction::Reject | GuardAction::Preserve => Err(ProxyError::GuardCannotStore {
+            guard: guard.name.clone(),
+            serving,
+            fields: paths,
+            preserve: guard.action == GuardAction::Preserve,
+        }),
+    }
+}
