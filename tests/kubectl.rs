@@ -181,3 +181,66 @@ async fn kubectl_exec_and_logs_through_skewgate() {
     let out = ok(&kubectl(&kc, &["logs", "p", "-c", "c"]).await);
     assert_eq!(out, "log line 1\nlog line 2\nlog line 3\n");
 }
+
+/// The damage of a table that reads a namespace from 1.30 and writes it through 1.29, as a user
+/// meets it: `kubectl get -o json | kubectl replace -f -` of a configmap with the 1.30 field
+/// `policy`. Without a guard 1.29 drops the field; with one (down: the serving version cannot store
+/// it) kubectl is refused, told which field, and nothing changes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_replace_of_what_it_read_from_1_30_through_1_29_is_refused_by_a_guard() {
+    for guarded in [false, true] {
+        let guard = if guarded {
+            "guards:\n  - {name: read-elsewhere, match: {namespaces: [ns-7]}}\n"
+        } else {
+            ""
+        };
+        let table = format!(
+            "writes:\n  default: old\nreads:\n  default: old\n  rollouts:\n    - {{name: ns-7, to: new, percent: 100, match: {{namespaces: [ns-7]}}}}\n{guard}"
+        );
+        let Some((sims, gate, dir, kc)) = kubectl_bed("replace", &table).await else {
+            return;
+        };
+        gate.knows_schemas().await;
+        let url = format!("{}/api/v1/namespaces/ns-7/configmaps", sims.new.url());
+        let cm = serde_json::json!({"metadata": {"name": "settings"}, "data": {"color": "green"}, "policy": "keep"});
+        let r = h1().post(url).json(&cm).send().await.expect("create");
+        assert_eq!(r.status(), 201);
+        let read = ok(&kubectl(
+            &kc,
+            &["get", "configmap", "settings", "-n", "ns-7", "-o", "json"],
+        )
+        .await);
+        assert!(
+            read.contains("\"policy\": \"keep\""),
+            "read from 1.30: {read}"
+        );
+        let file = dir.join("settings.json");
+        std::fs::write(&file, &read).expect("write");
+        let out = kubectl(
+            &kc,
+            &["replace", "--validate=false", "-f", &file.to_string_lossy()],
+        )
+        .await;
+        let stored: serde_json::Value = reqwest::get(format!(
+            "{}/api/v1/namespaces/ns-7/configmaps/settings",
+            sims.new.url()
+        ))
+        .await
+        .expect("get")
+        .json()
+        .await
+        .expect("json");
+        if guarded {
+            let said = String::from_utf8_lossy(&out.stderr);
+            assert!(!out.status.success(), "refused");
+            assert!(
+                said.contains("policy: backend \"old\" (v1.29) cannot store this field"),
+                "{said}"
+            );
+            assert_eq!(stored["policy"], "keep", "nothing changed");
+        } else {
+            ok(&out);
+            assert!(stored.get("policy").is_none(), "1.29 dropped it: {stored}");
+        }
+    }
+}

@@ -35,6 +35,24 @@ data:
 policy: keep-on-upgrade
 ";
 
+/// A namespace outside team-a, which reads from 1.30 by the demo's rollout (50 %, sticky by
+/// namespace) and writes through 1.29.
+const MANIFEST_NS7: &str = "\
+apiVersion: v1
+kind: Namespace
+metadata:
+  name: ns-7
+---
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: settings
+  namespace: ns-7
+data:
+  color: green
+policy: keep-on-upgrade
+";
+
 /// Runs the demo until Ctrl-C.
 pub fn run(args: DemoArgs) -> Result<ExitCode> {
     let _log = super::logging::init(&args.log);
@@ -52,6 +70,8 @@ pub fn run(args: DemoArgs) -> Result<ExitCode> {
     let kubeconfig = dir.join("kubeconfig");
     let manifest = dir.join("team-a.yaml");
     std::fs::write(&manifest, MANIFEST)?;
+    let manifest_ns = dir.join("ns-7.yaml");
+    std::fs::write(&manifest_ns, MANIFEST_NS7)?;
     std::fs::write(&kubeconfig, kubeconfig_text(args.listen))?;
 
     runtime()?.block_on(async move {
@@ -153,10 +173,18 @@ Try, in another terminal:
   {exe} skew --routes {routes}      # what differs between 1.29 and 1.30, and the pins that follow
 
 The guard old-kubectl (in {routes}): a full update from a 1.29 kubectl would drop the
-configmap's 1.30 field `policy`, so it is refused with 422; the same from a 1.30 kubectl passes:
+configmap's 1.30 field `policy`, so it is refused with 422. The same from a 1.30 kubectl is sent as
+it is: a client as new as 1.30 means what it sends, so this body, without `policy` (and without the
+last-applied annotation `apply` left), removes both from the stored configmap:
 
   curl -s -X PUT -H 'User-Agent: kubectl/v1.29.4' -H 'Content-Type: application/json' -d '{{\"metadata\":{{\"name\":\"settings\",\"namespace\":\"team-a\"}},\"data\":{{\"color\":\"red\"}}}}' http://{addr}/api/v1/namespaces/team-a/configmaps/settings
   curl -s -X PUT -H 'User-Agent: kubectl/v1.30.1' -H 'Content-Type: application/json' -d '{{\"metadata\":{{\"name\":\"settings\",\"namespace\":\"team-a\"}},\"data\":{{\"color\":\"red\"}}}}' http://{addr}/api/v1/namespaces/team-a/configmaps/settings
+
+The guard read-elsewhere: half the other namespaces read from 1.30 and write through 1.29, which
+cannot store `policy`; replacing such an object there is refused with 422, naming the field:
+
+  {k} apply --validate=false -f {manifest_ns}
+  {k} get configmap settings -n ns-7 -o json | {k} replace --validate=false -f -
 
 Edit {routes} while this runs (move the team-a pin to v1-29, say): skewgate reloads it.
 Each request is logged on stderr as it ends (--no-access-log turns that off).
@@ -166,6 +194,7 @@ Ctrl-C stops the demo and removes {dir}.",
         admin = server.admin_addr,
         kc = kubeconfig.display(),
         manifest = manifest.display(),
+        manifest_ns = manifest.with_file_name("ns-7.yaml").display(),
         exe = exe.display(),
         routes = routes.display(),
     );

@@ -5,6 +5,7 @@
 
 mod guards;
 mod selectors;
+mod splits;
 mod values;
 
 use std::collections::HashSet;
@@ -34,6 +35,7 @@ pub(super) fn validate(file: &Path, raw: FileRouteTable) -> Result<RouteTable, C
         errors: Vec::new(),
         warnings: Vec::new(),
         backend_names: Vec::new(),
+        spans: splits::RuleSpans::default(),
     };
     let mut table = v.table(raw);
     if v.errors.is_empty() {
@@ -49,6 +51,7 @@ struct Validator<'f> {
     errors: Vec<ConfigError>,
     warnings: Vec<ConfigError>,
     backend_names: Vec<String>,
+    spans: splits::RuleSpans,
 }
 
 impl Validator<'_> {
@@ -90,9 +93,10 @@ impl Validator<'_> {
         };
         let pins = self.pins(w.pins);
         let read_default = self.backend_ref(&raw.reads.value.default, "reads.default");
+        self.spans.reads_default = Some(raw.reads.value.default.referenced);
         let rollouts = self.rollouts(raw.reads.value.rollouts, read_default);
         let guards = self.guards(raw.guards, &backends);
-        RouteTable {
+        let table = RouteTable {
             source: self.file.to_owned(),
             name: raw.metadata.and_then(|m| m.name).map(|n| n.value),
             backends,
@@ -108,7 +112,12 @@ impl Validator<'_> {
             },
             guards,
             warnings: Vec::new(),
+        };
+        if self.errors.is_empty() {
+            let spans = std::mem::take(&mut self.spans);
+            self.splits(&table, &spans);
         }
+        table
     }
 
     fn backends(&mut self, raw: Spanned<Vec<FileBackend>>) -> Vec<Backend> {
@@ -265,6 +274,7 @@ impl Validator<'_> {
         let mut out = Vec::new();
         for (i, pin) in raw.into_iter().enumerate() {
             let path = format!("writes.pins[{i}]");
+            self.spans.pins.push(pin.referenced);
             let p: FilePin = pin.value;
             let name = match &p.name {
                 Some(n) => {
@@ -330,6 +340,7 @@ impl Validator<'_> {
         for (i, r) in raw.into_iter().enumerate() {
             let path = format!("reads.rollouts[{i}]");
             let at = r.referenced;
+            self.spans.rollouts.push(at);
             let mut r: FileRollout = r.value;
             self.unique_name(&mut names, &r.name, &format!("{path}.name"), "rollout");
             let selectors = self.match_selectors(
