@@ -60,6 +60,9 @@ async fn series_follow_the_route_table_across_a_reload() {
         r#"skewgate_rollout_percent{rollout="canary"} 100"#,
         r#"skewgate_rollout_error_ratio{rollout="canary"} 1"#,
         r#"skewgate_endpoint_ready{backend="spare",endpoint="http://127.0.0.1:1"} 0"#,
+        // The rollout sends to spare: the alert on a backend without endpoints takes it.
+        r#"skewgate_backend_in_use{backend="spare"} 1"#,
+        r#"skewgate_backend_in_use{backend="old"} 1"#,
         // Started at 0, before any event.
         r#"skewgate_upstream_errors_total{backend="new",reason="connect"} 0"#,
         r#"skewgate_pin_moves_total{pin="team-a"} 0"#,

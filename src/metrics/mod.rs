@@ -46,6 +46,8 @@ pub(crate) struct Metrics {
     pub upstream_errors: IntCounterVec,
     /// `skewgate_endpoint_ready{backend,endpoint}`.
     pub endpoint_ready: IntGaugeVec,
+    /// `skewgate_backend_in_use{backend}`.
+    pub backend_in_use: IntGaugeVec,
     /// `skewgate_tls_handshake_errors_total{reason}`.
     pub tls_handshake_errors: IntCounterVec,
     /// `skewgate_client_connections_closed_total{reason}`: connections skewgate closed for abuse.
@@ -210,6 +212,7 @@ impl Metrics {
                 "Failures talking to apiservers, by backend and reason: connect (no connection could be made), reset (the connection or stream failed), timeout (no response head in time), headers_too_large (the apiserver refused the request head), unavailable (no endpoint of the backend was ready), health (a health check failed).",
                 &["backend", "reason"],
             ),
+            backend_in_use: gauge(&r, "skewgate_backend_in_use", "1 when some rule sends traffic to the backend now (a pin, a default, a rollout above 0 %), else 0: a backend added ahead of its apiservers is 0.", &["backend"]),
             endpoint_ready: gauge(&r, "skewgate_endpoint_ready", "1 when the endpoint answers its health check and has a connection, else 0.", &["backend", "endpoint"]),
             tls_handshake_errors: counter(&r, "skewgate_tls_handshake_errors_total", "Client TLS handshakes that failed, by reason (timeout, not_tls, bad_certificate, eof, protocol).", &["reason"]),
             client_connections_closed: counter(&r, "skewgate_client_connections_closed_total", "Client connections skewgate closed for misbehaving, by reason (premature_resets).", &["reason"]),

@@ -98,6 +98,7 @@ impl Metrics {
         prune_each(&self.inflight, backend);
         prune(&self.watches, backend);
         prune(&self.upstream_errors, backend);
+        prune(&self.backend_in_use, backend);
         let endpoint = |l: &Labels<'_>| match (l.get("backend"), l.get("endpoint")) {
             (Some(b), Some(e)) => keep.endpoints.contains(&((*b).to_owned(), (*e).to_owned())),
             _ => true,

@@ -81,7 +81,8 @@ impl Routing {
     }
 
     /// Sets the gauges of the state at `now` (before /metrics is rendered): each rollout's percent,
-    /// abort and error ratio, the backend each pin sends its writes to, and each endpoint's streams.
+    /// abort and error ratio, whether each backend is in use, the backend each pin sends its writes
+    /// to, and each endpoint's streams.
     pub(crate) fn refresh_gauges(&self, now: SystemTime) {
         for endpoint in self.backends.iter().flat_map(|b| &b.endpoints) {
             endpoint.refresh_gauges();
@@ -107,6 +108,11 @@ impl Routing {
             }
         }
         let t = self.table();
+        for (b, users) in self.rules_using_backends(now).iter().enumerate() {
+            let name = [t.backends.get(b).map_or("", |b| b.name.as_str())];
+            let in_use = i64::from(!users.is_empty());
+            m.backend_in_use.with_label_values(&name).set(in_use);
+        }
         let mut in_force: Vec<(&str, BackendId)> = t
             .writes
             .pins
