@@ -1,5 +1,6 @@
 //! What deploy/ ships is what it claims: every manifest parses into the objects it names, with the
-//! properties the layouts rely on; the kubeadm configuration uses only fields of kubeadm.k8s.io/v1beta4;
+//! properties the layouts rely on; the kubeadm configuration uses only fields of kubeadm.k8s.io/v1beta3 (kubeadm 1.29 and 1.30, the
+//! versions of its example) and keeps the apiserver off skewgate's port across upgrades;
 //! every route file passes `skewgate check`; and the static pod's and the Deployment's arguments
 //! start `skewgate serve --dry-run` on a kubeadm-shaped /etc/kubernetes/pki.
 
@@ -16,14 +17,17 @@ fn deploy() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy")
 }
 
-/// Every YAML document under deploy/ (route files included), with the file it came from.
+/// Every YAML document under deploy/ (route files included), with the file it came from; not the
+/// kubeadm patches, which are JSON patches (tested on their own).
 fn documents() -> Vec<(PathBuf, Value)> {
     let mut out = Vec::new();
     let mut dirs = vec![deploy()];
     while let Some(dir) = dirs.pop() {
         for entry in std::fs::read_dir(&dir).expect("deploy/").flatten() {
             let path = entry.path();
-            if path.is_dir() {
+            if path.ends_with("kubeadm/patches") {
+                continue;
+            } else if path.is_dir() {
                 dirs.push(path);
             } else if path.extension().is_some_and(|e| e == "yaml") {
                 let text = std::fs::read_to_string(&path).expect("read");
@@ -142,7 +146,7 @@ fn hardened(c: &Value, what: &str) {
     );
 }
 
-/// The fields of kubeadm.k8s.io/v1beta4 that the configuration may use, by kind and path.
+/// The fields of kubeadm.k8s.io/v1beta3 that the configuration may use, by kind and path.
 fn kubeadm_fields(kind: &str) -> &'static [&'static str] {
     match kind {
         "InitConfiguration" => &[
@@ -154,7 +158,6 @@ fn kubeadm_fields(kind: &str) -> &'static [&'static str] {
             "certificateKey",
             "skipPhases",
             "patches",
-            "timeouts",
         ],
         "ClusterConfiguration" => &[
             "apiVersion",
@@ -167,49 +170,47 @@ fn kubeadm_fields(kind: &str) -> &'static [&'static str] {
             "controllerManager",
             "scheduler",
             "dns",
-            "proxy",
             "certificatesDir",
             "imageRepository",
             "featureGates",
             "clusterName",
-            "encryptionAlgorithm",
-            "certificateValidityPeriod",
-            "caCertificateValidityPeriod",
         ],
         "JoinConfiguration" => &[
             "apiVersion",
             "kind",
-            "dryRun",
             "nodeRegistration",
             "caCertPath",
             "discovery",
             "controlPlane",
             "skipPhases",
             "patches",
-            "timeouts",
         ],
         _ => &[],
     }
 }
 
-#[test]
-fn the_kubeadm_configuration_uses_only_v1beta4_fields() {
-    let docs = documents();
-    let config: Vec<&Value> = docs
-        .iter()
+/// The kubeadm configuration's documents.
+fn kubeadm_config(docs: &[(PathBuf, Value)]) -> Vec<&Value> {
+    docs.iter()
         .filter(|(p, _)| p.ends_with("kubeadm/kubeadm-config.yaml"))
         .map(|(_, d)| d)
-        .collect();
+        .collect()
+}
+
+#[test]
+fn the_kubeadm_configuration_uses_only_v1beta3_fields_of_its_kubernetes_versions() {
+    let docs = documents();
+    let config = kubeadm_config(&docs);
     assert_eq!(config.len(), 3);
     for d in &config {
-        assert_eq!(d["apiVersion"], "kubeadm.k8s.io/v1beta4");
+        assert_eq!(d["apiVersion"], "kubeadm.k8s.io/v1beta3");
         let kind = d["kind"].as_str().unwrap_or_default();
         let known = kubeadm_fields(kind);
         assert!(!known.is_empty(), "unknown kind {kind}");
         for key in d.as_object().into_iter().flat_map(|o| o.keys()) {
             assert!(
                 known.contains(&key.as_str()),
-                "{kind}.{key} is not a v1beta4 field"
+                "{kind}.{key} is not a v1beta3 field"
             );
         }
     }
@@ -217,30 +218,77 @@ fn the_kubeadm_configuration_uses_only_v1beta4_fields() {
         .iter()
         .find(|d| d["kind"] == "ClusterConfiguration")
         .expect("ClusterConfiguration");
-    // v1beta4 extraArgs are a list of name/value pairs (a map in v1beta3).
-    let extra = cluster["apiServer"]["extraArgs"]
-        .as_array()
-        .expect("a list");
+    // kubeadm 1.29 and 1.30 read v1beta3 (v1beta4 came with 1.31), and deploy a control plane of
+    // their own minor.
+    let version = cluster["kubernetesVersion"].as_str().unwrap_or_default();
     assert!(
-        extra
-            .iter()
-            .all(|a| a["name"].is_string() && a["value"].is_string())
+        version.starts_with("v1.29.") || version.starts_with("v1.30."),
+        "{version}"
     );
-    assert!(
-        extra
-            .iter()
-            .any(|a| a["name"] == "endpoint-reconciler-type" && a["value"] == "none"),
+    // v1beta3 extraArgs are a map of strings (a list of name/value pairs in v1beta4).
+    let extra = cluster["apiServer"]["extraArgs"]
+        .as_object()
+        .expect("a map");
+    assert!(extra.values().all(Value::is_string));
+    assert_eq!(
+        extra.get("endpoint-reconciler-type"),
+        Some(&Value::from("none")),
         "the apiservers leave the kubernetes endpoints to skewgate"
     );
-    let init = config
-        .iter()
-        .find(|d| d["kind"] == "InitConfiguration")
-        .expect("InitConfiguration");
-    assert_eq!(init["localAPIEndpoint"]["bindPort"], 6444);
     assert!(
         cluster["controlPlaneEndpoint"]
             .as_str()
             .is_some_and(|e| e.ends_with(":6443"))
+    );
+}
+
+/// Every kubeconfig kubeadm writes names bindPort: the VIP's for admin.conf and the kubelets,
+/// the node's own for controller-manager.conf and scheduler.conf (and a control-plane kubelet in
+/// kubeadm's local mode). So bindPort is skewgate's :6443, and the apiserver's real port, 6444,
+/// is set where `kubeadm upgrade` keeps it: its `secure-port` and a patch of its probes.
+#[test]
+fn every_kubeconfig_kubeadm_writes_names_skewgate_and_upgrades_keep_it() {
+    let docs = documents();
+    let config = kubeadm_config(&docs);
+    let init = config.iter().find(|d| d["kind"] == "InitConfiguration");
+    let join = config.iter().find(|d| d["kind"] == "JoinConfiguration");
+    let (Some(init), Some(join)) = (init, join) else {
+        panic!("InitConfiguration and JoinConfiguration");
+    };
+    assert_eq!(init["localAPIEndpoint"]["bindPort"], 6443);
+    assert_eq!(join["controlPlane"]["localAPIEndpoint"]["bindPort"], 6443);
+    let patches = "/etc/kubernetes/skewgate/kubeadm-patches";
+    assert_eq!(init["patches"]["directory"], patches);
+    assert_eq!(join["patches"]["directory"], patches);
+    let cluster = config.iter().find(|d| d["kind"] == "ClusterConfiguration");
+    let extra = &cluster.expect("ClusterConfiguration")["apiServer"]["extraArgs"];
+    assert_eq!(extra["secure-port"], "6444");
+    // The patch: a JSON patch of kube-apiserver (kubeadm's name for it) moving its three probes.
+    let text = std::fs::read_to_string(deploy().join("kubeadm/patches/kube-apiserver+json.yaml"))
+        .expect("the patch");
+    let ops: Value = serde_saphyr::from_str(&text).expect("YAML");
+    let ports: Vec<(&str, &Value)> = ops
+        .as_array()
+        .expect("a JSON patch")
+        .iter()
+        .map(|op| (op["path"].as_str().unwrap_or_default(), &op["value"]))
+        .collect();
+    for probe in ["livenessProbe", "readinessProbe", "startupProbe"] {
+        let path = format!("/spec/containers/0/{probe}/httpGet/port");
+        assert!(
+            ports.iter().any(|(p, v)| *p == path && **v == 6444),
+            "{probe}: {ports:?}"
+        );
+    }
+    // skewgate takes :6443, and its route files name the apiservers at :6444.
+    let pod = &of_kind(&docs, "kubeadm/skewgate.yaml", "Pod")[0];
+    let args = pod["spec"]["containers"][0]["args"].to_string();
+    assert!(args.contains("--listen=0.0.0.0:6443"), "{args}");
+    let routes =
+        std::fs::read_to_string(deploy().join("kubeadm/routes/routes.yaml")).expect("routes");
+    assert!(
+        routes.contains(":6444") && !routes.contains(":6443"),
+        "{routes}"
     );
 }
 
