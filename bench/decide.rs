@@ -103,5 +103,30 @@ fn bench(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, bench);
+/// The routing identity of a bearer-token client (identity/token.rs): a bound ServiceAccount token
+/// of the size kube-apiserver issues (about 1 KiB, RS256), read on each request when some rule
+/// looks at users or groups.
+fn token(c: &mut Criterion) {
+    use base64::Engine;
+    let b64 = |v: &[u8]| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(v);
+    let claims = r#"{"aud":["https://kubernetes.default.svc.cluster.local"],"exp":1795000000,"iat":1763464000,"iss":"https://kubernetes.default.svc.cluster.local","jti":"8c9d6a4e-6a0f-4c1e-9f55-3d1f0a7b2c11","kubernetes.io":{"namespace":"kube-system","node":{"name":"worker-17","uid":"2f0c9b5e-0d6e-4b7a-a2b1-7f3c5d9e8a10"},"pod":{"name":"replicaset-controller-7c9f5d8b6-x2k4q","uid":"b3e1f2a4-5c6d-4e7f-8a9b-0c1d2e3f4a5b"},"serviceaccount":{"name":"replicaset-controller","uid":"c4d5e6f7-a8b9-4c0d-9e1f-2a3b4c5d6e7f"},"warnafter":1763467607},"nbf":1763464000,"sub":"system:serviceaccount:kube-system:replicaset-controller"}"#;
+    let header = format!(
+        "Bearer {}.{}.{}",
+        b64(br#"{"alg":"RS256","kid":"Zb3dQ2m3yYc7t0Y8JrJ6wq2aG9zq1hX1n8R3u4v5w6A"}"#),
+        b64(claims.as_bytes()),
+        b64(&[7u8; 256])
+    );
+    let (read, cached) = (
+        skewgate::identity::read_token_identity,
+        skewgate::identity::token_identity,
+    );
+    c.bench_function("token-identity/read", |b| {
+        b.iter(|| black_box(read(black_box(header.as_bytes()))))
+    });
+    c.bench_function("token-identity/cached", |b| {
+        b.iter(|| black_box(cached(black_box(header.as_bytes()))))
+    });
+}
+
+criterion_group!(benches, bench, token);
 criterion_main!(benches);

@@ -17,6 +17,22 @@ use skewgate_sim::{self as sim, SimConfig, SimHandle, Store};
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
+/// A ServiceAccount token as kube-apiserver issues one (the signature is not skewgate's to check).
+fn service_account_token(namespace: &str, name: &str) -> String {
+    use base64::Engine;
+    let b64 = |v: &str| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(v);
+    let claims = serde_json::json!({
+        "iss": "https://kubernetes.default.svc.cluster.local",
+        "sub": format!("system:serviceaccount:{namespace}:{name}"),
+        "kubernetes.io": {"namespace": namespace, "serviceaccount": {"name": name, "uid": "u"}},
+    });
+    format!(
+        "{}.{}.c2ln",
+        b64(r#"{"alg":"RS256"}"#),
+        b64(&claims.to_string())
+    )
+}
+
 /// Two simulators serving TLS that require the front-proxy client certificate.
 async fn tls_sims(p: &Pki) -> (Store, SimHandle, SimHandle) {
     let store = Store::new();
@@ -48,7 +64,7 @@ async fn tls_gate(p: &Pki, settings: ProxySettings) -> (Gate, (SimHandle, SimHan
 
 fn table(old: &SimHandle, new: &SimHandle) -> String {
     format!(
-        "apiVersion: skewgate.io/v1alpha1\nkind: RouteTable\nbackends:\n  - {{name: old, endpoints: [\"{}\"]}}\n  - {{name: new, endpoints: [\"{}\"]}}\nwrites:\n  default: old\nreads:\n  default: old\n  rollouts:\n    - {{name: ops-to-new, match: {{groups: [ops], resources: [configmaps]}}, to: new, stickyBy: user, percent: 100}}\n",
+        "apiVersion: skewgate.io/v1alpha1\nkind: RouteTable\nbackends:\n  - {{name: old, endpoints: [\"{}\"]}}\n  - {{name: new, endpoints: [\"{}\"]}}\nwrites:\n  default: old\nreads:\n  default: old\n  rollouts:\n    - {{name: ops-to-new, match: {{groups: [ops], resources: [configmaps]}}, to: new, stickyBy: user, percent: 100}}\n    - {{name: sa-to-new, match: {{users: [\"system:serviceaccount:*\"], resources: [secrets]}}, to: new, stickyBy: user, percent: 100}}\n",
         old.url(),
         new.url()
     )
@@ -145,6 +161,47 @@ async fn client_certificates_become_front_proxy_identity_and_spoofed_headers_nev
         "the client is appended"
     );
     assert!(headers.get("x-remote-user").is_none(), "{headers}");
+
+    // A ServiceAccount token is routed as its account (the rollout of service accounts' secrets
+    // sends it to the new version), and still goes upstream untouched, for the apiserver to judge.
+    let sa = service_account_token("kube-system", "replicaset-controller");
+    let bearer = format!("Bearer {sa}");
+    for (path, served) in [
+        ("/api/v1/namespaces/default/secrets", NEW),
+        ("/api/v1/namespaces/default/configmaps", OLD),
+    ] {
+        let anonymous = pki::client_config(&p.ca, None, &[b"h2"]);
+        // (the simulators serve no secrets: the version that answers is what counts)
+        let (_, version, _) =
+            tls_request(addr, anonymous, true, path, &[("Authorization", &bearer)])
+                .await
+                .expect("list");
+        assert_eq!(version.as_str(), served, "{path}");
+    }
+    let anonymous = pki::client_config(&p.ca, None, &[b"h2"]);
+    let (_, _, headers) = tls_request(
+        addr,
+        anonymous,
+        true,
+        "/debug/headers",
+        &[("Authorization", &bearer)],
+    )
+    .await
+    .expect("request");
+    assert_eq!(values(&headers, "authorization"), [bearer.as_str()]);
+    assert!(headers.get("x-remote-user").is_none(), "{headers}");
+    // A token skewgate cannot read (not a ServiceAccount's) is routed as no one.
+    let anonymous = pki::client_config(&p.ca, None, &[b"h2"]);
+    let (_, version, _) = tls_request(
+        addr,
+        anonymous,
+        true,
+        "/api/v1/namespaces/default/secrets",
+        &[("Authorization", "Bearer abc")],
+    )
+    .await
+    .expect("list");
+    assert_eq!(version, OLD);
 
     // A certificate from another CA is refused at the handshake.
     let mallory = pki::client_config(&p.evil_ca, Some(&p.mallory), &[b"h2"]);

@@ -8,6 +8,7 @@
 
 mod headers;
 mod tls;
+mod token;
 mod upstream_tls;
 mod user;
 
@@ -15,6 +16,8 @@ pub use headers::IdentityHeaders;
 pub use headers::forward_identity;
 pub(crate) use headers::{ForwardedIdentity, forward_made};
 pub use tls::{ServingTls, TlsFiles, UpstreamTlsFiles};
+pub use token::cached as token_identity;
+pub use token::from_authorization as read_token_identity;
 pub(crate) use upstream_tls::Alpn;
 pub use upstream_tls::UpstreamTls;
 pub use user::Identity;

@@ -163,7 +163,7 @@ fn decide(
             .and_then(|v| token_identity(v.as_bytes())),
         _ => None,
     };
-    let identity = caller.identity.or(from_token.as_ref());
+    let identity = caller.identity.or(from_token.as_deref());
     let groups = identity.map(|i| i.group_refs()).unwrap_or_default();
     let info = classify(parts.method.as_str(), parts.uri.path(), parts.uri.query());
     let ua = parts

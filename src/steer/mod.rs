@@ -126,6 +126,9 @@ pub struct Steering {
     read_pins: RuleIndex,
     rollouts: RuleIndex,
     salts: Vec<u64>,
+    /// Whether some rule looks at the user or groups (`users`, `groups`, `stickyBy: user`): only
+    /// then is a bearer token read for its routing identity.
+    uses_identity: bool,
 }
 
 impl Steering {
@@ -141,8 +144,14 @@ impl Steering {
             ),
             rollouts: RuleIndex::build(0..rollouts.len(), |i| &rollouts[i].selectors),
             salts: rollouts.iter().map(|r| sticky::salt(&r.name)).collect(),
+            uses_identity: uses_identity(&table),
             table,
         }
+    }
+
+    /// Whether some rule looks at who the client is.
+    pub fn uses_identity(&self) -> bool {
+        self.uses_identity
     }
 
     /// The table being steered by.
@@ -321,6 +330,17 @@ impl Steering {
             now,
         )
     }
+}
+
+/// Whether some pin, rollout or guard selects by user or group, or a rollout is sticky by user.
+fn uses_identity(t: &RouteTable) -> bool {
+    let names = |s: &crate::config::Selectors| s.users.is_some() || s.groups.is_some();
+    t.writes.pins.iter().any(|p| names(&p.selectors))
+        || t.guards.iter().any(|g| names(&g.selectors))
+        || t.reads
+            .rollouts
+            .iter()
+            .any(|r| names(&r.selectors) || r.sticky_by == crate::config::StickyBy::User)
 }
 
 #[cfg(test)]

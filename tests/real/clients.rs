@@ -64,6 +64,45 @@ pub fn clients_reach_the_apiservers_as_themselves(pair: &Pair) {
     }
 }
 
+/// A real ServiceAccount token (`kubectl create token`) is routed as its account: a rollout of
+/// `system:serviceaccount:*` at 100 % sends its reads to the new version and its user to the
+/// apiserver as the token, which authenticates it (issue 44, 4).
+pub fn token_clients_are_routed_as_their_service_account(pair: &Pair) {
+    let routes = "writes:\n  default: old\nreads:\n  default: old\n  rollouts:\n    - {name: sa, match: {users: [\"system:serviceaccount:*\"]}, to: new, stickyBy: user, percent: 100}\n";
+    let (gate, file) = gate(pair, routes);
+    let kc = file.with_file_name("kubeconfig");
+    let _ = kubectl(&kc, &["create", "serviceaccount", "default"]);
+    let (ok, token) = kubectl(&kc, &["create", "token", "default"]);
+    assert!(ok, "{token}");
+    let version = |bearer: Option<&str>| {
+        let mut curl = Command::new("curl");
+        curl.arg("-sk");
+        if let Some(b) = bearer {
+            curl.args(["-H", &format!("authorization: Bearer {b}")]);
+        }
+        let out = curl
+            .arg(format!("https://{}/version", gate.addr))
+            .output()
+            .expect("curl");
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+        let v = v["gitVersion"].as_str().unwrap_or_default();
+        v.trim_start_matches('v').to_owned()
+    };
+    let (new, old) = (
+        pair.var("NEW_VERSION").trim_start_matches('v'),
+        pair.var("OLD_VERSION").trim_start_matches('v'),
+    );
+    assert_eq!(
+        version(Some(token.trim())),
+        new,
+        "the token's account reads from new"
+    );
+    assert_eq!(version(None), old, "anonymous reads from old");
+    // A token the apiserver cannot authenticate is refused (401, no version), not served
+    // anonymously: so a forged token's claims buy nothing.
+    assert_eq!(version(Some("not-a-token")), "", "refused");
+}
+
 /// Reads default to the old version: a resource only the new one serves, in a group/version both
 /// serve (v1.36's mutatingadmissionpolicies), is listed, readable and explained (issue 42, 3).
 pub fn discovery_lists_what_only_the_new_version_adds_to_a_shared_group_version(pair: &Pair) {
