@@ -222,6 +222,33 @@ fn check_reports_every_structural_mistake_with_its_line_and_a_caret() {
     }
 }
 
+/// Unknown fields and mistaken values in one file: every one in one run, in file order, at the
+/// places in the file as written, and no follow-on error.
+#[test]
+fn check_reports_unknown_fields_and_mistaken_values_in_one_run() {
+    let err = check_says(
+        "tests/fixtures/shape-and-values.yaml",
+        1,
+        &[
+            "error: backends[0].weight: unknown field `weight`",
+            "error: writes.fence: must be at least 3s",
+            "error: writes.pins[0].backend: unknown backend \"v1-31\": did you mean v1-30?\n  --> tests/fixtures/shape-and-values.yaml:19:16",
+            "error: reads.rollouts[0].percent: 150 is not a percent",
+            "error: reads.rollouts[0].stickBy: unknown field `stickBy`: did you mean `stickyBy`?",
+            "shape-and-values.yaml: 5 errors",
+        ],
+    );
+    assert!(
+        !err.contains("the pin's own backend"),
+        "a follow-on error: {err}"
+    );
+    let fence = err.find("writes.fence").unwrap_or_default();
+    assert!(
+        err.find("backends[0].weight") < Some(fence),
+        "file order: {err}"
+    );
+}
+
 /// `check` on a file of the right shape with mistaken values: every one, resources checked against
 /// the kinds Kubernetes ships, backend names with the one meant, a duplicate reported once.
 #[test]

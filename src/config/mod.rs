@@ -1,6 +1,7 @@
 //! Route files: parsed into raw serde types (unknown fields rejected), validated with errors that name
 //! file, line and field path, and compiled into an immutable `RouteTable`.
 
+mod blank;
 mod error;
 mod raw;
 mod reload;
@@ -27,12 +28,26 @@ pub use table::{PinReads, StickyBy};
 pub fn parse_route_table(file: &Path, text: &str) -> Result<RouteTable, ConfigErrors> {
     let root = tree::read(file, text).map_err(ConfigErrors)?;
     let problems = shape::check(file, &root);
-    if !problems.is_empty() {
-        return Err(ConfigErrors(problems));
+    if problems.errors.is_empty() {
+        let raw: raw::FileRouteTable =
+            serde_saphyr::from_str(text).map_err(|e| syntax_error(file, &e))?;
+        return validate::validate(file, raw);
     }
-    let raw: raw::FileRouteTable =
-        serde_saphyr::from_str(text).map_err(|e| syntax_error(file, &e))?;
-    validate::validate(file, raw)
+    // Unknown fields alone leave the rest readable: the values are checked too, in the file with
+    // those fields blanked out (lines kept, so every place stays true), and all are reported.
+    let only_unknown = problems.only_unknown_fields();
+    let mut errors = problems.errors;
+    if only_unknown
+        && let Some(rest) = blank::without(text, &problems.unknown)
+        && let Ok(root) = tree::read(file, &rest)
+        && shape::check(file, &root).errors.is_empty()
+        && let Ok(raw) = serde_saphyr::from_str::<raw::FileRouteTable>(&rest)
+        && let Err(more) = validate::validate(file, raw)
+    {
+        errors.extend(more.0);
+        errors.sort_by_key(|e| (e.line, e.column));
+    }
+    Err(ConfigErrors(errors))
 }
 
 /// Reads, parses and validates one route file.

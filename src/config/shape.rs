@@ -152,18 +152,39 @@ const ROOT: &[Field] = &[
 ];
 
 /// Every structural problem of the file's tree.
-pub(super) fn check(file: &Path, root: &Node) -> Vec<ConfigError> {
+pub(super) fn check(file: &Path, root: &Node) -> Problems {
     let mut c = Checker {
         file,
         errors: Vec::new(),
+        unknown: Vec::new(),
     };
     c.mapping(root, ROOT, "");
-    c.errors
+    Problems {
+        errors: c.errors,
+        unknown: c.unknown,
+    }
+}
+
+/// What the shape check found.
+pub(super) struct Problems {
+    /// Every problem, in file order.
+    pub errors: Vec<ConfigError>,
+    /// Where each unknown field's key is: when these are all the problems, the file without them
+    /// can still be read for the values' own errors.
+    pub unknown: Vec<At>,
+}
+
+impl Problems {
+    /// Whether every problem is an unknown field.
+    pub(super) fn only_unknown_fields(&self) -> bool {
+        self.errors.len() == self.unknown.len()
+    }
 }
 
 struct Checker<'f> {
     file: &'f Path,
     errors: Vec<ConfigError>,
+    unknown: Vec<At>,
 }
 
 fn join(path: &str, field: &str) -> String {
@@ -212,6 +233,7 @@ impl Checker<'_> {
                     };
                     let message = format!("unknown field `{}`: {hint}", key.text);
                     self.error(key.at, &field_path, message);
+                    self.unknown.push(key.at);
                 }
             }
         }
@@ -331,7 +353,11 @@ mod tests {
     fn errors(text: &str) -> Vec<String> {
         let file = Path::new("r.yaml");
         match super::super::tree::read(file, text) {
-            Ok(root) => check(file, &root).iter().map(ToString::to_string).collect(),
+            Ok(root) => check(file, &root)
+                .errors
+                .iter()
+                .map(ToString::to_string)
+                .collect(),
             Err(e) => e.iter().map(ToString::to_string).collect(),
         }
     }

@@ -312,7 +312,13 @@ impl Validator<'_> {
                 .map(|f| self.backend_ref(f, &format!("{path}.from")));
             if let (Some(from), None) = (&p.from, &p.flip_at) {
                 self.error(from.referenced, format!("{path}.from"), "from names the backend a pin moves from at flipAt: add flipAt, or leave from out");
-            } else if let Some(from) = p.from.as_ref().filter(|_| flip_from == Some(backend)) {
+            } else if let Some(from) = p
+                .from
+                .as_ref()
+                // (compared by name: an unknown backend stands in as the first, and is already
+                // an error of its own)
+                .filter(|f| f.value == p.backend.value)
+            {
                 self.error(
                     from.referenced,
                     format!("{path}.from"),
