@@ -4,6 +4,7 @@
 use std::process::ExitCode;
 
 use anyhow::{Result, anyhow, bail};
+use skewgate::config::RouteTable;
 use skewgate::skew::{Report, VersionFields, compare, fetch, from_dir};
 use skewgate::upstream::PoolSettings;
 
@@ -12,7 +13,7 @@ use super::{Output, SkewArgs};
 
 /// Runs `skew`.
 pub fn run(args: &SkewArgs) -> Result<ExitCode> {
-    let (versions, writes_to) = match &args.routes {
+    let (versions, writes_to, table) = match &args.routes {
         Some(routes) => live(args, routes)?,
         None => offline(args)?,
     };
@@ -22,15 +23,19 @@ pub fn run(args: &SkewArgs) -> Result<ExitCode> {
         );
     }
     let report = compare(&versions);
-    print(&report, &writes_to, args.output);
+    let placement = table.map(|t| report.placement(&t)).unwrap_or_default();
+    print(&report, &writes_to, &placement, args.output);
     Ok(ExitCode::SUCCESS)
 }
 
 type Versions = Vec<(String, VersionFields)>;
 
+/// The versions, the backend the pins go to, and the route table they go into (when there is one).
+type Compared = (Versions, String, Option<RouteTable>);
+
 /// The backends of the route file, each read from its first endpoint that answers; the pins go to
 /// `writes.default`.
-fn live(args: &SkewArgs, routes: &std::path::Path) -> Result<(Versions, String)> {
+fn live(args: &SkewArgs, routes: &std::path::Path) -> Result<Compared> {
     let table = skewgate::config::load_path(routes).map_err(|e| anyhow!("{e}"))?;
     let writes_to = table.backend_name(table.writes.default).to_owned();
     let pool = PoolSettings {
@@ -51,29 +56,31 @@ fn live(args: &SkewArgs, routes: &std::path::Path) -> Result<(Versions, String)>
         let fields = result.map_err(|e| anyhow!("backend {backend}: {e}"))?;
         versions.push((backend, fields));
     }
-    Ok((versions, writes_to))
+    Ok((versions, writes_to, Some(table)))
 }
 
 /// The saved documents of `--openapi-dir`; the pins go to the first version given.
-fn offline(args: &SkewArgs) -> Result<(Versions, String)> {
+fn offline(args: &SkewArgs) -> Result<Compared> {
     let mut versions = Vec::new();
     for (version, dir) in &args.openapi_dir {
         versions.push((version.clone(), from_dir(dir).map_err(|e| anyhow!(e))?));
     }
     let first = versions.first().map(|(v, _)| v.clone()).unwrap_or_default();
-    Ok((versions, first))
+    Ok((versions, first, None))
 }
 
-fn print(report: &Report, writes_to: &str, output: Output) {
+fn print(report: &Report, writes_to: &str, placement: &str, output: Output) {
     match output {
         Output::Text => {
             println!("{report}");
             print!("{}", report.suggested_pins(writes_to));
+            print!("{placement}");
         }
         Output::Json | Output::Yaml => {
             let value = serde_json::json!({
                 "report": report,
                 "suggestedPins": report.suggested_pins(writes_to),
+                "placement": placement,
             });
             if matches!(output, Output::Yaml) {
                 print!("{}", serde_saphyr::to_string(&value).unwrap_or_default());

@@ -15,11 +15,12 @@ use std::path::{Path, PathBuf};
 
 pub use error::{ConfigError, ConfigErrors};
 pub(crate) use reload::{Fingerprint, Watch, fingerprint, spawn_watcher};
-pub(crate) use selector::{NamePattern, Part, Selector, VerbSet};
+pub(crate) use selector::{NamePattern, Part, ResourcePattern, Selector, VerbSet};
 pub(crate) use table::{Abort, BackendId, Endpoint, Pin, Schedule, Selectors};
 pub use table::{Guard, GuardAction, UnknownVersion};
 pub use table::{Percent, RouteTable};
 pub use table::{PinReads, StickyBy};
+pub(crate) use validate::may_meet;
 
 /// Parses and validates the text of one route file; `file` names it in errors.
 ///

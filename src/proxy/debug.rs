@@ -65,6 +65,7 @@ impl AdminSource for Proxy {
             "report": report,
             "text": report.to_string(),
             "suggestedPins": report.suggested_pins(t.backend_name(t.writes.default)),
+            "placement": report.placement(t),
         })
     }
 

@@ -6,6 +6,7 @@
 mod fields;
 mod live;
 mod loss;
+mod placement;
 mod report;
 
 pub use fields::{Gvk, KindFields, VersionFields};

@@ -68,3 +68,35 @@ fn equal_versions_have_no_skew_and_a_kind_one_version_lacks_is_listed() {
     assert_eq!(report.served_by_some[0].not_by, ["c"]);
     assert!(report.suggested_pins("a").starts_with("# No resource"));
 }
+
+#[test]
+fn the_suggested_pin_says_where_it_goes_and_what_it_takes_from_the_rollouts() {
+    let old = version(json!({"grace": {"type": "integer"}}));
+    let new = version(json!({"grace": {"type": "integer"}, "sidecar": {"type": "string"}}));
+    let report = compare(&[("v1.29".into(), old), ("v1.30".into(), new)]);
+    let table = |pins: &str, rollouts: &str| {
+        let text = format!(
+            "apiVersion: skewgate.io/v1alpha1\nkind: RouteTable\nbackends:\n  - {{name: a, endpoints: [http://127.0.0.1:1]}}\n  - {{name: b, endpoints: [http://127.0.0.1:2]}}\nwrites:\n  default: a\n  pins:\n{pins}reads:\n  default: a\n  rollouts:\n{rollouts}"
+        );
+        crate::config::parse_route_table(std::path::Path::new("r.yaml"), &text)
+            .unwrap_or_else(|e| panic!("{e}"))
+    };
+    let t = table(
+        "    - {name: team-a, namespaces: [team-a], backend: b}\n    - {name: cms, resources: [configmaps], backend: b}\n",
+        "    - {name: half, to: b, percent: 50, match: {namespaces: [\"!kube-system\"]}}\n    - {name: crds, to: b, percent: 50, match: {resources: [widgets.example.com]}}\n",
+    );
+    let said = report.placement(&t);
+    assert!(
+        said.contains("at the end of writes.pins of r.yaml, after \"team-a\". The first pin"),
+        "{said}"
+    );
+    assert!(
+        said.contains("the rollouts\n# \"half\" no longer decide them"),
+        "{said}"
+    );
+    // A pin of other resources is not in its way, nor a rollout of other resources.
+    assert!(
+        !said.contains("\"cms\"") && !said.contains("\"crds\""),
+        "{said}"
+    );
+}

@@ -6,6 +6,8 @@
 mod guards;
 mod selectors;
 mod splits;
+
+pub(crate) use splits::may_meet;
 mod values;
 
 use std::collections::HashSet;

@@ -155,7 +155,7 @@ pub(super) fn describe(s: &Selectors) -> String {
 /// Whether one request may match both (verbs aside: a read and a write of one object): false
 /// only when the items as written exclude each other (names that differ, a name the other
 /// excludes); patterns are tried against names, never against each other.
-pub(super) fn may_meet(a: &Selectors, b: &Selectors) -> bool {
+pub(crate) fn may_meet(a: &Selectors, b: &Selectors) -> bool {
     fn list<I>(
         a: &Option<Selector<I>>,
         b: &Option<Selector<I>>,
