@@ -444,3 +444,39 @@ fn version_names_the_commit() {
         "{v}"
     );
 }
+
+/// `explain` of a guarded update says how the guard judges it in each direction: through 1.29
+/// (older than 1.30) down, and a 1.29 kubectl writing through 1.30 up.
+#[test]
+fn explain_says_how_the_guard_judges_an_update_in_both_directions() {
+    let explain = |ua: &str, namespace: &str| {
+        let path = format!("/api/v1/namespaces/{namespace}/configmaps/settings");
+        let out = skewgate(&[
+            "explain",
+            "--routes",
+            "routes/demo.yaml",
+            "--user-agent",
+            ua,
+            "PUT",
+            &path,
+        ]);
+        assert!(out.status.success());
+        text(&out.stdout)
+    };
+    let said = explain("kubectl/v1.30.1", "ns-7");
+    assert!(
+        said.contains("name:         read-elsewhere")
+            && said.contains("down:         served by v1-29 (v1.29), older than v1-30 (v1.30)")
+            && said.contains(
+                "up:           this v1.30 client is as new as v1-29 (v1.29): not checked"
+            ),
+        "{said}"
+    );
+    let said = explain("kubectl/v1.29.4", "team-a");
+    assert!(
+        said.contains("name:         old-kubectl")
+            && said.contains("down:         served by v1-30 (v1.30), the newest: nothing to check")
+            && said.contains("up:           this v1.29 client is older than v1-30 (v1.30)"),
+        "{said}"
+    );
+}

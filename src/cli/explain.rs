@@ -8,7 +8,7 @@ use serde_json::json;
 
 use skewgate::classify::{Client, RequestInfo, classify};
 use skewgate::config::{self, Guard, Percent, PinReads, RouteTable, StickyBy, UnknownVersion};
-use skewgate::steer::{Decision, Quiet, Reason, Rule, SteerRequest, Steering, mismatch};
+use skewgate::steer::{Decision, Judged, Quiet, Reason, Rule, SteerRequest, Steering, mismatch};
 
 use super::{ExplainArgs, Output};
 
@@ -40,16 +40,15 @@ pub fn explain(args: &ExplainArgs) -> Result<()> {
     };
     let steering = Steering::new(Arc::new(table));
     let decision = steering.decide(&req, now, &Quiet);
-    let guard = steering.guard(&req);
+    let guard = steering.judge_guard(&req, &decision, now);
     let table = steering.table();
-    let guard = guard.map(|g| &table.guards[g]);
     let rules = considered(table, &req, &decision);
     match args.output {
         Output::Text => {
             print_text(&info, &client, &decision, table, &req);
             print_steps(&rules);
             print_rollout(&decision, table, &req, now);
-            print_guard(guard, &client, &decision, table);
+            print_guard(&guard);
         }
         Output::Json | Output::Yaml => {
             let mut value = explain_json(&info, &client, &decision, table, &args.user, &groups);
@@ -65,11 +64,13 @@ pub fn explain(args: &ExplainArgs) -> Result<()> {
                 value["rollout"]["key"] = json!(sticky_key(r.sticky_by, &req));
                 value["rollout"]["step"] = json!(r.schedule.at(now).step);
             }
-            value["guard"] = guard.map_or(serde_json::Value::Null, |g| {
+            value["guard"] = guard.as_ref().map_or(serde_json::Value::Null, |(g, j)| {
                 json!({
                     "name": g.name,
                     "action": g.action.as_str(),
                     "unknownVersion": match g.unknown_version { UnknownVersion::Guard => "guard", UnknownVersion::Pass => "pass" },
+                    "down": j.down,
+                    "up": j.up,
                 })
             });
             match args.output {
@@ -273,28 +274,16 @@ fn print_text(
     println!("  why:          {}", d.explain(t));
 }
 
-/// The update guard that applies, and when it acts.
-fn print_guard(guard: Option<&Guard>, client: &Client<'_>, d: &Decision, t: &RouteTable) {
-    let Some(g) = guard else {
+/// The update guard that applies, and how it judges this update.
+fn print_guard(guard: &Option<(&Guard, Judged)>) {
+    let Some((g, j)) = guard else {
         return;
-    };
-    let serving = t
-        .backends
-        .iter()
-        .find(|b| b.name == t.backend_name(d.backend))
-        .and_then(|b| b.version)
-        .map_or("its backend".to_owned(), |(a, b)| format!("v{a}.{b}"));
-    let when = match (client.version, g.unknown_version) {
-        (Some(v), _) => format!(
-            "when this v{}.{} client is older than {serving}",
-            v.major, v.minor
-        ),
-        (None, UnknownVersion::Guard) => "this client's version is unknown: guarded".to_owned(),
-        (None, UnknownVersion::Pass) => "this client's version is unknown: passes".to_owned(),
     };
     println!("guard:");
     println!("  name:         {}", g.name);
-    println!("  action:       {} ({when})", g.action.as_str());
+    println!("  action:       {}", g.action.as_str());
+    println!("  down:         {}", j.down);
+    println!("  up:           {}", j.up);
 }
 
 fn explain_json(
