@@ -68,6 +68,7 @@ fn skewgate_in_front_of_real_apiservers_of_two_versions() {
     {
         fields::the_guard_judges_a_pod_as_the_apiserver_takes_it(&pair, &field);
         fields::a_pin_keeps_what_the_old_version_would_wipe(&pair);
+        fields::the_guard_refuses_an_update_through_the_older_version_that_drops_a_field(&pair);
     }
     if wanted("moves") {
         moves::a_pin_moved_by_flip_at_answers_every_write_in_flight(&pair);

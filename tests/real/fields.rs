@@ -64,22 +64,7 @@ pub fn the_guard_judges_a_pod_as_the_apiserver_takes_it(pair: &Pair, field: &str
     );
     let kc = routes.with_file_name("kubeconfig");
     // The guard judges once it has read both versions' OpenAPI (with discovery).
-    let skew = format!("http://{}/debug/skew", gate.admin);
-    let known = (0..300).any(|_| {
-        let read = Command::new("curl").args(["-s", &skew]).output();
-        let text = read.map(|o| String::from_utf8_lossy(&o.stdout).into_owned());
-        let ready = text.is_ok_and(|t| {
-            let v: serde_json::Value = serde_json::from_str(&t).unwrap_or_default();
-            v["report"]["kinds"]
-                .as_array()
-                .is_some_and(|k| !k.is_empty())
-        });
-        if !ready {
-            std::thread::sleep(std::time::Duration::from_millis(100));
-        }
-        ready
-    });
-    assert!(known, "the schemas were not read");
+    schemas_known(&gate);
     let _ = kubectl(&kc, &["create", "serviceaccount", "default"]);
     let pod = routes.with_file_name("pod.yaml");
     std::fs::write(
@@ -200,6 +185,85 @@ pub fn a_pin_keeps_what_the_old_version_would_wipe(pair: &Pair) {
             "{name}: allocatedResourcesStatus after a status write through skewgate: {health}"
         );
     }
+}
+
+/// Through 1.35 (older than 1.36), every write of a pod drops what only 1.36 stores, whatever the
+/// client sends: the guard's down direction refuses a status update of a pod read from 1.36
+/// (reject), or sends it and says so (warn), when the real 1.35 then drops the field.
+pub fn the_guard_refuses_an_update_through_the_older_version_that_drops_a_field(pair: &Pair) {
+    for (action, code) in [("reject", 422), ("warn", 200)] {
+        let routes = format!(
+            "writes:\n  default: old\nreads:\n  default: new\nguards:\n  - name: down\n    match: {{resources: [pods, pods/status]}}\n    action: {action}\n"
+        );
+        let (gate, file) = gate(pair, &routes);
+        schemas_known(&gate);
+        let name = format!("down-{action}");
+        let pod = file.with_file_name("pod.yaml");
+        std::fs::write(&pod, pod_yaml(&name)).expect("pod");
+        let (ok, text) = direct(pair, "new", &["apply", "-f", &pod.to_string_lossy()]);
+        assert!(ok, "{text}");
+        let direct_status = format!(
+            "{}/api/v1/namespaces/default/pods/{name}/status",
+            pair.var("NEW_URL")
+        );
+        let health = r#"{"status":{"containerStatuses":[{"name":"c","image":"busybox","imageID":"","ready":false,"restartCount":0,"state":{"waiting":{"reason":"ContainerCreating"}},"allocatedResourcesStatus":[{"name":"example.com/dev","resources":[{"resourceID":"r1","health":"Healthy","message":"ok"}]}]}]}}"#;
+        assert_eq!(merge_patch(pair, &direct_status, health), 200);
+        // The pod as read through skewgate (from 1.36), with a condition added, PUT back.
+        let url = format!(
+            "https://{}/api/v1/namespaces/default/pods/{name}/status",
+            gate.addr
+        );
+        let (_, body) = curl(pair, &[url.as_str()]);
+        let mut read: serde_json::Value = serde_json::from_str(&body).expect("pod JSON");
+        read["status"]["conditions"] =
+            serde_json::json!([{"type": "example.com/Checked", "status": "True"}]);
+        let json = file.with_file_name("pod.json");
+        std::fs::write(&json, read.to_string()).expect("json");
+        let data = format!("@{}", json.display());
+        let (got, answer) = curl(
+            pair,
+            &[
+                "-X",
+                "PUT",
+                "-H",
+                "content-type: application/json",
+                "--data",
+                &data,
+                &url,
+            ],
+        );
+        assert_eq!(got, code, "{action}: {answer}");
+        let (ok, stored) = direct(pair, "new", &["get", "pod", &name, "-o", "json"]);
+        assert!(ok, "{stored}");
+        let stored: serde_json::Value = serde_json::from_str(&stored).expect("pod JSON");
+        let kept = !stored["status"]["containerStatuses"][0]["allocatedResourcesStatus"].is_null();
+        if action == "reject" {
+            assert!(answer.contains("allocatedResourcesStatus"), "{answer}");
+            assert!(kept, "nothing was sent");
+        } else {
+            assert!(!kept, "1.35 dropped it, as the warning said: {stored}");
+        }
+    }
+}
+
+/// Waits until the gate has read both versions' OpenAPI (with discovery).
+fn schemas_known(gate: &crate::process::Serving) {
+    let skew = format!("http://{}/debug/skew", gate.admin);
+    let known = (0..300).any(|_| {
+        let read = Command::new("curl").args(["-s", &skew]).output();
+        let text = read.map(|o| String::from_utf8_lossy(&o.stdout).into_owned());
+        let ready = text.is_ok_and(|t| {
+            let v: serde_json::Value = serde_json::from_str(&t).unwrap_or_default();
+            v["report"]["kinds"]
+                .as_array()
+                .is_some_and(|k| !k.is_empty())
+        });
+        if !ready {
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        ready
+    });
+    assert!(known, "the schemas were not read");
 }
 
 fn pod_yaml(name: &str) -> String {
