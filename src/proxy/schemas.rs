@@ -53,6 +53,11 @@ impl Schemas {
         caches.entry(backend.to_owned()).or_default().clone()
     }
 
+    /// Whether backend `backend`'s OpenAPI documents have been read.
+    pub(crate) fn knows(&self, backend: &str) -> bool {
+        self.fields.load().iter().any(|(n, _)| n == backend)
+    }
+
     /// The kind of the resource `info` names, as backend `backend` describes it.
     pub(crate) fn kind_fields(
         &self,

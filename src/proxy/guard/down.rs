@@ -41,13 +41,24 @@ pub(super) async fn check(
     let table = routing.table();
     let guard = &table.guards[update.guard];
     let fail = |why: String| fail(guard, why);
-    let find = |b: BackendId| {
-        proxy
-            .schemas
-            .kind_fields(table.backend_name(b), update.info)
-    };
-    let (Some(serving), Some(newest)) = (find(update.backend), find(newer)) else {
+    let (serving_name, newer_name) = (
+        table.backend_name(update.backend),
+        table.backend_name(newer),
+    );
+    if !(proxy.schemas.knows(serving_name) && proxy.schemas.knows(newer_name)) {
         return fail("the versions' schemas are not known yet".to_owned());
+    }
+    let find = |b: &str| proxy.schemas.kind_fields(b, update.info);
+    let (serving, newest) = match (find(serving_name), find(newer_name)) {
+        (Some(s), Some(n)) => (s, n),
+        // The newer version describes no such kind: no field of it is known to be lost.
+        (_, None) => return Ok(None),
+        (None, Some(_)) => {
+            return fail(format!(
+                "backend {serving_name:?} does not describe {}",
+                update.info.resource
+            ));
+        }
     };
     let Some(endpoint) = routing.backends[newer.index()].pick() else {
         return fail(format!(
@@ -77,7 +88,6 @@ pub(super) async fn check(
     if paths.is_empty() {
         return Ok(None);
     }
-    let serving_name = table.backend_name(update.backend);
     let serving = match table.backends[update.backend.index()].version {
         Some((major, minor)) => format!("backend {serving_name:?} (v{major}.{minor})"),
         None => format!("backend {serving_name:?}"),
