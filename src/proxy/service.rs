@@ -153,16 +153,7 @@ fn decide(
     parts: &mut http::request::Parts,
     start: Instant,
 ) -> Decided {
-    // A bearer-token client is routed as the user its token names, when skewgate can read it and
-    // some rule looks (token.rs); it is never forwarded as X-Remote-User: the apiserver
-    // authenticates the token itself.
-    let from_token = match caller.identity {
-        None if routing.steering.uses_identity() => parts
-            .headers
-            .get(header::AUTHORIZATION)
-            .and_then(|v| token_identity(v.as_bytes())),
-        _ => None,
-    };
+    let from_token = token_caller(routing, caller.identity, &parts.headers);
     let identity = caller.identity.or(from_token.as_deref());
     let groups = identity.map(|i| i.group_refs()).unwrap_or_default();
     let info = classify(parts.method.as_str(), parts.uri.path(), parts.uri.query());
@@ -181,19 +172,7 @@ fn decide(
         .steering
         .decide_reading(&req, || clock.now(), routing);
     let guard = routing.steering.guard(&req);
-    // A guarded update is judged by what its client could read too: the same request as a get.
-    let reader = guard.map(|_| {
-        let mut get = info.clone();
-        get.verb = Verb::Get;
-        let read = SteerRequest {
-            info: &get,
-            ..req.clone()
-        };
-        routing
-            .steering
-            .decide_reading(&read, || clock.now(), routing)
-            .backend
-    });
+    let reader = guard.map(|_| routing.steering.reader(&req, || clock.now(), routing));
     let client = req.client.version;
     let object = (decision.class == Class::Write).then(|| object_key(&info));
     let merge = (!info.is_resource && parts.method == Method::GET)
@@ -205,16 +184,7 @@ fn decide(
     if let Some(Merge::Source(b) | Merge::SourceAnswer(b, _)) = &merge {
         decision.backend = *b;
     }
-    routing.count_decision(&decision);
-    if let Some(from) = decision.fallback_from {
-        routing.note_fallback(decision.backend);
-        let t = routing.table();
-        proxy
-            .metrics
-            .fallbacks
-            .with_label_values(&[t.backend_name(from), t.backend_name(decision.backend)])
-            .inc();
-    }
+    count(proxy, routing, &decision);
     Decided {
         start,
         decision,
@@ -228,6 +198,36 @@ fn decide(
         reader,
         client,
         resource: routing.resource_slot(&info),
+    }
+}
+
+/// A bearer-token client's routing identity: the user its token names, when skewgate can read it
+/// and some rule looks (identity/token.rs). It is never forwarded as X-Remote-User: the apiserver
+/// authenticates the token itself.
+fn token_caller(
+    routing: &Routing,
+    verified: Option<&Identity>,
+    headers: &http::HeaderMap,
+) -> Option<Arc<Identity>> {
+    match verified {
+        None if routing.steering.uses_identity() => headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| token_identity(v.as_bytes())),
+        _ => None,
+    }
+}
+
+/// Counts a decision, and a fallback with the backend pair it went between.
+fn count(proxy: &Proxy, routing: &Routing, decision: &Decision) {
+    routing.count_decision(decision);
+    if let Some(from) = decision.fallback_from {
+        routing.note_fallback(decision.backend);
+        let t = routing.table();
+        proxy
+            .metrics
+            .fallbacks
+            .with_label_values(&[t.backend_name(from), t.backend_name(decision.backend)])
+            .inc();
     }
 }
 

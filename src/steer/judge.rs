@@ -26,14 +26,25 @@ impl Steering {
         now: SystemTime,
     ) -> Option<(&Guard, Judged)> {
         let g = &self.table().guards[self.guard(req)?];
+        let reader = self.reader(req, || now, &Quiet);
+        Some((g, judged(g, req, d, reader, self.table())))
+    }
+
+    /// Where the same client's reads of the object `req` names go (the request as a get): a
+    /// guarded update is judged by what its client could read too.
+    pub fn reader(
+        &self,
+        req: &SteerRequest<'_>,
+        now: impl Fn() -> SystemTime,
+        live: &impl super::LiveState,
+    ) -> BackendId {
         let mut get = req.info.clone();
         get.verb = Verb::Get;
         let read = SteerRequest {
             info: &get,
             ..req.clone()
         };
-        let reader = self.decide(&read, now, &Quiet).backend;
-        Some((g, judged(g, req, d, reader, self.table())))
+        self.decide_reading(&read, now, live).backend
     }
 }
 

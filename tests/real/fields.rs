@@ -1,6 +1,7 @@
 //! Fields one version knows and the other does not: what `skew` reports, what the guard judges,
 //! and what a pin keeps.
 
+use std::path::Path;
 use std::process::Command;
 
 use crate::harness::{Pair, curl, curl_code, direct, gate, kubectl};
@@ -151,16 +152,7 @@ pub fn a_pin_keeps_what_the_old_version_would_wipe(pair: &Pair) {
     for (name, routes, kept) in [("unpinned", unpinned, false), ("pinned", pinned, true)] {
         let (gate, file) = gate(pair, routes);
         // A pod whose status a new kubelet wrote, straight to the new version.
-        let pod = file.with_file_name("pod.yaml");
-        std::fs::write(&pod, pod_yaml(name)).expect("pod");
-        let (ok, text) = direct(pair, "new", &["apply", "-f", &pod.to_string_lossy()]);
-        assert!(ok, "{text}");
-        let status = format!(
-            "{}/api/v1/namespaces/default/pods/{name}/status",
-            pair.var("NEW_URL")
-        );
-        let health = r#"{"status":{"containerStatuses":[{"name":"c","image":"busybox","imageID":"","ready":false,"restartCount":0,"state":{"waiting":{"reason":"ContainerCreating"}},"allocatedResourcesStatus":[{"name":"example.com/dev","resources":[{"resourceID":"r1","health":"Healthy","message":"ok"}]}]}]}}"#;
-        assert_eq!(merge_patch(pair, &status, health), 200);
+        healthy_pod_on_new(pair, &file, name);
         // Another writer adds a condition through skewgate.
         let through = format!(
             "https://{}/api/v1/namespaces/default/pods/{name}/status",
@@ -198,16 +190,7 @@ pub fn the_guard_refuses_an_update_through_the_older_version_that_drops_a_field(
         let (gate, file) = gate(pair, &routes);
         schemas_known(&gate);
         let name = format!("down-{action}");
-        let pod = file.with_file_name("pod.yaml");
-        std::fs::write(&pod, pod_yaml(&name)).expect("pod");
-        let (ok, text) = direct(pair, "new", &["apply", "-f", &pod.to_string_lossy()]);
-        assert!(ok, "{text}");
-        let direct_status = format!(
-            "{}/api/v1/namespaces/default/pods/{name}/status",
-            pair.var("NEW_URL")
-        );
-        let health = r#"{"status":{"containerStatuses":[{"name":"c","image":"busybox","imageID":"","ready":false,"restartCount":0,"state":{"waiting":{"reason":"ContainerCreating"}},"allocatedResourcesStatus":[{"name":"example.com/dev","resources":[{"resourceID":"r1","health":"Healthy","message":"ok"}]}]}]}}"#;
-        assert_eq!(merge_patch(pair, &direct_status, health), 200);
+        healthy_pod_on_new(pair, &file, &name);
         // The pod as read through skewgate (from 1.36), with a condition added, PUT back.
         let url = format!(
             "https://{}/api/v1/namespaces/default/pods/{name}/status",
@@ -264,6 +247,21 @@ fn schemas_known(gate: &crate::process::Serving) {
         ready
     });
     assert!(known, "the schemas were not read");
+}
+
+/// Pod `name`, created straight on the new version, with the status a new kubelet writes: its
+/// container's `allocatedResourcesStatus` (only 1.36 stores its `message`; 1.35 drops it whole).
+fn healthy_pod_on_new(pair: &Pair, beside: &Path, name: &str) {
+    let pod = beside.with_file_name("pod.yaml");
+    std::fs::write(&pod, pod_yaml(name)).expect("pod");
+    let (ok, text) = direct(pair, "new", &["apply", "-f", &pod.to_string_lossy()]);
+    assert!(ok, "{text}");
+    let status = format!(
+        "{}/api/v1/namespaces/default/pods/{name}/status",
+        pair.var("NEW_URL")
+    );
+    let health = r#"{"status":{"containerStatuses":[{"name":"c","image":"busybox","imageID":"","ready":false,"restartCount":0,"state":{"waiting":{"reason":"ContainerCreating"}},"allocatedResourcesStatus":[{"name":"example.com/dev","resources":[{"resourceID":"r1","health":"Healthy","message":"ok"}]}]}]}}"#;
+    assert_eq!(merge_patch(pair, &status, health), 200);
 }
 
 fn pod_yaml(name: &str) -> String {
