@@ -24,28 +24,40 @@ pub(crate) fn spawn_health_checks<F, D>(
     D: Fn() + Send + 'static,
 {
     tokio::spawn(async move {
-        let mut tick: u64 = 0;
+        // Since discovery was last refreshed on schedule: the first check refreshes it.
+        let mut since_discovery = interval * DISCOVERY_EVERY;
         loop {
-            let mut refreshed = false;
+            let (mut refreshed, mut down) = (false, false);
+            let scheduled = since_discovery >= interval * DISCOVERY_EVERY;
             for backend in backends() {
                 let mut recovered = false;
                 for ep in &backend.endpoints {
                     recovered |= check_endpoint(&backend, ep, &metrics).await;
+                    down |= ep.state() == EndpointState::Down;
                 }
-                // Discovery: at first, when an endpoint comes (back) up, and every DISCOVERY_EVERY ticks.
-                if recovered
-                    || backend.served.load().is_none()
-                    || tick.is_multiple_of(DISCOVERY_EVERY)
-                {
+                // Discovery: at first, when an endpoint comes (back) up, and every DISCOVERY_EVERY
+                // intervals.
+                if recovered || backend.served.load().is_none() || scheduled {
                     refreshed |= refresh_discovery(&backend).await;
                 }
             }
             if refreshed {
                 discovered();
             }
-            tick += 1;
+            if scheduled {
+                since_discovery = Duration::ZERO;
+            }
+            // An endpoint found down is checked again soon: requests to its backend get 503 until
+            // a check finds it ready, so that check bounds how long an apiserver's restart lasts
+            // for every client behind skewgate.
+            let next = if down {
+                interval.min(DOWN_RECHECK)
+            } else {
+                interval
+            };
+            since_discovery += next;
             tokio::select! {
-                _ = tokio::time::sleep(interval) => {}
+                _ = tokio::time::sleep(next) => {}
                 _ = stop.cancelled() => return,
             }
         }
@@ -77,8 +89,11 @@ async fn check_endpoint(backend: &BackendPool, ep: &Arc<EndpointPool>, metrics: 
     state == EndpointState::Ready && was != EndpointState::Ready
 }
 
-/// Health-check ticks between two discovery refreshes.
-const DISCOVERY_EVERY: u64 = 6;
+/// Health-check intervals between two discovery refreshes.
+const DISCOVERY_EVERY: u32 = 6;
+
+/// How soon an endpoint found down is checked again.
+const DOWN_RECHECK: Duration = Duration::from_secs(1);
 
 /// Reads the backend's discovery from a ready endpoint; returns whether it was read.
 async fn refresh_discovery(backend: &BackendPool) -> bool {
