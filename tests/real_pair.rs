@@ -62,6 +62,7 @@ fn skewgate_in_front_of_real_apiservers_of_two_versions() {
         clients::clients_reach_the_apiservers_as_themselves(&pair);
         clients::token_clients_are_routed_as_their_service_account(&pair);
         clients::discovery_lists_what_only_the_new_version_adds_to_a_shared_group_version(&pair);
+        clients::a_watch_without_a_version_ends_through_skewgate_as_it_ends_straight(&pair);
     }
     if wanted("fields")
         && let Some(field) = fields::skew_reports_only_real_differences(&pair)

@@ -106,6 +106,8 @@ start new "$NEW_PORT"; start old "$OLD_PORT"
 for r in new:$NEW_PORT old:$OLD_PORT; do
   for i in $(seq 1 180); do
     curl -fsS --cacert "$P/ca.crt" --cert "$P/admin.crt" --key "$P/admin.key" "https://127.0.0.1:${r#*:}/readyz" >/dev/null 2>&1 && break
+    # No pid file yet: its shell has not started (a loaded machine); only a written pid that is gone is an exit.
+    [ -f "$D/run/${r%%:*}.pid" ] || { [ "$i" = 180 ] && { echo "${r%%:*} did not start in 180 s" >&2; exit 1; }; sleep 1; continue; }
     alive "${r%%:*}" || { echo "${r%%:*} exited; see $D/logs/${r%%:*}.log" >&2; tail -5 "$D/logs/${r%%:*}.log" >&2; exit 1; }
     [ "$i" = 180 ] && { echo "${r%%:*} not ready after 180 s" >&2; exit 1; }
     sleep 1
