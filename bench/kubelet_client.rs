@@ -1,32 +1,54 @@
-//! The kubelets of bench/kubelets.rs: each a node's client certificate on one HTTP/2 connection
-//! over TLS, registering its Node and Lease, watching its pods and its Node, renewing its Lease and
-//! patching its Node's status every 10 s.
+//! A kubelet of bench/kubelets.rs as the apiserver sees it: a node's client certificate on a few
+//! HTTP/2 connections over TLS (one for its informers, one for its heartbeats, as kubelet makes a
+//! transport per client), each dialled again when it is gone, as client-go's transport does; and
+//! its informers' reflectors, which list at resourceVersion=0, watch from the list's version, and
+//! after an error wait as client-go's reflector does (800 ms doubling to 30 s, jittered) and list
+//! again. Lists and watches ask for protobuf, as kubelet does for built-in kinds.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::client::conn::http2::{self, SendRequest};
 use hyper_util::rt::{TokioExecutor, TokioIo};
-use rcgen::{
-    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
-};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use tokio::task::JoinSet;
 
-/// One client: a name and its connection.
-pub struct Kubelet {
-    pub name: String,
-    send: SendRequest<Full<Bytes>>,
+#[path = "kubelet_proto.rs"]
+mod proto;
+
+const AGENT: &str = "kubelet/v1.36.3 (linux/amd64) kubernetes/bench";
+const PROTOBUF: &str = "application/vnd.kubernetes.protobuf,application/json";
+
+/// What every kubelet of a fleet counts.
+#[derive(Default)]
+pub struct Stats {
+    /// Requests that failed in the steady window (reset when it starts).
+    pub failed: AtomicU64,
+    /// Watches streaming now.
+    pub up: AtomicUsize,
+    /// When each list was answered 200, for the herd after a restart.
+    pub lists: Mutex<Vec<Instant>>,
+    /// Answers of 429 and 5xx.
+    pub refused: AtomicU64,
+    /// Connections dialled.
+    pub dials: AtomicU64,
+    /// When a watch first saw each object, by name.
+    pub seen: Mutex<HashMap<String, Instant>>,
+    pub lease_ms: Mutex<Vec<f64>>,
 }
 
-/// The p-th quantile of `v` (ms), NaN when empty.
+pub fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The p-th quantile of `v`, NaN when empty.
 pub fn percentile(v: &[f64], p: f64) -> f64 {
     if v.is_empty() {
         return f64::NAN;
@@ -36,7 +58,7 @@ pub fn percentile(v: &[f64], p: f64) -> f64 {
     v[((v.len() - 1) as f64 * p).round() as usize]
 }
 
-fn tls(pki: &Path, cert_pem: &str, key_pem: &str) -> Option<Arc<rustls::ClientConfig>> {
+pub fn tls(pki: &Path, cert_pem: &str, key_pem: &str) -> Option<Arc<rustls::ClientConfig>> {
     let mut roots = rustls::RootCertStore::empty();
     let ca = std::fs::read(pki.join("ca.crt")).ok()?;
     for c in CertificateDer::pem_slice_iter(&ca).flatten() {
@@ -54,378 +76,292 @@ fn tls(pki: &Path, cert_pem: &str, key_pem: &str) -> Option<Arc<rustls::ClientCo
     Some(Arc::new(config))
 }
 
-impl Kubelet {
-    async fn connect(
-        name: String,
-        addr: SocketAddr,
-        config: Arc<rustls::ClientConfig>,
-    ) -> Option<(Kubelet, JoinSet<()>)> {
-        let tcp = tokio::net::TcpStream::connect(addr).await.ok()?;
+/// One HTTP/2 connection of a client, dialled when first used and again after it ended.
+pub struct Conn {
+    addr: SocketAddr,
+    config: Arc<rustls::ClientConfig>,
+    /// The connection now, and its number among those dialled.
+    send: tokio::sync::Mutex<Option<(u64, SendRequest<Full<Bytes>>)>>,
+    /// The connections' tasks, ended with the client.
+    drivers: Mutex<JoinSet<()>>,
+    stats: Arc<Stats>,
+}
+
+impl Conn {
+    pub fn new(addr: SocketAddr, config: Arc<rustls::ClientConfig>, stats: Arc<Stats>) -> Conn {
+        Conn {
+            addr,
+            config,
+            send: tokio::sync::Mutex::default(),
+            drivers: Mutex::default(),
+            stats,
+        }
+    }
+
+    async fn dial(&self) -> Option<SendRequest<Full<Bytes>>> {
+        self.stats.dials.fetch_add(1, Ordering::Relaxed);
+        let tcp = tokio::net::TcpStream::connect(self.addr).await.ok()?;
         // As Go's net package sets it on every TCP connection.
         tcp.set_nodelay(true).ok()?;
         let server = ServerName::try_from("localhost").ok()?;
-        let tls = tokio_rustls::TlsConnector::from(config)
+        let tls = tokio_rustls::TlsConnector::from(self.config.clone())
             .connect(server, tcp)
             .await
             .ok()?;
         let (send, conn) = http2::handshake(TokioExecutor::new(), TokioIo::new(tls))
             .await
             .ok()?;
-        let mut tasks = JoinSet::new();
-        tasks.spawn(async move {
+        let mut drivers = lock(&self.drivers);
+        while drivers.try_join_next().is_some() {}
+        drivers.spawn(async move {
             let _ = conn.await;
         });
-        Some((Kubelet { name, send }, tasks))
+        Some(send)
     }
 
-    /// The cluster admin (system:masters), for what the bench itself does.
-    pub async fn admin(pki: &Path, addr: SocketAddr) -> Option<Kubelet> {
-        let cert = std::fs::read_to_string(pki.join("admin.crt")).ok()?;
-        let key = std::fs::read_to_string(pki.join("admin.key")).ok()?;
-        let (k, mut tasks) = Kubelet::connect("admin".into(), addr, tls(pki, &cert, &key)?).await?;
-        // The connection lives as long as the process: the bench's admin is made once a phase.
-        tasks.detach_all();
-        Some(k)
+    /// The open connection, dialled now if there is none.
+    async fn sender(&self) -> Option<(u64, SendRequest<Full<Bytes>>)> {
+        let mut slot = self.send.lock().await;
+        if let Some(s) = slot.as_ref().filter(|s| !s.1.is_closed()) {
+            return Some(s.clone());
+        }
+        let number = self.stats.dials.load(Ordering::Relaxed);
+        *slot = None;
+        let s = tokio::time::timeout(Duration::from_secs(10), self.dial())
+            .await
+            .ok()??;
+        *slot = Some((number, s.clone()));
+        Some((number, s))
     }
 
-    /// One request: its status and body (`None` when the connection failed).
+    /// Sends one request; its answer's head (`None` when the connection failed). A request the
+    /// connection could not take (it had a GOAWAY, or it ended) goes once more on a new one, as Go's
+    /// HTTP/2 transport retries a request the server did not process.
+    async fn send_once(
+        &self,
+        req: &impl Fn() -> Option<http::Request<Full<Bytes>>>,
+    ) -> Option<http::Response<hyper::body::Incoming>> {
+        let (number, mut send) = self.sender().await?;
+        match send.send_request(req()?).await {
+            Ok(resp) => Some(resp),
+            Err(_) => {
+                {
+                    let mut slot = self.send.lock().await;
+                    if slot.as_ref().is_some_and(|s| s.0 == number) {
+                        *slot = None;
+                    }
+                }
+                let (_, mut send) = self.sender().await?;
+                send.send_request(req()?).await.ok()
+            }
+        }
+    }
+
+    /// Sends a request as client-go's rest client does: a 429 or 5xx answer with `Retry-After` is
+    /// tried again after that many seconds, up to 10 tries in all.
+    pub async fn send(
+        &self,
+        req: impl Fn() -> Option<http::Request<Full<Bytes>>>,
+    ) -> Option<http::Response<hyper::body::Incoming>> {
+        let mut tries = 0;
+        loop {
+            let resp = self.send_once(&req).await?;
+            let code = resp.status().as_u16();
+            if code != 429 && code < 500 {
+                return Some(resp);
+            }
+            self.stats.refused.fetch_add(1, Ordering::Relaxed);
+            tries += 1;
+            let wait = resp
+                .headers()
+                .get("retry-after")
+                .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+            match wait {
+                Some(secs) if tries < 10 => {
+                    drop(resp);
+                    tokio::time::sleep(Duration::from_secs(secs)).await;
+                }
+                _ => return Some(resp),
+            }
+        }
+    }
+
+    /// One request: its status and body (`None` when the connection failed or 30 s passed).
     pub async fn call(
         &self,
         method: &str,
         path: &str,
         kind: &str,
+        accept: &str,
         body: String,
     ) -> Option<(u16, Bytes)> {
-        let req = http::Request::builder()
-            .method(method)
-            .uri(path)
-            .header("content-type", kind)
-            .header("accept", "application/json")
-            .header(
-                "user-agent",
-                "kubelet/v1.36.3 (linux/amd64) kubernetes/bench",
-            )
-            .body(Full::new(Bytes::from(body)))
-            .ok()?;
-        let mut send = self.send.clone();
-        let resp = tokio::time::timeout(Duration::from_secs(30), send.send_request(req))
+        let body = Bytes::from(body);
+        let req = || {
+            http::Request::builder()
+                .method(method)
+                .uri(path)
+                .header("content-type", kind)
+                .header("accept", accept)
+                .header("user-agent", AGENT)
+                .body(Full::new(body.clone()))
+                .ok()
+        };
+        let got = async {
+            let resp = self.send(req).await?;
+            let code = resp.status().as_u16();
+            let body = resp.into_body().collect().await.ok()?.to_bytes();
+            Some((code, body))
+        };
+        tokio::time::timeout(Duration::from_secs(30), got)
             .await
             .ok()?
-            .ok()?;
-        let code = resp.status().as_u16();
-        let body = resp.into_body().collect().await.ok()?.to_bytes();
-        Some((code, body))
     }
+}
 
-    /// The apiserver's `go_goroutines`.
-    pub async fn goroutines(&self) -> Option<f64> {
-        let (_, body) = self
-            .call("GET", "/metrics", "text/plain", String::new())
-            .await?;
-        let text = String::from_utf8_lossy(&body);
-        text.lines()
-            .find_map(|l| l.strip_prefix("go_goroutines "))
-            .and_then(|v| v.trim().parse().ok())
-    }
+/// client-go reflector's backoff: 800 ms doubling to 30 s, each wait jittered up to twice as long,
+/// started over after 2 minutes without one.
+pub struct Backoff {
+    next: Duration,
+    last: Instant,
+    seed: u64,
+}
 
-    /// Lists `list` (a path with its selector), then watches from the list's resourceVersion for
-    /// as long as the connection lives, as an informer does, noting when each pod it names is seen.
-    /// (A watch with no resourceVersion is a watch list to kube-apiserver 1.36, and a list with none
-    /// a consistent read from its cache: both need etcd's progress notifications, which the etcd
-    /// 3.4 here lacks: the watch ends in an ERROR event, the list waits.)
-    async fn watch(&self, list: String, seen: Arc<Mutex<HashMap<String, Instant>>>) {
-        // resourceVersion=0, as client-go's reflector lists first: from the watch cache.
-        let first = format!("{list}&resourceVersion=0");
-        if std::env::var("KUBELETS_DEBUG").is_ok() {
-            eprintln!("{}: listing {first}", self.name);
+impl Backoff {
+    pub fn new(seed: u64) -> Backoff {
+        Backoff {
+            next: Duration::from_millis(800),
+            last: Instant::now(),
+            seed: seed | 1,
         }
-        let Some((200, body)) = self
-            .call("GET", &first, "application/json", String::new())
-            .await
-        else {
-            eprintln!("{}: the list before a watch failed", self.name);
-            return;
+    }
+
+    pub fn wait(&mut self) -> Duration {
+        if self.last.elapsed() > Duration::from_secs(120) {
+            self.next = Duration::from_millis(800);
+        }
+        self.last = Instant::now();
+        // xorshift: each reflector its own sequence.
+        self.seed ^= self.seed << 13;
+        self.seed ^= self.seed >> 7;
+        self.seed ^= self.seed << 17;
+        let jitter = (self.seed % 1000) as f64 / 1000.0;
+        let d = self.next.mul_f64(1.0 + jitter);
+        self.next = (self.next * 2).min(Duration::from_secs(30));
+        d
+    }
+}
+
+/// How a watch ended.
+enum Ended {
+    /// The server ended it cleanly (its timeout): watch again from the last version.
+    Cleanly(String),
+    /// Failed: wait, then list again.
+    Failed,
+}
+
+/// One informer: a list, then a watch, again and again, as client-go's reflector runs.
+pub struct Reflector {
+    pub who: String,
+    pub conn: Arc<Conn>,
+    pub list: String,
+    pub stats: Arc<Stats>,
+}
+
+impl Reflector {
+    pub async fn run(self, seed: u64) {
+        let mut backoff = Backoff::new(seed);
+        loop {
+            if let Some(mut rv) = self.list().await {
+                while let Ended::Cleanly(next) = self.watch(&rv).await {
+                    rv = next;
+                }
+            }
+            tokio::time::sleep(backoff.wait()).await;
+        }
+    }
+
+    fn debug(&self, what: std::fmt::Arguments) {
+        if std::env::var("KUBELETS_DEBUG").is_ok() {
+            eprintln!("{}: {what}", self.who);
+        }
+    }
+
+    /// Lists at resourceVersion=0 (from the watch cache), as the reflector does first: the list's
+    /// version. (With no resourceVersion, kube-apiserver 1.36 makes a list a consistent read from
+    /// its cache and a watch a watch list; both need etcd's progress notifications, which the etcd
+    /// 3.4 here lacks: the list waits and the watch ends in an ERROR event.)
+    async fn list(&self) -> Option<String> {
+        let path = format!("{}&resourceVersion=0", self.list);
+        let got = self
+            .conn
+            .call("GET", &path, "", PROTOBUF, String::new())
+            .await;
+        let Some((200, body)) = got else {
+            self.debug(format_args!("the list failed: {:?}", got.map(|g| g.0)));
+            return None;
         };
-        let listed: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
-        let Some(rv) = listed["metadata"]["resourceVersion"].as_str() else {
-            return;
+        lock(&self.stats.lists).push(Instant::now());
+        proto::list_version(&body)
+            .or_else(|| {
+                let listed: serde_json::Value = serde_json::from_slice(&body).ok()?;
+                Some(listed["metadata"]["resourceVersion"].as_str()?.to_owned())
+            })
+            .filter(|rv| !rv.is_empty())
+    }
+
+    async fn watch(&self, rv: &str) -> Ended {
+        let path = format!(
+            "{}&watch=true&allowWatchBookmarks=true&resourceVersion={rv}",
+            self.list
+        );
+        let req = || {
+            http::Request::builder()
+                .uri(&path)
+                .header("accept", PROTOBUF)
+                .header("user-agent", AGENT)
+                .body(Full::new(Bytes::new()))
+                .ok()
         };
-        let path = format!("{list}&watch=true&allowWatchBookmarks=true&resourceVersion={rv}");
-        let Ok(req) = http::Request::builder()
-            .uri(path)
-            .header("accept", "application/json")
-            .header(
-                "user-agent",
-                "kubelet/v1.36.3 (linux/amd64) kubernetes/bench",
-            )
-            .body(Full::new(Bytes::new()))
-        else {
-            return;
-        };
-        let mut send = self.send.clone();
-        let Ok(resp) = send.send_request(req).await else {
-            return;
+        let Some(resp) = self.conn.send(req).await else {
+            return Ended::Failed;
         };
         if resp.status() != 200 {
-            eprintln!("{}: a watch answered {}", self.name, resp.status());
-            return;
+            self.debug(format_args!("a watch answered {}", resp.status()));
+            return Ended::Failed;
         }
-        let debug = std::env::var("KUBELETS_DEBUG").is_ok();
-        if debug {
-            eprintln!("{}: watching {}", self.name, resp.status());
-        }
-        let mut body = resp.into_body();
-        let mut line = Vec::new();
-        while let Some(Ok(frame)) = body.frame().await {
-            let Ok(data) = frame.into_data() else {
-                continue;
-            };
-            for b in data {
-                if b != b'\n' {
-                    line.push(b);
-                    continue;
-                }
-                let event: serde_json::Value = serde_json::from_slice(&line).unwrap_or_default();
-                if std::env::var("KUBELETS_DEBUG").is_ok() {
-                    eprintln!(
-                        "{}: {} {} {}",
-                        self.name,
-                        event["type"],
-                        event["object"]["metadata"]["name"],
-                        event["object"]["message"]
-                    );
-                }
-                if event["type"] == "ADDED"
-                    && let Some(name) = event["object"]["metadata"]["name"].as_str()
-                {
-                    let mut seen = seen.lock().unwrap_or_else(|e| e.into_inner());
-                    seen.insert(name.to_owned(), Instant::now());
-                }
-                line.clear();
-            }
-        }
-        if debug {
-            eprintln!("{}: the watch ended", self.name);
-        }
-    }
-}
-
-/// An RFC 3339 time in UTC with microseconds, as a Lease's renewTime is written.
-fn rfc3339(t: SystemTime) -> String {
-    let d = t.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
-    let secs = d.as_secs() as i64;
-    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
-    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:06}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60,
-        d.subsec_micros()
-    )
-}
-
-/// Counts a failed request, and says what it was for the first few.
-fn note(failed: &AtomicU64, who: &str, what: &str, got: Option<(u16, Bytes)>) {
-    if failed.fetch_add(1, Ordering::Relaxed) < 5 {
-        match got {
-            Some((code, body)) => eprintln!(
-                "{who}: {what}: {code} {}",
-                String::from_utf8_lossy(&body)
-                    .chars()
-                    .take(200)
-                    .collect::<String>()
-            ),
-            None => eprintln!("{who}: {what}: no answer"),
-        }
-    }
-}
-
-/// The kubelets of one phase, stopped when dropped.
-pub struct Fleet {
-    pub kubelets: Vec<Arc<Kubelet>>,
-    tasks: JoinSet<()>,
-    lease_ms: Arc<Mutex<Vec<f64>>>,
-    seen: Arc<Mutex<HashMap<String, Instant>>>,
-    failed: Arc<AtomicU64>,
-}
-
-impl Fleet {
-    /// `n` kubelets against `addr`, with certificates issued by the cluster CA in `pki`.
-    pub async fn start(pki: &Path, addr: SocketAddr, n: usize) -> Option<Fleet> {
-        let ca_key = KeyPair::from_pem(&std::fs::read_to_string(pki.join("ca.key")).ok()?).ok()?;
-        let mut ca = CertificateParams::default();
-        ca.distinguished_name
-            .push(DnType::CommonName, "kubernetes-ca");
-        ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        let issuer = Issuer::new(ca, ca_key);
-        let mut fleet = Fleet {
-            kubelets: Vec::new(),
-            tasks: JoinSet::new(),
-            lease_ms: Arc::default(),
-            seen: Arc::default(),
-            failed: Arc::default(),
-        };
-        let mut starting = JoinSet::new();
-        for i in 0..n {
-            let name = format!("node-{i}");
-            let mut params = CertificateParams::default();
-            params
-                .distinguished_name
-                .push(DnType::CommonName, format!("system:node:{name}"));
-            params
-                .distinguished_name
-                .push(DnType::OrganizationName, "system:nodes");
-            params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
-            let key = KeyPair::generate().ok()?;
-            let cert = params.signed_by(&key, &issuer).ok()?;
-            let config = tls(pki, &cert.pem(), &key.serialize_pem())?;
-            starting.spawn(async move { (Kubelet::connect(name, addr, config).await, i) });
-            if starting.len() >= 32 || i + 1 == n {
-                while let Some(Ok((k, i))) = starting.join_next().await {
-                    match k {
-                        Some((k, tasks)) => {
-                            fleet.tasks.spawn(async move {
-                                let _tasks = tasks;
-                                std::future::pending::<()>().await
-                            });
-                            fleet.run(Arc::new(k), i).await
-                        }
-                        None => {
-                            fleet.failed.fetch_add(1, Ordering::Relaxed);
-                        }
-                    }
-                }
-            }
-        }
-        Some(fleet)
-    }
-
-    /// Registers the kubelet's Node and Lease, starts its watches and its heartbeats.
-    async fn run(&mut self, k: Arc<Kubelet>, i: usize) {
-        let now = rfc3339(SystemTime::now());
-        let node = format!(r#"{{"metadata":{{"name":"{}"}}}}"#, k.name);
-        let lease = format!(
-            r#"{{"metadata":{{"name":"{0}"}},"spec":{{"holderIdentity":"{0}","leaseDurationSeconds":40,"renewTime":"{now}"}}}}"#,
-            k.name
-        );
-        let json = "application/json";
-        let leases = "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases";
-        for (path, body) in [("/api/v1/nodes", node), (leases, lease)] {
-            match k.call("POST", path, json, body).await {
-                Some((201 | 409, _)) => {}
-                other => {
-                    note(&self.failed, &k.name, path, other);
-                }
-            }
-        }
-        for path in [
-            format!("/api/v1/pods?fieldSelector=spec.nodeName%3D{}", k.name),
-            format!("/api/v1/nodes?fieldSelector=metadata.name%3D{}", k.name),
-        ] {
-            let (k, seen) = (k.clone(), self.seen.clone());
-            self.tasks.spawn(async move { k.watch(path, seen).await });
-        }
-        let (beat, lease_ms, failed) = (k.clone(), self.lease_ms.clone(), self.failed.clone());
-        self.tasks.spawn(async move {
-            // Spread over the 10 s, as kubelets started at different times are.
-            tokio::time::sleep(Duration::from_millis((i as u64 * 7919) % 10_000)).await;
-            let mut tick = tokio::time::interval(Duration::from_secs(10));
-            loop {
-                tick.tick().await;
-                let now = rfc3339(SystemTime::now());
-                let renew = format!(r#"{{"spec":{{"renewTime":"{now}"}}}}"#);
-                let started = Instant::now();
-                let path = format!("{leases}/{}", beat.name);
-                let merge = "application/merge-patch+json";
-                match beat.call("PATCH", &path, merge, renew).await {
-                    Some((200, _)) => {
-                        let ms = started.elapsed().as_secs_f64() * 1000.0;
-                        lease_ms.lock().unwrap_or_else(|e| e.into_inner()).push(ms);
-                    }
-                    other => note(&failed, &beat.name, "lease", other),
-                }
-                let status = format!(
-                    r#"{{"status":{{"conditions":[{{"type":"Ready","status":"True","reason":"KubeletReady","message":"kubelet is posting ready status","lastHeartbeatTime":"{now}","lastTransitionTime":"{now}"}}]}}}}"#
-                );
-                let path = format!("/api/v1/nodes/{}/status", beat.name);
-                let strategic = "application/strategic-merge-patch+json";
-                match beat.call("PATCH", &path, strategic, status).await {
-                    Some((200, _)) => {}
-                    other => note(&failed, &beat.name, "node status", other),
-                }
-            }
+        let protobuf = resp.headers().get("content-type").is_some_and(|v| {
+            v.as_bytes()
+                .starts_with(b"application/vnd.kubernetes.protobuf")
         });
-        self.kubelets.push(k);
-    }
-
-    pub fn reset_latencies(&self) {
-        self.lease_ms
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clear();
-    }
-
-    pub fn lease_percentiles(&self) -> (f64, f64) {
-        let v = self.lease_ms.lock().unwrap_or_else(|e| e.into_inner());
-        (percentile(&v, 0.5), percentile(&v, 0.99))
-    }
-
-    pub fn failed(&self) -> u64 {
-        self.failed.load(Ordering::Relaxed)
-    }
-
-    /// Creates pod `name` bound to kubelet `node` (as the admin), and the ms until that kubelet's
-    /// watch saw it.
-    pub async fn deliver_pod(&self, admin: &Kubelet, node: usize, name: &str) -> Option<f64> {
-        let node = &self.kubelets.get(node)?.name;
-        let _ = admin
-            .call(
-                "POST",
-                "/api/v1/namespaces/default/serviceaccounts",
-                "application/json",
-                r#"{"metadata":{"name":"default"}}"#.into(),
-            )
-            .await;
-        let pod = format!(
-            r#"{{"metadata":{{"name":"{name}"}},"spec":{{"nodeName":"{node}","automountServiceAccountToken":false,"containers":[{{"name":"c","image":"busybox"}}]}}}}"#
-        );
-        let started = Instant::now();
-        let (code, body) = admin
-            .call(
-                "POST",
-                "/api/v1/namespaces/default/pods",
-                "application/json",
-                pod,
-            )
-            .await?;
-        if code != 201 {
-            eprintln!("pod {name}: {code} {}", String::from_utf8_lossy(&body));
-            return None;
-        }
-        if std::env::var("KUBELETS_DEBUG").is_ok() {
-            eprintln!("created {name} on {node}: {code}");
-        }
-        for _ in 0..2000 {
-            if let Some(at) = self
-                .seen
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .get(name)
-            {
-                return Some(at.duration_since(started).as_secs_f64() * 1000.0);
+        self.stats.up.fetch_add(1, Ordering::Relaxed);
+        let mut events = proto::Events::new(protobuf);
+        let mut rv = rv.to_owned();
+        let mut body = resp.into_body();
+        let mut errored = false;
+        let end = loop {
+            match body.frame().await {
+                None if errored => break Ended::Failed,
+                None => break Ended::Cleanly(rv),
+                Some(Err(_)) => break Ended::Failed,
+                Some(Ok(frame)) => {
+                    let Ok(data) = frame.into_data() else {
+                        continue;
+                    };
+                    for e in events.feed(&data) {
+                        self.debug(format_args!("{} {} {}", e.kind, e.name, e.version));
+                        // An expired version (410) and the like: list again.
+                        errored |= e.kind == "ERROR";
+                        if e.kind == "ADDED" {
+                            lock(&self.stats.seen).insert(e.name, Instant::now());
+                        }
+                        if !e.version.is_empty() {
+                            rv = e.version;
+                        }
+                    }
+                }
             }
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-        None
+        };
+        self.stats.up.fetch_sub(1, Ordering::Relaxed);
+        end
     }
 }
