@@ -51,6 +51,9 @@ pub(crate) async fn serve(
     }
 }
 
+/// The live status page, served as it is (no files, nothing fetched from anywhere else).
+const STATUS_PAGE: &str = include_str!("status.html");
+
 fn answer(source: &dyn AdminSource, req: &Request<Incoming>) -> Response<Full<Bytes>> {
     if req.method() != Method::GET && req.method() != Method::HEAD {
         return text(
@@ -65,6 +68,8 @@ fn answer(source: &dyn AdminSource, req: &Request<Incoming>) -> Response<Full<By
             "text/plain; version=0.0.4",
             source.metrics_text(),
         ),
+        // The status page: a fixed file that asks this listener's JSON and /metrics for the rest.
+        "/" | "/status" => text(StatusCode::OK, "text/html; charset=utf-8", STATUS_PAGE.to_owned()),
         "/healthz" | "/livez" => text(StatusCode::OK, "text/plain", "ok\n".to_owned()),
         "/readyz" => match source.readiness() {
             Ok(()) => text(StatusCode::OK, "text/plain", "ok\n".to_owned()),
@@ -89,7 +94,7 @@ fn answer(source: &dyn AdminSource, req: &Request<Incoming>) -> Response<Full<By
         _ => text(
             StatusCode::NOT_FOUND,
             "text/plain",
-            "not found; try /metrics, /healthz, /readyz, /debug/routes, /debug/fleet or /debug/skew\n".to_owned(),
+            "not found; try / (the status page), /metrics, /healthz, /readyz, /debug/routes, /debug/fleet or /debug/skew\n".to_owned(),
         ),
     }
 }
