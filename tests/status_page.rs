@@ -63,7 +63,15 @@ async fn the_status_page_is_served_whole_and_fetches_only_the_admin_listener() {
         assert!(endpoint.get(field).is_some(), "endpoints[].{field}");
     }
     let pin = &routes["writes"]["pins"][0];
-    for field in ["name", "backend", "move", "writesHeld", "selectors"] {
+    for field in [
+        "name",
+        "backend",
+        "move",
+        "movingFrom",
+        "flipAt",
+        "writesHeld",
+        "selectors",
+    ] {
         assert!(pin.get(field).is_some(), "pins[].{field}");
     }
     let rollout = &routes["reads"]["rollouts"][0];
