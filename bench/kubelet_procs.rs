@@ -178,19 +178,17 @@ fn skewgate(api: &Apiserver, listen: SocketAddr, dir: &std::path::Path) -> Optio
         .arg(&routes)
         .arg(format!("--listen={listen}"))
         .arg(format!("--admin-listen=127.0.0.1:{}", free_port()))
-        .arg("--tls-cert-file")
-        .arg(pki("apiserver.crt"))
-        .arg("--tls-private-key-file")
-        .arg(pki("apiserver.key"))
-        .arg("--client-ca-file")
-        .arg(pki("ca.crt"))
-        .arg("--upstream-ca-file")
-        .arg(pki("ca.crt"))
-        .arg("--proxy-client-cert-file")
-        .arg(pki("front-proxy-client.crt"))
-        .arg("--proxy-client-key-file")
-        .arg(pki("front-proxy-client.key"))
         .args(["--hold-back-offenders", "false", "--no-access-log"]);
+    for (flag, file) in [
+        ("--tls-cert-file", "apiserver.crt"),
+        ("--tls-private-key-file", "apiserver.key"),
+        ("--client-ca-file", "ca.crt"),
+        ("--upstream-ca-file", "ca.crt"),
+        ("--proxy-client-cert-file", "front-proxy-client.crt"),
+        ("--proxy-client-key-file", "front-proxy-client.key"),
+    ] {
+        cmd.arg(flag).arg(pki(file));
+    }
     Some(cmd)
 }
 

@@ -54,16 +54,21 @@ async fn the_status_page_is_served_whole_and_fetches_only_the_admin_listener() {
     }
     // What the page reads of /debug/routes.
     let routes = gate.debug_routes().await;
+    let has = |v: &serde_json::Value, what: &str, fields: &[&str]| {
+        for field in fields {
+            assert!(v.get(field).is_some(), "{what}.{field}");
+        }
+    };
     let backend = &routes["backends"][0];
-    for field in ["name", "version", "endpoints"] {
-        assert!(backend.get(field).is_some(), "backends[].{field}");
-    }
+    has(backend, "backends[]", &["name", "version", "endpoints"]);
     let endpoint = &backend["endpoints"][0];
-    for field in ["url", "state", "failure", "connections", "streams"] {
-        assert!(endpoint.get(field).is_some(), "endpoints[].{field}");
-    }
+    has(
+        endpoint,
+        "endpoints[]",
+        &["url", "state", "failure", "connections", "streams"],
+    );
     let pin = &routes["writes"]["pins"][0];
-    for field in [
+    let pin_fields = [
         "name",
         "backend",
         "move",
@@ -71,11 +76,10 @@ async fn the_status_page_is_served_whole_and_fetches_only_the_admin_listener() {
         "flipAt",
         "writesHeld",
         "selectors",
-    ] {
-        assert!(pin.get(field).is_some(), "pins[].{field}");
-    }
+    ];
+    has(pin, "pins[]", &pin_fields);
     let rollout = &routes["reads"]["rollouts"][0];
-    for field in [
+    let rollout_fields = [
         "name",
         "to",
         "percentInForce",
@@ -83,9 +87,8 @@ async fn the_status_page_is_served_whole_and_fetches_only_the_admin_listener() {
         "aborted",
         "abortWindow",
         "selectors",
-    ] {
-        assert!(rollout.get(field).is_some(), "rollouts[].{field}");
-    }
+    ];
+    has(rollout, "rollouts[]", &rollout_fields);
     // The page sums skewgate_requests_total by its backend and code labels, line by line.
     let got = h1()
         .get(format!(
