@@ -62,6 +62,36 @@ async fn an_unreachable_backend_gets_a_503_status_with_retry_after() {
         ) >= 2.0,
         "{m}"
     );
+    // The status page lists the error once, with how often, what and whose, and why.
+    let recent = gate.debug_recent().await;
+    let errors = recent["errors"].as_array().expect("errors");
+    assert_eq!(errors.len(), 1, "{recent}");
+    let e = &errors[0];
+    assert_eq!(
+        (&e["code"], &e["reason"], &e["times"]),
+        (
+            &Value::from(503),
+            &Value::from("ServiceUnavailable"),
+            &Value::from(2)
+        ),
+        "{e}"
+    );
+    assert_eq!(
+        (&e["verb"], &e["resource"], &e["backend"], &e["client"]),
+        (
+            &Value::from("list"),
+            &Value::from("namespaces"),
+            &Value::from("old"),
+            &Value::from("address 127.0.0.1")
+        ),
+        "{e}"
+    );
+    assert!(
+        e["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("has no endpoint ready")),
+        "{e}"
+    );
 }
 
 #[tokio::test]

@@ -116,6 +116,30 @@ async fn reject_answers_422_naming_the_field_and_sends_nothing() {
         1.0,
         "{m}"
     );
+    // The status page names the object, the client and the field; a 422 is the guard's answer,
+    // not an error of skewgate's.
+    let recent = gate.debug_recent().await;
+    assert_eq!(
+        recent["guards"]["lastHour"],
+        json!({"reject": 1, "warn": 0, "preserve": 0})
+    );
+    let decision = &recent["guards"]["recent"][0];
+    assert_eq!(
+        (
+            &decision["namespace"],
+            &decision["name"],
+            &decision["fields"]
+        ),
+        (&json!("default"), &json!("cm"), &json!(["policy"])),
+        "{decision}"
+    );
+    assert!(
+        decision["client"]
+            .as_str()
+            .is_some_and(|c| c.contains("v1.29")),
+        "{decision}"
+    );
+    assert_eq!(recent["errors"], json!([]));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -150,6 +174,9 @@ async fn preserve_keeps_the_stored_value_of_the_field() {
     let cm = stored(&sims).await;
     assert_eq!(cm["policy"], "keep", "the field survives");
     assert_eq!(cm["data"]["a"], "2", "the client's change is applied");
+    let recent = gate.debug_recent().await;
+    assert_eq!(recent["guards"]["lastHour"]["preserve"], 1, "{recent}");
+    assert_eq!(recent["guards"]["recent"][0]["action"], "preserve");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

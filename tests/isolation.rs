@@ -339,6 +339,13 @@ async fn one_client_cannot_take_all_the_capacity() {
         .count();
     // Four in flight, four waiting their turn (served when places free), two refused.
     assert_eq!((created, refused), (8, 2), "{codes:?}");
+    // The status page names the client held back, once, with how often.
+    let recent = gate.debug_recent().await;
+    let held = &recent["errors"][0];
+    assert_eq!(held["code"], 429, "{recent}");
+    assert_eq!(held["times"], 2, "{recent}");
+    assert_eq!(held["client"], "address 127.0.0.1", "{recent}");
+    assert_eq!(recent["errors"].as_array().map(Vec::len), Some(1));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -391,6 +398,9 @@ async fn headers_larger_than_the_apiserver_accepts_are_431_and_cut_off_no_one() 
         let status: serde_json::Value = r.json().await.expect("Status");
         assert_eq!(status["kind"], "Status");
     }
+    let recent = gate.debug_recent().await;
+    assert_eq!(recent["errors"][0]["code"], 431, "{recent}");
+    assert_eq!(recent["errors"][0]["times"], 2, "{recent}");
     // The watch lives on: it sees the next change.
     let cm = serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "after", "namespace": "default"}});
     let created = h2()

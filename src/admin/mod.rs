@@ -1,4 +1,5 @@
-//! The admin listener: `/metrics`, `/healthz`, `/readyz` and `/debug/routes`.
+//! The admin listener: the status page (`/`), `/metrics`, `/healthz`, `/readyz` and the `/debug/`
+//! JSON.
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -25,6 +26,8 @@ pub(crate) trait AdminSource: Send + Sync + 'static {
     fn debug_skew(&self) -> serde_json::Value;
     /// `/debug/fleet`: the replicas and whether they run the same table.
     fn debug_fleet(&self) -> serde_json::Value;
+    /// `/debug/recent`: the errors skewgate answered itself and the guards' decisions, lately.
+    fn debug_recent(&self) -> serde_json::Value;
 }
 
 /// Serves the admin endpoints until `stop`.
@@ -79,24 +82,21 @@ fn answer(source: &dyn AdminSource, req: &Request<Incoming>) -> Response<Full<By
                 format!("not ready: {why}\n"),
             ),
         },
-        "/debug/skew" => {
-            let body = serde_json::to_string_pretty(&source.debug_skew()).unwrap_or_default();
-            text(StatusCode::OK, "application/json", body)
-        }
-        "/debug/fleet" => {
-            let body = serde_json::to_string_pretty(&source.debug_fleet()).unwrap_or_default();
-            text(StatusCode::OK, "application/json", body)
-        }
-        "/debug/routes" => {
-            let body = serde_json::to_string_pretty(&source.debug_routes()).unwrap_or_default();
-            text(StatusCode::OK, "application/json", body)
-        }
+        "/debug/skew" => json(&source.debug_skew()),
+        "/debug/fleet" => json(&source.debug_fleet()),
+        "/debug/routes" => json(&source.debug_routes()),
+        "/debug/recent" => json(&source.debug_recent()),
         _ => text(
             StatusCode::NOT_FOUND,
             "text/plain",
-            "not found; try / (the status page), /metrics, /healthz, /readyz, /debug/routes, /debug/fleet or /debug/skew\n".to_owned(),
+            "not found; try / (the status page), /metrics, /healthz, /readyz, /debug/routes, /debug/fleet, /debug/recent or /debug/skew\n".to_owned(),
         ),
     }
+}
+
+fn json(value: &serde_json::Value) -> Response<Full<Bytes>> {
+    let body = serde_json::to_string_pretty(value).unwrap_or_default();
+    text(StatusCode::OK, "application/json", body)
 }
 
 fn text(code: StatusCode, content_type: &'static str, body: String) -> Response<Full<Bytes>> {

@@ -321,6 +321,22 @@ impl Schedule {
             step: steps.len().checked_sub(1),
         }
     }
+
+    /// The schedule's next step after `now`: when it begins and its share (`None` for a fixed
+    /// percent, and once the last step is in force).
+    pub fn next(&self, now: SystemTime) -> Option<(SystemTime, Percent)> {
+        let Schedule::Steps { start_at, steps } = self else {
+            return None;
+        };
+        let mut begins = *start_at;
+        for step in steps {
+            if begins > now {
+                return Some((begins, step.percent));
+            }
+            begins = begins.checked_add(step.hold?)?;
+        }
+        None
+    }
 }
 
 /// When a rollout takes itself back to 0 %.

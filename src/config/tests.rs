@@ -274,6 +274,23 @@ fn schedule_percent_is_a_function_of_the_clock() {
     assert_eq!(at(2399), (1000, Some(1)));
     assert_eq!(at(2400), (10_000, Some(2)));
     assert_eq!(at(10_000_000), (10_000, Some(2)));
+    // The next step: when it begins and its share; none once the last is in force.
+    let next = |secs: u64| s.next(start - Duration::from_secs(1) + Duration::from_secs(secs));
+    assert_eq!(next(0), Some((start, Percent(100))));
+    assert_eq!(
+        next(1),
+        Some((start + Duration::from_secs(600), Percent(1000)))
+    );
+    assert_eq!(
+        next(600),
+        Some((start + Duration::from_secs(600), Percent(1000)))
+    );
+    assert_eq!(
+        next(601),
+        Some((start + Duration::from_secs(2400), Percent(10_000)))
+    );
+    assert_eq!(next(2401), None);
+    assert_eq!(Schedule::Fixed(Percent(5)).next(start), None);
     assert_eq!(
         Schedule::Fixed(Percent(5))
             .at(SystemTime::UNIX_EPOCH)

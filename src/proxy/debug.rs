@@ -57,6 +57,10 @@ impl AdminSource for Proxy {
         }
     }
 
+    fn debug_recent(&self) -> Value {
+        self.recent.json(self.settings.clock.now())
+    }
+
     fn debug_skew(&self) -> Value {
         let report = self.schemas.report();
         let routing = self.routing();
@@ -74,6 +78,7 @@ impl AdminSource for Proxy {
         let t = routing.table();
         let now = self.settings.clock.now();
         json!({
+            "now": rfc3339(now),
             "source": t.source.display().to_string(),
             "name": t.name,
             "backends": backends(&routing, now),
@@ -102,8 +107,8 @@ impl Proxy {
                 json!({
                     "name": p.name,
                     "backend": t.backend_name(p.backend),
-                    "flipAt": p.flip_at.map(|a| humantime::format_rfc3339_seconds(a).to_string()),
-                    "fenceEnds": moved.fence_ends.map(|e| humantime::format_rfc3339_seconds(e).to_string()),
+                    "flipAt": p.flip_at.map(rfc3339),
+                    "fenceEnds": moved.fence_ends.map(rfc3339),
                     "movingFrom": moved.from.map(|b| t.backend_name(b)),
                     "move": moved.stage.describe(),
                     "reads": match p.reads { crate::config::PinReads::Follow => "follow", crate::config::PinReads::Rollout => "rollout" },
@@ -132,7 +137,15 @@ fn backends(routing: &Routing, now: SystemTime) -> Vec<Value> {
                         EndpointState::Down => "down",
                         EndpointState::Unknown => "unknown",
                     };
-                    json!({"url": e.endpoint.url, "state": state, "failure": e.failure().as_deref(), "connections": e.connections(), "streams": e.active_streams()})
+                    json!({
+                        "url": e.endpoint.url,
+                        "state": state,
+                        "since": e.state_since().map(rfc3339),
+                        "failure": e.failure().as_deref(),
+                        "failureSince": e.failure_since().map(rfc3339),
+                        "connections": e.connections(),
+                        "streams": e.active_streams(),
+                    })
                 })
                 .collect();
             json!({
@@ -159,10 +172,7 @@ fn rollouts(routing: &Routing, now: SystemTime) -> Vec<Value> {
             let point = r.schedule.at(now);
             let window = routing.rollouts.window(i);
             let aborted = window.is_some_and(|w| w.is_aborted());
-            let abort = window.map(|w| {
-                let c = w.counts(now);
-                json!({"aborted": aborted, "requests": c.requests, "failures": c.failures, "errorRatio": c.ratio()})
-            });
+            let abort = window.map(|w| abort_window(w, now));
             let steps = match &r.schedule {
                 Schedule::Fixed(_) => Value::Null,
                 Schedule::Steps { steps, .. } => json!(steps.len()),
@@ -175,12 +185,43 @@ fn rollouts(routing: &Routing, now: SystemTime) -> Vec<Value> {
                 "schedulePercent": point.percent.as_f64(),
                 "step": point.step,
                 "steps": steps,
+                "next": r.schedule.next(now).map(|(at, percent)| json!({"at": rfc3339(at), "percent": percent.as_f64()})),
                 "aborted": aborted,
                 "abortWindow": abort,
                 "selectors": selectors(&r.selectors),
             })
         })
         .collect()
+}
+
+/// A rollout's abort window now: its counts against its limits, and how it aborted, if it has.
+fn abort_window(w: &crate::steer::AbortWindow, now: SystemTime) -> Value {
+    let c = w.counts(now);
+    let limits = w.limits();
+    let tripped = w.tripped().map(|t| {
+        json!({
+            "at": rfc3339(t.at),
+            "requests": t.counts.map(|c| c.requests),
+            "failures": t.counts.map(|c| c.failures),
+            "errorRatio": t.counts.map(|c| c.ratio()),
+            "byReplica": t.by,
+        })
+    });
+    json!({
+        "aborted": w.is_aborted(),
+        "requests": c.requests,
+        "failures": c.failures,
+        "errorRatio": c.ratio(),
+        "threshold": limits.error_ratio,
+        "minRequests": limits.min_requests,
+        "window": humantime::format_duration(limits.window).to_string(),
+        "tripped": tripped,
+    })
+}
+
+/// A time as the admin JSON writes it (RFC 3339, whole seconds, UTC).
+fn rfc3339(t: SystemTime) -> String {
+    humantime::format_rfc3339_seconds(t).to_string()
 }
 
 fn selectors(s: &Selectors) -> Value {

@@ -17,6 +17,7 @@ mod guard;
 pub(crate) mod limits;
 pub(crate) mod offenders;
 pub(crate) mod rebalance;
+mod recent;
 pub(crate) mod request_body;
 pub(crate) mod routing;
 mod schemas;
@@ -172,6 +173,8 @@ pub(crate) struct Proxy {
     pub(crate) fleet_gates: Arc<crate::cluster::FleetGates>,
     /// This replica's presence in the cluster, when it publishes itself.
     pub(crate) presence: std::sync::OnceLock<Arc<crate::cluster::Presence>>,
+    /// The errors skewgate answered itself and the guards' decisions, lately (`/debug/recent`).
+    pub(crate) recent: recent::Recent,
 }
 
 impl Proxy {
@@ -229,6 +232,7 @@ impl Proxy {
             openapi,
             fleet_gates,
             presence: std::sync::OnceLock::new(),
+            recent: recent::Recent::default(),
             settings,
         })
     }

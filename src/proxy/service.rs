@@ -500,6 +500,7 @@ fn respond(
                     .with_label_values(&[backend, reason])
                     .inc();
             }
+            keep_recent(proxy, routing, request, caller, &error);
             error.into_response()
         }
     };
@@ -510,4 +511,31 @@ fn respond(
     }
     resp.body_mut().with_access(access);
     resp
+}
+
+/// Keeps an error the status page lists (`recent::kept`: 429, 431, 502, 503, 504).
+fn keep_recent(
+    proxy: &Proxy,
+    routing: &Routing,
+    request: &Decided,
+    caller: Caller<'_>,
+    error: &ProxyError,
+) {
+    let (code, reason, message) = error.said();
+    if !super::recent::kept(code) {
+        return;
+    }
+    let answered = super::recent::Answered {
+        code,
+        reason,
+        message,
+        verb: request.verb.as_str(),
+        resource: routing.resource_name(request.resource),
+        backend: routing
+            .table()
+            .backend_name(request.decision.backend)
+            .to_owned(),
+        client: ClientKey::of(caller.identity, caller.remote).to_string(),
+    };
+    proxy.recent.answered(proxy.settings.clock.now(), answered);
 }

@@ -250,6 +250,12 @@ impl ProxyError {
         }
     }
 
+    /// What the client is told: the code, the Status reason and message.
+    pub(crate) fn said(&self) -> (u16, &'static str, String) {
+        let (code, reason, message, _) = self.parts();
+        (code.as_u16(), reason, message)
+    }
+
     /// The response a client sees.
     pub(crate) fn into_response(self) -> Response<ProxyBody> {
         let (code, reason, message, retry) = self.parts();

@@ -2,6 +2,7 @@
 //! window. Once the window holds at least `minRequests` and the failure ratio passes `errorRatio`,
 //! the rollout is aborted and holds at 0 % for as long as this state lives (until the file changes).
 
+use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -23,6 +24,19 @@ pub(crate) struct AbortWindow {
     step_ms: u64,
     buckets: [Bucket; BUCKETS as usize],
     aborted: AtomicBool,
+    /// How the abort came, once it has (read by the status page).
+    tripped: OnceLock<Tripped>,
+}
+
+/// How a rollout aborted: when, and the counts that tripped it here, or the replica that did.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct Tripped {
+    /// When this replica aborted it.
+    pub at: SystemTime,
+    /// The window's counts when they tripped it here.
+    pub counts: Option<WindowCounts>,
+    /// The replica whose abort this one adopted.
+    pub by: Option<String>,
 }
 
 /// What the window holds now.
@@ -60,6 +74,7 @@ impl AbortWindow {
             step_ms,
             buckets: Default::default(),
             aborted: AtomicBool::new(false),
+            tripped: OnceLock::new(),
         }
     }
 
@@ -68,9 +83,27 @@ impl AbortWindow {
         self.aborted.load(Ordering::Relaxed)
     }
 
-    /// Aborts the rollout (another replica aborted it); whether it was not aborted before.
-    pub(crate) fn abort(&self) -> bool {
-        !self.aborted.swap(true, Ordering::AcqRel)
+    /// Aborts the rollout because replica `by` aborted it; whether it was not aborted before.
+    pub(crate) fn abort(&self, by: &str) -> bool {
+        let first = !self.aborted.swap(true, Ordering::AcqRel);
+        if first {
+            let _ = self.tripped.set(Tripped {
+                at: SystemTime::now(),
+                counts: None,
+                by: Some(by.to_owned()),
+            });
+        }
+        first
+    }
+
+    /// How the rollout aborted, once it has.
+    pub(crate) fn tripped(&self) -> Option<&Tripped> {
+        self.tripped.get()
+    }
+
+    /// The limits the window trips at.
+    pub(crate) fn limits(&self) -> &Abort {
+        &self.limits
     }
 
     /// Records one request sent to `to`. Returns the counts when this request trips the abort.
@@ -96,7 +129,16 @@ impl AbortWindow {
         let counts = self.counts(now);
         let tripped =
             counts.requests >= self.limits.min_requests && counts.ratio() > self.limits.error_ratio;
-        (tripped && !self.aborted.swap(true, Ordering::AcqRel)).then_some(counts)
+        // Trips once: the first request past the limits finds it not aborted yet.
+        if !tripped || self.aborted.swap(true, Ordering::AcqRel) {
+            return None;
+        }
+        let _ = self.tripped.set(Tripped {
+            at: now,
+            counts: Some(counts),
+            by: None,
+        });
+        Some(counts)
     }
 
     /// The counts within the window ending at `now`.
@@ -145,6 +187,11 @@ mod tests {
         let counts = tripped.expect("the abort trips once past 100 requests");
         assert!(counts.requests >= 100 && counts.ratio() > 0.1);
         assert!(w.is_aborted());
+        let how = w.tripped().expect("how it tripped is kept");
+        assert_eq!(
+            (how.at, how.counts, how.by.as_deref()),
+            (t0 + Duration::from_secs(1), Some(counts), None)
+        );
         // It trips once.
         assert_eq!(w.record(t0 + Duration::from_secs(2), true), None);
     }

@@ -10,9 +10,9 @@
 //! connections, so a request and its upstream stream never hop between threads. Work off the
 //! workers (health checks) uses one more shard.
 
-use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use arc_swap::ArcSwap;
 use prometheus::IntGauge;
@@ -137,6 +137,18 @@ impl Conn {
 #[derive(Default)]
 struct StreamCount(AtomicUsize);
 
+/// Now, in whole seconds since the Unix epoch (what the status page shows "since" in).
+fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// A time kept as [`unix_now`] keeps it; 0 is none.
+fn from_unix(secs: u64) -> Option<SystemTime> {
+    (secs > 0).then(|| UNIX_EPOCH + Duration::from_secs(secs))
+}
+
 /// A connection's task, driving its frames.
 type ConnectionTask = std::pin::Pin<Box<dyn Future<Output = ()> + Send>>;
 
@@ -151,6 +163,10 @@ pub(crate) struct EndpointPool {
     /// anonymous ones.
     shards: Box<[Shard]>,
     state: AtomicU8,
+    /// When `state` last changed, in seconds since the Unix epoch (0: never).
+    state_since: AtomicU64,
+    /// When `failure` was last written with a new reason, in seconds since the Unix epoch.
+    failure_at: AtomicU64,
     /// New connections in the current second.
     connect_rate: std::sync::Mutex<ConnectRate>,
     /// Why the endpoint was last found down: what the apiserver answered, or the connect error.
@@ -231,6 +247,8 @@ impl EndpointPool {
                 })
                 .collect(),
             state: AtomicU8::new(EndpointState::Unknown as u8),
+            state_since: AtomicU64::new(unix_now()),
+            failure_at: AtomicU64::new(0),
             streams: (0..shards).map(|_| StreamCount::default()).collect(),
             connections_gauge,
             streams_gauge,
@@ -270,8 +288,22 @@ impl EndpointPool {
     /// Records why the endpoint is down (`None` once it is up).
     pub(crate) fn set_failure(&self, why: Option<String>) {
         if self.failure.load().as_deref() != why.as_ref() {
+            if why.is_some() {
+                self.failure_at.store(unix_now(), Ordering::Relaxed);
+            }
             self.failure.store(why.map(Arc::new));
         }
+    }
+
+    /// When the last failure was recorded with its present words (`None` when there is none).
+    pub(crate) fn failure_since(&self) -> Option<SystemTime> {
+        self.failure.load().as_ref()?;
+        from_unix(self.failure_at.load(Ordering::Relaxed))
+    }
+
+    /// Since when the endpoint has been in its present state (ready, down or unknown).
+    pub(crate) fn state_since(&self) -> Option<SystemTime> {
+        from_unix(self.state_since.load(Ordering::Relaxed))
     }
 
     /// Records the health check's finding (`None`: ready); returns whether it differs from the
@@ -301,7 +333,9 @@ impl EndpointPool {
 
     /// Records the endpoint's health.
     pub(crate) fn set_state(&self, s: EndpointState) {
-        self.state.store(s as u8, Ordering::Relaxed);
+        if self.state.swap(s as u8, Ordering::Relaxed) != s as u8 {
+            self.state_since.store(unix_now(), Ordering::Relaxed);
+        }
         self.ready_gauge.set(i64::from(s == EndpointState::Ready));
     }
 

@@ -156,14 +156,24 @@ impl Gate {
         std::fs::rename(&tmp, &self.routes).expect("rename");
     }
 
-    /// The JSON of /debug/routes.
-    pub async fn debug_routes(&self) -> serde_json::Value {
-        reqwest::get(format!("{}/debug/routes", self.admin()))
+    /// The JSON the admin listener answers at `path`.
+    pub async fn admin_json(&self, path: &str) -> serde_json::Value {
+        reqwest::get(format!("{}{path}", self.admin()))
             .await
-            .expect("debug/routes")
+            .expect(path)
             .json()
             .await
             .expect("JSON")
+    }
+
+    /// The JSON of /debug/routes.
+    pub async fn debug_routes(&self) -> serde_json::Value {
+        self.admin_json("/debug/routes").await
+    }
+
+    /// The JSON of /debug/recent: the errors skewgate answered itself, the guards' decisions.
+    pub async fn debug_recent(&self) -> serde_json::Value {
+        self.admin_json("/debug/recent").await
     }
 
     /// `/debug/skew`: what differs between the backends' versions (null until it answers).

@@ -118,17 +118,34 @@ impl Browser {
         None
     }
 
-    /// The rendered text of the element `selector` (`innerText`, cells split by tabs).
-    pub async fn text(&mut self, selector: &str) -> String {
-        let expr = format!("(document.querySelector({selector:?}) || {{innerText: ''}}).innerText");
+    /// The value of a JavaScript expression in the page (null when it fails).
+    pub async fn eval(&mut self, expr: &str) -> Value {
         let got = self
             .call(
                 "Runtime.evaluate",
                 json!({"expression": expr, "returnByValue": true}),
             )
             .await;
-        got.and_then(|r| r["result"]["value"].as_str().map(str::to_owned))
+        got.map(|r| r["result"]["value"].clone())
             .unwrap_or_default()
+    }
+
+    /// The rendered text of the element `selector` (`innerText`, cells split by tabs).
+    pub async fn text(&mut self, selector: &str) -> String {
+        let expr = format!("(document.querySelector({selector:?}) || {{innerText: ''}}).innerText");
+        self.eval(&expr)
+            .await
+            .as_str()
+            .unwrap_or_default()
+            .to_owned()
+    }
+
+    /// Shows the page as a phone does: 390 by 844 CSS pixels, a touch screen.
+    pub async fn as_phone(&mut self) -> Option<()> {
+        let metrics = json!({"width": 390, "height": 844, "deviceScaleFactor": 2, "mobile": true});
+        self.call("Emulation.setDeviceMetricsOverride", metrics)
+            .await
+            .map(drop)
     }
 
     /// How long until `selector`'s text holds `needle`, asked every 100 ms for at most `within`.

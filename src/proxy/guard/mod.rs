@@ -324,6 +324,16 @@ fn count(proxy: &Proxy, guard: &Guard, update: &Update<'_>, who: &str, paths: &[
         ])
         .inc();
     tracing::info!(guard = %guard.name, action = guard.action.as_str(), %resource, name = %update.info.name, client = %who, fields = ?paths, "guarded update");
+    let decision = crate::proxy::recent::Guarded {
+        guard: guard.name.clone(),
+        action: guard.action.as_str(),
+        namespace: update.info.namespace.to_string(),
+        name: update.info.name.to_string(),
+        resource,
+        client: who.to_owned(),
+        fields: paths.to_vec(),
+    };
+    proxy.recent.guarded(proxy.settings.clock.now(), decision);
 }
 
 /// A `Warning: 299 - "..."` value (what kubectl prints).

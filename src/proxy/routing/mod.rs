@@ -342,7 +342,7 @@ impl Routing {
         let Some(window) = self.rollouts.window(i) else {
             return;
         };
-        if window.abort() {
+        if window.abort(by) {
             let name = &self.table().reads.rollouts[i].name;
             tracing::warn!(rollout = %name, replica = %by, "rollout aborted by another replica; it holds at 0 % until the route file changes");
             self.metrics

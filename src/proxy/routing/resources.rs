@@ -82,4 +82,14 @@ impl Routing {
     pub(crate) fn resource_slot(&self, info: &RequestInfo<'_>) -> usize {
         self.resources.load().slot(info)
     }
+
+    /// A resource slot as a person reads it: `pods`, `deployments.apps`, `other`, or empty for a
+    /// request that names no resource.
+    pub(crate) fn resource_name(&self, slot: usize) -> String {
+        let resources = self.resources.load();
+        match resources.labels(slot) {
+            ("", resource) => resource.to_owned(),
+            (group, resource) => format!("{resource}.{group}"),
+        }
+    }
 }
