@@ -134,7 +134,7 @@ async fn reject_answers_422_naming_the_field_and_sends_nothing() {
         "{decision}"
     );
     assert!(
-        decision["client"]
+        decision["against"]
             .as_str()
             .is_some_and(|c| c.contains("v1.29")),
         "{decision}"

@@ -151,7 +151,8 @@ fn print_guide(server: &Server, routes: &Path, kubeconfig: &Path, manifest: &Pat
     println!(
         "
 skewgate is listening on http://{addr} (admin on http://{admin}).
-Open http://{admin}/ in a browser: the live status page (backends, pins, rollouts, guards).
+Open http://{admin}/ in a browser: the live status page (backends, pins, rollouts, guards, and the
+errors skewgate answered itself).
 These apiservers are simulators (a test fixture, not a real kube-apiserver); see docs/operating.md (The simulator).
 
 kubeconfig: {kc}

@@ -65,8 +65,9 @@ pub(crate) struct Guarded {
     pub resource: String,
     pub namespace: String,
     pub name: String,
-    /// Who the update was judged as (`a v1.29 client`).
-    pub client: String,
+    /// What cannot know or store the fields: the client's version (`a v1.29 client`), or the
+    /// serving backend's (`backend "v1-29" (v1.29)`).
+    pub against: String,
     pub fields: Vec<String>,
 }
 
@@ -194,7 +195,7 @@ impl Recent {
                     "resource": g.resource,
                     "namespace": g.namespace,
                     "name": g.name,
-                    "client": g.client,
+                    "against": g.against,
                     "fields": g.fields,
                 })
             })
@@ -287,7 +288,7 @@ mod tests {
             resource: "pods".to_owned(),
             namespace: "team-a".to_owned(),
             name: format!("web-{n}"),
-            client: "a v1.35 client".to_owned(),
+            against: "a v1.35 client".to_owned(),
             fields: (0..20).map(|f| format!("spec.f{f}")).collect(),
         };
         r.guarded(t0, decision("reject", 0));

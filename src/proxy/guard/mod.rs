@@ -330,7 +330,7 @@ fn count(proxy: &Proxy, guard: &Guard, update: &Update<'_>, who: &str, paths: &[
         namespace: update.info.namespace.to_string(),
         name: update.info.name.to_string(),
         resource,
-        client: who.to_owned(),
+        against: who.to_owned(),
         fields: paths.to_vec(),
     };
     proxy.recent.guarded(proxy.settings.clock.now(), decision);
