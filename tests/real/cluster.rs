@@ -140,10 +140,40 @@ pub fn readiness_follows_an_apiserver_that_stops_and_returns(pair: &Pair) {
     assert_eq!(code, 200, "a write goes to the new version meanwhile");
     let code = curl_code(pair, &[&one]);
     assert_eq!(code, 503, "a read cannot reach the old version");
+    // What the status page shows: the old endpoint down since when, and why; the 503 with its
+    // reason, request and client.
+    let json = |path| serde_json::from_str::<serde_json::Value>(&admin_get(&both, path).1);
+    let endpoint = |routes: &serde_json::Value| routes["backends"][0]["endpoints"][0].clone();
+    let down = endpoint(&json("/debug/routes").expect("routes JSON"));
+    assert_eq!(down["state"], "down", "{down}");
+    assert!(
+        down["since"].is_string() && down["failureSince"].is_string(),
+        "{down}"
+    );
+    let recent = json("/debug/recent").expect("recent JSON");
+    let answered = &recent["errors"][0];
+    assert_eq!(
+        (&answered["code"], &answered["backend"], &answered["verb"]),
+        (&503.into(), &"old".into(), &"get".into()),
+        "{recent}"
+    );
+    assert_eq!(answered["resource"], "configmaps", "{recent}");
+    assert!(
+        answered["client"]
+            .as_str()
+            .is_some_and(|c| c.starts_with("user ")),
+        "the client by its certificate's user: {recent}"
+    );
     pair.up().expect("the old apiserver starts again");
     assert!(
         within(60, || ready(&both)),
         "ready again with the old version back"
+    );
+    let back = endpoint(&json("/debug/routes").expect("routes JSON"));
+    assert_eq!(back["state"], "ready", "{back}");
+    assert!(
+        back["since"].as_str() >= down["since"].as_str(),
+        "ready since it came back: {back}, down {down}"
     );
     assert_eq!(
         curl_code(pair, &[&one]),
