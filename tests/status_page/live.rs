@@ -1,0 +1,149 @@
+//! The open page follows what skewgate does: a pin's move, a rollout's abort, replicas that stop
+//! agreeing.
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use crate::browser::Browser;
+use crate::common::*;
+
+/// The page open in headless Chromium shows a pin's move and a rollout's abort within 3 s of
+/// skewgate making them (the page asks every 2 s). With `SKEWGATE_SCREENSHOT=FILE`, it saves a
+/// PNG of the page at the end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pin_move_and_a_rollout_abort_show_on_the_open_page() {
+    let sims = sims().await;
+    let table = |pin_to: &str| {
+        routes(
+            &sims,
+            &format!(
+                "writes:\n  default: old\n  pins:\n    - {{name: team-a, namespaces: [team-a], backend: {pin_to}}}\nreads:\n  default: old\n  rollouts:\n    - name: canary\n      to: new\n      stickyBy: namespace\n      percent: 100\n      match: {{namespaces: [canary-*]}}\n      abort: {{errorRatio: 0.1, window: 1m, minRequests: 50}}\n"
+            ),
+        )
+    };
+    let gate = gate(&table("old")).await;
+    let Some(mut page) = Browser::open(&format!("{}/", gate.admin())).await else {
+        return;
+    };
+    let soon = Duration::from_secs(3);
+    let loaded = page
+        .shows("#pins", "team-a\told", Duration::from_secs(20))
+        .await;
+    assert!(
+        loaded.is_some(),
+        "the page rendered: {}",
+        page.text("body").await
+    );
+    assert!(page.text("#rollouts").await.contains("canary\tnew\t100 %"));
+
+    // The pin moves to new: once skewgate routes by the new table, the page says so.
+    gate.rewrite(&table("new"));
+    let moved = eventually(10, || async {
+        gate.debug_routes().await["writes"]["pins"][0]["backend"] == "new"
+    })
+    .await;
+    assert!(moved, "skewgate took the new table");
+    let shown = page.shows("#pins", "team-a\tnew", soon).await;
+    assert!(
+        shown.is_some(),
+        "the move shows: {}",
+        page.text("#pins").await
+    );
+
+    // The new version fails one read in five: the rollout aborts, and the page says so.
+    sims.new
+        .controls
+        .fail_reads_per_mille
+        .store(200, Ordering::Relaxed);
+    let c = h2();
+    for i in 0..500 {
+        let url = format!("{}/api/v1/namespaces/canary-{i}/configmaps", gate.url());
+        let r = c.get(url).send().await.expect("read");
+        if served_by(&r) == OLD {
+            break;
+        }
+    }
+    assert_eq!(
+        gate.debug_routes().await["reads"]["rollouts"][0]["aborted"],
+        true
+    );
+    let shown = page.shows("#rollouts", "ABORTED", soon).await;
+    assert!(
+        shown.is_some(),
+        "the abort shows: {}",
+        page.text("#rollouts").await
+    );
+    let rollouts = page.text("#rollouts").await;
+    assert!(rollouts.contains("canary\tnew\t0 %"), "{rollouts}");
+    // With the error ratio that tripped it, against its threshold.
+    let tripped = &gate.debug_routes().await["reads"]["rollouts"][0]["abortWindow"]["tripped"];
+    let said = format!(
+        "{} of {} failed (",
+        tripped["failures"], tripped["requests"]
+    );
+    assert!(
+        rollouts.contains(&said) && rollouts.contains("aborts above 10.0 % once 50 requests in 1m"),
+        "{rollouts}"
+    );
+    if let Ok(file) = std::env::var("SKEWGATE_SCREENSHOT")
+        && let Some(png) = page.screenshot().await
+    {
+        let _ = std::fs::write(file, png);
+    }
+}
+
+/// Two replicas that publish themselves: the page of one shows both, which is itself, and that
+/// they run one table; once one runs another table, that they disagree.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_replicas_and_whether_they_agree_show_on_the_open_page() {
+    let sims = sims().await;
+    let table = |reads: &str| {
+        routes(
+            &sims,
+            &format!("writes:\n  default: old\nreads:\n  default: {reads}\n"),
+        )
+    };
+    let files = route_files("page-fleet", 2, &table("old"));
+    let addr = node_addresses();
+    let a = publishing_replica(&files[0], addr(0)).await;
+    let _b = publishing_replica(&files[1], addr(1)).await;
+    let Some(mut page) = Browser::open(&format!("http://{}/", a.admin_addr)).await else {
+        return;
+    };
+    let agreed = page
+        .shows(
+            "#fleet",
+            "the replicas run one table",
+            Duration::from_secs(20),
+        )
+        .await;
+    assert!(agreed.is_some(), "{}", page.text("body").await);
+    let both = page
+        .shows(
+            "#replicas",
+            &format!("{}\tlive", addr(1)),
+            Duration::from_secs(3),
+        )
+        .await;
+    let replicas = page.text("#replicas").await;
+    assert!(both.is_some(), "{replicas}");
+    assert!(
+        replicas.contains(&format!("{} (this one)\tlive", addr(0))),
+        "{replicas}"
+    );
+    std::fs::write(&files[1], table("new")).expect("routes");
+    let admin = format!("http://{}/debug/fleet", a.admin_addr);
+    let split = eventually(10, || async {
+        let view: serde_json::Value = match reqwest::get(&admin).await {
+            Ok(r) => r.json().await.unwrap_or_default(),
+            Err(_) => serde_json::Value::Null,
+        };
+        view["agreed"] == false
+    })
+    .await;
+    assert!(split, "the replicas see that they disagree");
+    let shown = page
+        .shows("#fleet", "the replicas DISAGREE", Duration::from_secs(3))
+        .await;
+    assert!(shown.is_some(), "{}", page.text("#fleet").await);
+}

@@ -1,0 +1,165 @@
+//! The open page tells what comes next and what went wrong: a scheduled flip and its fence, a
+//! schedule's next step, a guard's refusal, an error skewgate answered itself, a backend down; and
+//! it fits a phone's screen.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use skewgate::proxy::ProxySettings;
+use skewgate::steer::ManualClock;
+
+use crate::browser::Browser;
+use crate::common::*;
+
+/// The table of the second browser test: pin `team-b` as `team_b` says, pin `lost` on a backend
+/// whose only endpoint refuses connections, a rollout by schedule begun at `started`, and a guard
+/// over configmaps.
+fn scheduled_table(sims: &Sims, dead: &str, team_b: &str, started: SystemTime) -> String {
+    let started = humantime::format_rfc3339_seconds(started);
+    routes(
+        sims,
+        &format!(
+            "writes:\n  default: old\n  fence: 30s\n  pins:\n    - {{name: team-b, namespaces: [team-b], {team_b}}}\n    - {{name: lost, namespaces: [lost], backend: spare}}\nreads:\n  default: old\n  rollouts:\n    - name: staged\n      to: new\n      stickyBy: namespace\n      match: {{namespaces: [staged-*]}}\n      startAt: \"{started}\"\n      steps:\n        - {{percent: 10, hold: 1h}}\n        - {{percent: 50}}\nguards:\n  - name: skew\n    match: {{resources: [configmaps]}}\n    action: reject\n"
+        ),
+    )
+    .replace(
+        "backends:\n",
+        &format!("backends:\n  - {{name: spare, endpoints: [\"{dead}\"]}}\n"),
+    )
+}
+
+/// On skewgate's clock (moved by hand): a pin's scheduled flip shows before it with its countdown,
+/// in its fence with its writes held, and after; a schedule shows its next step; a guard's refusal
+/// shows with the field it named; an error skewgate answered itself shows with its reason; and a
+/// backend down shows since when. Then the page is shown on a phone's screen: nothing is wider.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flip_its_fence_a_schedule_a_guard_and_errors_show_on_the_open_page() {
+    let sims = sims().await;
+    let dead = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let dead_url = format!("http://{}", dead.local_addr().expect("addr"));
+    drop(dead);
+    let start = SystemTime::now();
+    let clock = Arc::new(ManualClock::new(start));
+    let started = start - Duration::from_secs(10);
+    let dir = temp_dir("status-page");
+    let file = dir.join("routes.yaml");
+    let table = |team_b: &str| scheduled_table(&sims, &dead_url, team_b, started);
+    std::fs::write(&file, table("backend: old")).expect("routes");
+    let settings = ProxySettings {
+        clock: clock.clone(),
+        ..ProxySettings::default()
+    };
+    let gate = gate_on(&file, settings).await;
+    gate.knows_schemas().await;
+    let Some(mut page) = Browser::open(&format!("{}/", gate.admin())).await else {
+        return;
+    };
+    let soon = Duration::from_secs(3);
+    let loaded = page
+        .shows("#pins", "team-b\told\tsettled", Duration::from_secs(20))
+        .await;
+    assert!(loaded.is_some(), "rendered: {}", page.text("body").await);
+    let rollouts = page.text("#rollouts").await;
+    assert!(
+        rollouts.contains("staged\tnew\t10 %\tstep 1 of 2 (10 %); next 50 % in 59 min 50 s"),
+        "{rollouts}"
+    );
+    let backends = page.shows("#backends", "spare\tany", soon).await;
+    assert!(backends.is_some(), "{}", page.text("#backends").await);
+    let down = page
+        .shows("#backends", "\tdown for ", Duration::from_secs(10))
+        .await;
+    assert!(down.is_some(), "{}", page.text("#backends").await);
+
+    // The pin is to move at flipAt, two minutes on: until then its writes still go to old.
+    let flip_at = start + Duration::from_secs(120);
+    let pin = format!(
+        "backend: new, flipAt: \"{}\"",
+        humantime::format_rfc3339_seconds(flip_at)
+    );
+    gate.rewrite(&table(&pin));
+    let loaded = eventually(10, || async {
+        gate.debug_routes().await["writes"]["pins"][0]["move"] == "before flipAt"
+    })
+    .await;
+    assert!(loaded, "skewgate took the table with flipAt");
+    let before = page
+        .shows(
+            "#pins",
+            "team-b\told (then new)\tbefore flipAt; flips in 2 min 0 s",
+            soon,
+        )
+        .await;
+    assert!(before.is_some(), "{}", page.text("#pins").await);
+    // At flipAt its writes are held for the fence; after it, they go to new.
+    clock.set(flip_at);
+    let fenced = page
+        .shows(
+            "#pins",
+            "team-b\theld, then new\tin fence: writes held",
+            soon,
+        )
+        .await;
+    assert!(fenced.is_some(), "{}", page.text("#pins").await);
+    clock.set(flip_at + Duration::from_secs(31));
+    let settled = page.shows("#pins", "team-b\tnew\tsettled", soon).await;
+    assert!(settled.is_some(), "{}", page.text("#pins").await);
+
+    // A read of a namespace pinned to the dead backend: skewgate answers 503 itself.
+    let lost = h1()
+        .get(format!("{}/api/v1/namespaces/lost/configmaps", gate.url()))
+        .send()
+        .await
+        .expect("answer");
+    assert_eq!(lost.status(), 503);
+    let error = page
+        .shows(
+            "#errors",
+            "503 ServiceUnavailable\t1\tlist configmaps\tspare\taddress 127.0.0.1",
+            soon,
+        )
+        .await;
+    assert!(error.is_some(), "{}", page.text("#errors").await);
+
+    // An update through 1.29 of a configmap 1.30 stored with its field `policy`: refused.
+    let cm = serde_json::json!({"metadata": {"name": "cm"}, "data": {"a": "1"}, "policy": "keep"});
+    let url = format!("{}/api/v1/namespaces/default/configmaps", sims.new.url());
+    let created = h1().post(url).json(&cm).send().await.expect("create");
+    assert_eq!(created.status(), 201);
+    let put = h1()
+        .put(format!(
+            "{}/api/v1/namespaces/default/configmaps/cm",
+            gate.url()
+        ))
+        .json(&cm)
+        .send()
+        .await
+        .expect("put");
+    assert_eq!(put.status(), 422);
+    let guarded = page
+        .shows("#guarded", "skew\treject\tconfigmaps default/cm\t", soon)
+        .await;
+    assert!(guarded.is_some(), "{}", page.text("#guarded").await);
+    assert!(page.text("#guarded").await.contains("\tpolicy"));
+    assert!(
+        page.text("#guard-hour")
+            .await
+            .contains("1 rejected, 0 warned, 0 preserved")
+    );
+
+    // On a phone's screen, nothing is wider than the screen: wide tables scroll in their box.
+    page.as_phone().await.expect("phone metrics");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let fits = page
+        .eval("document.documentElement.scrollWidth <= window.innerWidth")
+        .await;
+    let widths = page
+        .eval("[document.documentElement.scrollWidth, window.innerWidth]")
+        .await;
+    assert_eq!(fits, true, "page width against the screen's: {widths}");
+    if let Ok(file) = std::env::var("SKEWGATE_SCREENSHOT_PHONE")
+        && let Some(png) = page.screenshot().await
+    {
+        let _ = std::fs::write(file, png);
+    }
+}
