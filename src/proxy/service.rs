@@ -500,8 +500,9 @@ fn respond(
                     .with_label_values(&[backend, reason])
                     .inc();
             }
-            keep_recent(proxy, routing, request, caller, &error);
-            error.into_response()
+            error.into_response_noting(|code, reason, message| {
+                keep_recent(proxy, routing, request, caller, (code, reason, message));
+            })
         }
     };
     let code = resp.status().as_u16();
@@ -519,16 +520,15 @@ fn keep_recent(
     routing: &Routing,
     request: &Decided,
     caller: Caller<'_>,
-    error: &ProxyError,
+    (code, reason, message): (u16, &'static str, &str),
 ) {
-    let (code, reason, message) = error.said();
     if !super::recent::kept(code) {
         return;
     }
     let answered = super::recent::Answered {
         code,
         reason,
-        message,
+        message: super::recent::cut(message, super::recent::MESSAGE),
         verb: request.verb.as_str(),
         resource: routing.resource_name(request.resource),
         backend: routing

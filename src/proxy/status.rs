@@ -250,15 +250,14 @@ impl ProxyError {
         }
     }
 
-    /// What the client is told: the code, the Status reason and message.
-    pub(crate) fn said(&self) -> (u16, &'static str, String) {
-        let (code, reason, message, _) = self.parts();
-        (code.as_u16(), reason, message)
-    }
-
-    /// The response a client sees.
-    pub(crate) fn into_response(self) -> Response<ProxyBody> {
+    /// The response a client sees; `note` is told its code, Status reason and message first (the
+    /// message is made once, for both).
+    pub(crate) fn into_response_noting(
+        self,
+        note: impl FnOnce(u16, &'static str, &str),
+    ) -> Response<ProxyBody> {
         let (code, reason, message, retry) = self.parts();
+        note(code.as_u16(), reason, &message);
         let causes = match &self {
             ProxyError::GuardRejected { knower, fields, .. } => fields
                 .iter()
