@@ -50,7 +50,12 @@ async fn the_status_page_is_served_whole_and_fetches_only_the_admin_listener() {
         );
         // Names and messages (an object's name, a client's user) are written as text, never
         // parsed as markup: nothing a client sends can run in the operator's browser.
-        for markup in ["innerHTML", "outerHTML", "insertAdjacentHTML", "document.write"] {
+        for markup in [
+            "innerHTML",
+            "outerHTML",
+            "insertAdjacentHTML",
+            "document.write",
+        ] {
             assert!(!page.contains(markup), "{path} writes markup with {markup}");
         }
         for asked in [
