@@ -77,8 +77,9 @@ async fn the_status_page_is_served_whole_and_fetches_only_the_admin_listener() {
     has(
         &routes,
         "routes",
-        &["now", "name", "backends", "writes", "reads"],
+        &["now", "name", "reload", "backends", "writes", "reads"],
     );
+    has(&routes["reload"], "reload", &["loadedAt", "failing"]);
     let backend = &routes["backends"][0];
     has(backend, "backends[]", &["name", "version", "endpoints"]);
     let endpoint = &backend["endpoints"][0];

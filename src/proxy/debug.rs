@@ -81,6 +81,7 @@ impl AdminSource for Proxy {
             "now": rfc3339(now),
             "source": t.source.display().to_string(),
             "name": t.name,
+            "reload": self.reloads.json(),
             "backends": backends(&routing, now),
             "writes": {
                 "verbs": t.writes.verbs.iter().map(|v| v.as_str()).collect::<Vec<_>>(),

@@ -18,6 +18,7 @@ pub(crate) mod limits;
 pub(crate) mod offenders;
 pub(crate) mod rebalance;
 mod recent;
+mod reload_log;
 pub(crate) mod request_body;
 pub(crate) mod routing;
 mod schemas;
@@ -175,6 +176,8 @@ pub(crate) struct Proxy {
     pub(crate) presence: std::sync::OnceLock<Arc<crate::cluster::Presence>>,
     /// The errors skewgate answered itself and the guards' decisions, lately (`/debug/recent`).
     pub(crate) recent: recent::Recent,
+    /// When the running table was loaded, and whether the file has failed to load since.
+    pub(crate) reloads: reload_log::ReloadLog,
 }
 
 impl Proxy {
@@ -233,6 +236,7 @@ impl Proxy {
             fleet_gates,
             presence: std::sync::OnceLock::new(),
             recent: recent::Recent::default(),
+            reloads: reload_log::ReloadLog::new(settings.clock.now()),
             settings,
         })
     }
@@ -260,6 +264,9 @@ impl Proxy {
                 for e in &errors.0 {
                     tracing::error!(error = %e, "route file rejected; the running route table stays");
                 }
+                let now = self.settings.clock.now();
+                self.reloads
+                    .failed(now, errors.0.iter().map(ToString::to_string));
                 ReloadOutcome::Rejected
             }
             Ok(table) if table == *self.routing.load().table() => {
@@ -268,6 +275,7 @@ impl Proxy {
                     .with_label_values(&["unchanged"])
                     .inc();
                 self.metrics.config_last_successful.set(1);
+                self.reloads.loaded(self.settings.clock.now(), false);
                 ReloadOutcome::Unchanged
             }
             Ok(table) => {
@@ -292,6 +300,7 @@ impl Proxy {
                     .inc();
                 self.metrics.config_last_success.set(unix_now());
                 self.metrics.config_last_successful.set(1);
+                self.reloads.loaded(self.settings.clock.now(), true);
                 tracing::info!(table = %name, "route table reloaded");
                 ReloadOutcome::Applied
             }

@@ -155,9 +155,20 @@ impl Browser {
         needle: &str,
         within: Duration,
     ) -> Option<Duration> {
+        self.until(selector, within, |text| text.contains(needle))
+            .await
+    }
+
+    /// How long until `selector`'s text passes `check`, asked every 100 ms for at most `within`.
+    pub async fn until(
+        &mut self,
+        selector: &str,
+        within: Duration,
+        check: impl Fn(&str) -> bool,
+    ) -> Option<Duration> {
         let start = Instant::now();
         while start.elapsed() <= within {
-            if self.text(selector).await.contains(needle) {
+            if check(&self.text(selector).await) {
                 return Some(start.elapsed());
             }
             tokio::time::sleep(Duration::from_millis(100)).await;

@@ -50,6 +50,19 @@ async fn a_pin_move_and_a_rollout_abort_show_on_the_open_page() {
         page.text("#pins").await
     );
 
+    // A mistake in the file (a pin to a backend it does not define): the page says that the file
+    // does not load and why, and that the table it shows is still the one running.
+    gate.rewrite(&table("newer"));
+    let refused = page
+        .shows("#reload", "The route file does not load", soon)
+        .await;
+    let said = page.text("#reload").await;
+    assert!(refused.is_some() && said.contains("newer"), "{said}");
+    assert!(page.text("#pins").await.contains("team-a\tnew"));
+    gate.rewrite(&table("new"));
+    let fixed = page.until("#reload", soon, str::is_empty).await;
+    assert!(fixed.is_some(), "{}", page.text("#reload").await);
+
     // The new version fails one read in five: the rollout aborts, and the page says so.
     sims.new
         .controls
