@@ -4,7 +4,7 @@
 use std::path::Path;
 use std::process::Command;
 
-use crate::harness::{Pair, curl, curl_code, direct, gate, kubectl};
+use crate::harness::{Pair, admin_get, curl, curl_code, direct, gate, kubectl};
 
 /// `skewgate skew` against both: no element defaults or wrapper depths taken for fields (issue 42,
 /// 4); the pod status field only the new version knows, if these versions have it.
@@ -216,6 +216,28 @@ pub fn the_guard_refuses_an_update_through_the_older_version_that_drops_a_field(
             ],
         );
         assert_eq!(got, code, "{action}: {answer}");
+        // The status page lists the decision with the object and the field the real 1.35 drops.
+        let (_, recent) = admin_get(&gate, "/debug/recent");
+        let recent: serde_json::Value = serde_json::from_str(&recent).expect("recent JSON");
+        let decision = &recent["guards"]["recent"][0];
+        assert_eq!(
+            (
+                &decision["action"],
+                &decision["resource"],
+                &decision["name"]
+            ),
+            (&action.into(), &"pods".into(), &name.as_str().into()),
+            "{recent}"
+        );
+        assert!(
+            decision["fields"]
+                .as_array()
+                .is_some_and(|f| f.iter().any(|p| p
+                    .as_str()
+                    .is_some_and(|p| p.contains("allocatedResourcesStatus")))),
+            "{recent}"
+        );
+        assert_eq!(recent["guards"]["lastHour"][action], 1, "{recent}");
         let (ok, stored) = direct(pair, "new", &["get", "pod", &name, "-o", "json"]);
         assert!(ok, "{stored}");
         let stored: serde_json::Value = serde_json::from_str(&stored).expect("pod JSON");
