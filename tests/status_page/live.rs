@@ -53,6 +53,17 @@ async fn a_pin_move_and_a_rollout_abort_show_on_the_open_page() {
     // A mistake in the file (a pin to a backend it does not define): the page says that the file
     // does not load and why, and that the table it shows is still the one running.
     gate.rewrite(&table("newer"));
+    let failing = |yes: bool| {
+        let gate = &gate;
+        async move {
+            let reload = &gate.debug_routes().await["reload"];
+            reload["failing"].is_null() != yes
+        }
+    };
+    assert!(
+        eventually(10, || failing(true)).await,
+        "skewgate refused it"
+    );
     let refused = page
         .shows("#reload", "The route file does not load", soon)
         .await;
@@ -60,6 +71,7 @@ async fn a_pin_move_and_a_rollout_abort_show_on_the_open_page() {
     assert!(refused.is_some() && said.contains("newer"), "{said}");
     assert!(page.text("#pins").await.contains("team-a\tnew"));
     gate.rewrite(&table("new"));
+    assert!(eventually(10, || failing(false)).await, "skewgate took it");
     let fixed = page.until("#reload", soon, str::is_empty).await;
     assert!(fixed.is_some(), "{}", page.text("#reload").await);
 
