@@ -92,18 +92,35 @@ async fn a_flip_its_fence_a_schedule_a_guard_and_errors_show_on_the_open_page() 
         .await;
     assert!(before.is_some(), "{}", page.text("#pins").await);
     // At flipAt its writes are held for the fence; after it, they go to new.
+    // A configmap of team-b, and a patch of it sent in the fence: held, and counted as held.
+    let cm = serde_json::json!({"metadata": {"name": "held"}, "data": {"a": "1"}});
+    let url = format!("{}/api/v1/namespaces/team-b/configmaps", sims.old.url());
+    let created = h1().post(url).json(&cm).send().await.expect("create");
+    assert_eq!(created.status(), 201);
     clock.set(flip_at);
+    let patch = tokio::spawn(
+        h1().patch(format!(
+            "{}/api/v1/namespaces/team-b/configmaps/held",
+            gate.url()
+        ))
+        .header("content-type", "application/merge-patch+json")
+        .body(r#"{"data":{"a":"2"}}"#)
+        .send(),
+    );
     let fenced = page
         .shows(
             "#pins",
-            "team-b\theld, then new\tin fence: writes held",
+            "team-b\theld, then new\tin fence: writes held\t1\t",
             soon,
         )
         .await;
     assert!(fenced.is_some(), "{}", page.text("#pins").await);
     clock.set(flip_at + Duration::from_secs(31));
-    let settled = page.shows("#pins", "team-b\tnew\tsettled", soon).await;
+    let settled = page.shows("#pins", "team-b\tnew\tsettled\t0\t", soon).await;
     assert!(settled.is_some(), "{}", page.text("#pins").await);
+    let patched = patch.await.expect("join").expect("the held patch answered");
+    assert_eq!(patched.status(), 200, "sent once the fence ended");
+    assert_eq!(served_by(&patched), NEW, "to the pin's new backend");
 
     // A read of a namespace pinned to the dead backend: skewgate answers 503 itself.
     let lost = h1()
