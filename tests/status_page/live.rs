@@ -110,6 +110,23 @@ async fn a_pin_move_and_a_rollout_abort_show_on_the_open_page() {
         rollouts.contains(&said) && rollouts.contains("aborts above 10.0 % once 50 requests in 1m"),
         "{rollouts}"
     );
+    // The page's own rates, from /metrics: the canary's reads went to new, and one in five failed.
+    let rates = "[...document.querySelectorAll('#backends tbody tr')].map((r) => [...r.cells].map((c) => c.innerText))";
+    let new_rates = |rows: &serde_json::Value| {
+        let row = rows.as_array()?.iter().find(|r| r[0] == "new")?;
+        let number = |i: usize| row[i].as_str()?.trim_end_matches(" %").parse::<f64>().ok();
+        Some((number(6)?, number(7)?))
+    };
+    let mut seen = None;
+    for _ in 0..30 {
+        seen = new_rates(&page.eval(rates).await).filter(|(rps, _)| *rps > 0.0);
+        if seen.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let (_, errors) = seen.expect("new's requests per second shown");
+    assert!(errors > 0.0 && errors < 100.0, "5xx share of new: {errors}");
     if let Ok(file) = std::env::var("SKEWGATE_SCREENSHOT")
         && let Some(png) = page.screenshot().await
     {
