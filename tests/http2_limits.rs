@@ -1,8 +1,9 @@
 //! The limits skewgate's HTTP/2 server (src/edge/http2, at the frame level) holds a client to,
 //! each seen on the wire by a client that speaks frame by frame: the stream limit, the windows
 //! skewgate grants, a request's `content-length`, the bound on streams reset for the client's
-//! fault, the connection's window, and answers (PONGs) a client must read before it is read again.
-//! Each time, the connection's other streams, or other clients, are served on.
+//! fault, the connection's window, answers (PONGs) a client must read before it is read again, and
+//! the header-list bound (431). Each time, the connection's other streams, or other clients, are
+//! served on.
 
 mod common;
 #[path = "common/frames.rs"]
@@ -253,4 +254,78 @@ async fn a_burst_of_pings_longer_than_the_answer_queue_is_answered_whole() {
         }
     }
     assert_eq!(pongs, 600, "every PING answered");
+}
+
+/// An HPACK integer with an `n`-bit prefix, its first byte or-ed with `flags` (RFC 7541, 5.1).
+fn hpack_int(flags: u8, n: u32, mut value: usize, out: &mut Vec<u8>) {
+    let max = (1usize << n) - 1;
+    if value < max {
+        out.push(flags | value as u8);
+        return;
+    }
+    out.push(flags | max as u8);
+    value -= max;
+    while value >= 128 {
+        out.push((value % 128) as u8 | 0x80);
+        value /= 128;
+    }
+    out.push(value as u8);
+}
+
+/// A head over the header-list bound skewgate announces (twice its 64 KiB header bound) is
+/// answered 431 and its stream reset before it is read whole; the connection serves on, and the
+/// status page lists the 431 among the errors skewgate answered itself.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_head_over_the_header_list_bound_is_431_and_listed() {
+    let sims = sims().await;
+    let defaults = "writes:\n  default: old\nreads:\n  default: old\n";
+    let gate = gate(&routes(&sims, defaults)).await;
+    let mut conn = connect(gate.server.addr).await;
+    let mut block = get("/api/v1/namespaces/default/configmaps");
+    // x-big: 130 KiB, a literal without indexing with a new name.
+    let value = vec![b'a'; 130 * 1024];
+    block.push(0x00);
+    hpack_int(0, 7, 5, &mut block);
+    block.extend(b"x-big");
+    hpack_int(0, 7, value.len(), &mut block);
+    block.extend(&value);
+    // In frames of 16 KiB (SETTINGS_MAX_FRAME_SIZE's default): HEADERS, then CONTINUATION.
+    let mut chunks = block.chunks(16 * 1024).peekable();
+    let mut wire = Vec::new();
+    let mut kind = HEADERS;
+    while let Some(chunk) = chunks.next() {
+        let mut flags = if kind == HEADERS { END_STREAM } else { 0 };
+        if chunks.peek().is_none() {
+            flags |= END_HEADERS;
+        }
+        wire.extend(frame(kind, flags, 1, chunk));
+        kind = CONTINUATION;
+    }
+    let block = get("/api/v1/namespaces/default/configmaps");
+    wire.extend(frame(HEADERS, END_STREAM | END_HEADERS, 3, &block));
+    conn.write_all(&wire).await.expect("heads");
+    // Stream 1: a head that is not 200 (431, a literal), then its reset; stream 3: served.
+    let mut others = 0;
+    assert_eq!(
+        next_on(&mut conn, 1, &mut others).await,
+        Some(Seen::Head(false))
+    );
+    assert_eq!(
+        next_on(&mut conn, 3, &mut others).await,
+        Some(Seen::Head(true))
+    );
+    let recent = gate.debug_recent().await;
+    let e = &recent["errors"][0];
+    assert_eq!(
+        (&e["code"], &e["verb"]),
+        (&431.into(), &"(unread)".into()),
+        "{recent}"
+    );
+    assert!(
+        e["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("131072 bytes") && m.contains("HTTP/2")),
+        "{recent}"
+    );
+    assert_eq!(e["client"], "address 127.0.0.1", "{recent}");
 }

@@ -176,6 +176,20 @@ async fn a_client_sending_oversized_heads_in_a_loop_is_held_back() {
         let (code, _) = raw_h1(gate.server.addr, &big).await;
         assert_eq!(code, 431);
     }
+    // The status page lists them once, counted, though none became a request.
+    let recent = gate.debug_recent().await;
+    let e = &recent["errors"][0];
+    assert_eq!(
+        (&e["code"], &e["times"]),
+        (&431.into(), &20.into()),
+        "{recent}"
+    );
+    assert!(
+        e["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("HTTP/1.1")),
+        "{recent}"
+    );
     assert_held_back_alone(&gate).await;
 }
 

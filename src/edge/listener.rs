@@ -3,7 +3,6 @@
 use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
@@ -17,19 +16,18 @@ use tokio_util::sync::CancellationToken;
 
 use super::balance::{Intake, Place};
 use super::detect::detect_h2;
+use super::ending::{Client, Served, run_to_end};
 use super::handshake::{handshake_failed, reason_of};
 use super::http1::FastPath;
+use super::http2::ClientFaults;
 use super::keepalive::{self, Exchanges};
 use super::resets::ResetBudget;
-use super::signals::unless;
 use crate::identity::VerifiedClient;
 use crate::proxy::Proxy;
 use crate::proxy::body::ProxyBody;
 use crate::proxy::forwarding::forwarded_for;
 use crate::proxy::limits::ClientKey;
-use crate::proxy::offenders::{
-    cut_off_for_resets, hold_if_held_back, is_client_fault, note_client_fault, note_client_faults,
-};
+use crate::proxy::offenders::{hold_if_held_back, note_client_faults};
 use crate::proxy::rebalance::Goaway;
 use crate::proxy::request_body::Incoming;
 use crate::proxy::service::{self, Peer};
@@ -216,6 +214,7 @@ impl Connection {
         } = self;
         let client = ClientKey::of(identity.as_deref().map(|c| &c.identity), remote).hash();
         let by_address = !is_h2 && identity.is_none();
+        let verified = identity.clone();
         let probation = hold_if_held_back(&proxy, client, remote, by_address).await;
         let protocol = if is_h2 { "http2" } else { "http1" };
         let gauge = proxy
@@ -254,7 +253,7 @@ impl Connection {
         // response's head is sent, not when its body ends (a watch: hours later); hyper's HTTP/1.1
         // server would keep a slot of that size for as long as it serves.
         let served: Served<'_> = if is_h2 {
-            let faults = (proxy.clone(), client, remote);
+            let faults = (proxy.clone(), client, remote, verified.clone());
             http2_served(io, builders, handle, faults, watcher, (stop, drawn))
         } else {
             http1_served(
@@ -266,18 +265,25 @@ impl Connection {
                 stop,
             )
         };
-        run_to_end(&proxy, (client, remote), served, &first_request, &resets).await;
+        let who = Client {
+            key: client,
+            remote,
+            verified: verified.as_deref(),
+        };
+        let ends = (&*first_request, &*resets);
+        run_to_end(&proxy, who, served, ends, builders.h1_head_limit).await;
         gauge.dec();
     }
 }
 
 /// An HTTP/2 connection being served; each stream reset for the client's fault counted against
-/// the client (`faults`: the proxy, the client and its address).
+/// the client, and each head it answered 431 unread kept for the status page (`faults`: the proxy,
+/// the client's key, address and verified identity).
 fn http2_served<'a, I, H, F>(
     io: I,
     builders: &'a Builders,
     handle: H,
-    (proxy, client, remote): (Arc<Proxy>, u64, SocketAddr),
+    (proxy, client, remote, verified): (Arc<Proxy>, u64, SocketAddr, Option<Arc<VerifiedClient>>),
     watcher: Watcher,
     (stop, drawn): (CancellationToken, Option<Arc<Goaway>>),
 ) -> Served<'a>
@@ -290,7 +296,16 @@ where
         // Kept until the connection ends: the server's shutdown waits for it.
         let _watcher = watcher;
         let shutdown = std::pin::pin!(shutdown_signal(stop, drawn));
-        let faults = |n| note_client_faults(&proxy, client, remote, n);
+        let limit = builders.h2.limits.max_header_list_size as usize;
+        let faults = |f: ClientFaults| {
+            note_client_faults(&proxy, client, remote, f.resets);
+            let who = Client {
+                key: client,
+                remote,
+                verified: verified.as_deref(),
+            };
+            who.heads_too_large(&proxy, f.heads_too_large, (limit, "HTTP/2"));
+        };
         super::http2::serve(
             io,
             &builders.h2,
@@ -353,64 +368,6 @@ fn finish(
     resp.map(|body| body.with_stream(stream).with_exchange(exchange))
 }
 
-/// A connection being served, either protocol.
-type Served<'a> =
-    Pin<Box<dyn Future<Output = Result<(), Box<dyn std::error::Error + Send + Sync>>> + Send + 'a>>;
-
-/// Why a connection was ended by skewgate.
-enum Ended {
-    NoRequest,
-    Resets,
-}
-
-/// Runs a served connection until it ends, sends no first request in time, or resets too many of
-/// its streams; says how it ended.
-async fn run_to_end(
-    proxy: &Proxy,
-    (client, remote): (u64, SocketAddr),
-    served: Served<'_>,
-    first_request: &AtomicBool,
-    resets: &ResetBudget,
-) {
-    // A client that connects (and completes TLS) but sends no request is closed, as a cleartext
-    // one is: it would hold a descriptor and its buffers for nothing.
-    let idle = no_request_within(proxy.settings.first_request_timeout, first_request);
-    let signal = std::pin::pin!(async {
-        tokio::select! {
-            () = idle => Ended::NoRequest,
-            () = resets.exceeded() => Ended::Resets,
-        }
-    });
-    let result = match unless(served, signal).await {
-        Ok(r) => r,
-        Err(Ended::NoRequest) => {
-            tracing::debug!(%remote, "no request within the first-request timeout; closing");
-            Ok(())
-        }
-        Err(Ended::Resets) => {
-            cut_off_for_resets(proxy, client, remote);
-            Ok(())
-        }
-    };
-    if let Err(e) = result {
-        ended_with_error(proxy, client, remote, &*e);
-    }
-}
-
-/// A client connection that ended with an error: logged, and counted against the client when the
-/// client caused it.
-fn ended_with_error(
-    proxy: &Proxy,
-    client: u64,
-    remote: SocketAddr,
-    e: &(dyn std::error::Error + Send + Sync + 'static),
-) {
-    tracing::debug!(%remote, error = %e, "client connection ended with an error");
-    if is_client_fault(e) {
-        note_client_fault(proxy, client, remote);
-    }
-}
-
 /// When an HTTP/2 connection is to be sent GOAWAY: the server shuts down, or one of its requests
 /// drew the rebalancing GOAWAY.
 async fn shutdown_signal(stop: CancellationToken, goaway: Option<Arc<Goaway>>) {
@@ -423,13 +380,5 @@ async fn shutdown_signal(stop: CancellationToken, goaway: Option<Arc<Goaway>>) {
     tokio::select! {
         _ = stop.cancelled() => {}
         () = drawn => {}
-    }
-}
-
-/// Resolves when `deadline` has passed without a first request; never once one came.
-async fn no_request_within(deadline: Duration, first_request: &AtomicBool) {
-    tokio::time::sleep(deadline).await;
-    if first_request.load(std::sync::atomic::Ordering::Relaxed) {
-        std::future::pending::<()>().await;
     }
 }

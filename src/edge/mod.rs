@@ -8,6 +8,7 @@
 
 mod balance;
 mod detect;
+mod ending;
 mod handshake;
 pub(crate) mod http1;
 pub(crate) mod http2;

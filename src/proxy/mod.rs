@@ -17,7 +17,7 @@ mod guard;
 pub(crate) mod limits;
 pub(crate) mod offenders;
 pub(crate) mod rebalance;
-mod recent;
+pub(crate) mod recent;
 mod reload_log;
 pub(crate) mod request_body;
 pub(crate) mod routing;

@@ -133,6 +133,33 @@ impl Recent {
         }
     }
 
+    /// Keeps `times` heads over `limit` bytes from `client` that its connection (`protocol`)
+    /// answered 431 before they were read whole: they never became requests.
+    pub(crate) fn heads_too_large(
+        &self,
+        now: SystemTime,
+        client: String,
+        times: usize,
+        (limit, protocol): (usize, &'static str),
+    ) {
+        for _ in 0..times {
+            self.answered(
+                now,
+                Answered {
+                    code: 431,
+                    reason: "RequestHeaderFieldsTooLarge",
+                    message: format!(
+                        "skewgate: a request head over {limit} bytes, the most this listener reads over {protocol}, answered before it was read whole"
+                    ),
+                    verb: "(unread)",
+                    resource: String::new(),
+                    backend: String::new(),
+                    client: client.clone(),
+                },
+            );
+        }
+    }
+
     /// Keeps a guard decision made at `now`, and counts it in its minute.
     pub(crate) fn guarded(&self, now: SystemTime, mut decision: Guarded) {
         decision.fields.truncate(FIELDS);

@@ -67,9 +67,8 @@ where
 /// The connection's socket, framed.
 pub(super) struct Wire<I> {
     pub(super) codec: Codec<I, Bytes>,
-    /// Streams reset for the client's fault in the last turn (malformed, over a limit), for the
-    /// connection's owner to count against the client.
-    pub(super) faults: usize,
+    /// What the client did wrong in the last turn, for the connection's owner.
+    pub(super) faults: super::ClientFaults,
 }
 
 /// How a turn of the connection left it.
@@ -96,7 +95,10 @@ impl<I: AsyncRead + AsyncWrite + Unpin> Wire<I> {
         state.conn.quiet = true;
         let result = self.exchange(cx, &mut state, opened);
         state.conn.quiet = false;
-        self.faults = state.conn.faults();
+        self.faults = super::ClientFaults {
+            resets: state.conn.faults(),
+            heads_too_large: std::mem::take(&mut state.heads_too_large),
+        };
         state.release_if_idle();
         let (finished, error) = (state.finished(), state.conn.error);
         drop(state);

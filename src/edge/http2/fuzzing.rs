@@ -27,7 +27,10 @@ pub(crate) fn serve_frames(input: &[u8]) {
     let sink = Sink::new(input);
     let mut codec = Codec::new(sink);
     codec.set_max_recv_header_list_size(limits.max_header_list_size as usize);
-    let mut wire = Wire { codec, faults: 0 };
+    let mut wire = Wire {
+        codec,
+        faults: Default::default(),
+    };
     // Each turn reads at most a batch of frames: the input ends in a bounded number of them.
     for _ in 0..input.len() / 9 + 2 {
         let mut opened = Vec::new();

@@ -111,11 +111,19 @@ pub(super) fn limits(
     }
 }
 
+/// What a client did wrong in a turn of its connection.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct ClientFaults {
+    /// Streams reset for its fault (a malformed request, one over a limit).
+    pub resets: usize,
+    /// Of those, heads over the header-list bound, answered 431 before they were read whole.
+    pub heads_too_large: usize,
+}
+
 /// Serves one HTTP/2 connection until it closes: each request handed to `handle`, its response
 /// sent back. When `shutdown` fires, the connection is sent GOAWAY and its open streams finish.
 ///
-/// Each stream reset for the client's fault (a malformed request, one over a limit) is told to
-/// `faults`, by the count of them in a turn of the connection.
+/// What the client did wrong in a turn of the connection is told to `faults`.
 ///
 /// Returns an error when the connection failed (the client broke the protocol, or went away).
 pub(super) async fn serve<I, H, F>(
@@ -123,7 +131,7 @@ pub(super) async fn serve<I, H, F>(
     config: &Config,
     mut handle: H,
     shutdown: Pin<&mut (dyn Future<Output = ()> + Send)>,
-    faults: &(dyn Fn(usize) + Sync),
+    faults: &(dyn Fn(ClientFaults) + Sync),
 ) -> Result<(), h2::Error>
 where
     I: AsyncRead + AsyncWrite + Unpin,
@@ -135,7 +143,10 @@ where
     state.budget = config.budget.clone();
     let codec = conn::handshake(io, &mut state).await?;
     let shared = Shared::new(state);
-    let mut wire = conn::Wire { codec, faults: 0 };
+    let mut wire = conn::Wire {
+        codec,
+        faults: ClientFaults::default(),
+    };
     let mut control = Control {
         shutdown,
         shutting_down: false,
@@ -199,7 +210,7 @@ where
                 ));
             };
             let turn = wire.turn(&mut conn_cx, &shared, &mut open);
-            if wire.faults > 0 {
+            if wire.faults != ClientFaults::default() {
                 faults(wire.faults);
             }
             match turn {

@@ -74,6 +74,7 @@ impl State {
         if frame.is_over_size() {
             // As h2: 431 for a head larger than SETTINGS_MAX_HEADER_LIST_SIZE, and the stream
             // reset, so that none of its data is sent.
+            self.heads_too_large += 1;
             let pseudo = Pseudo::response(StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE);
             let mut answer = Headers::new(id, pseudo, HeaderMap::new());
             answer.set_end_stream();

@@ -89,6 +89,8 @@ pub(super) struct State {
     pub(super) queued_total: usize,
     /// The client answered skewgate's keep-alive PING.
     pub(super) ponged: bool,
+    /// Heads over the header-list bound answered 431 since the connection's owner last looked.
+    pub(super) heads_too_large: usize,
     /// Woken by the answer.
     pub(super) pong_waker: Option<Waker>,
 }
@@ -117,6 +119,7 @@ impl State {
             budget: None,
             queued_total: 0,
             ponged: false,
+            heads_too_large: 0,
             pong_waker: None,
             limits,
         }
