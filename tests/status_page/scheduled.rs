@@ -11,6 +11,9 @@ use skewgate::steer::ManualClock;
 use crate::browser::Browser;
 use crate::common::*;
 
+/// How soon skewgate's state shows on the open page (it asks every 2 s).
+const SOON: Duration = Duration::from_secs(3);
+
 /// The table of the second browser test: pin `team-b` as `team_b` says, pin `lost` on a backend
 /// whose only endpoint refuses connections, a rollout by schedule begun at `started`, and a guard
 /// over configmaps.
@@ -41,8 +44,7 @@ async fn a_flip_its_fence_a_schedule_a_guard_and_errors_show_on_the_open_page() 
     let start = SystemTime::now();
     let clock = Arc::new(ManualClock::new(start));
     let started = start - Duration::from_secs(10);
-    let dir = temp_dir("status-page");
-    let file = dir.join("routes.yaml");
+    let file = temp_dir("status-page").join("routes.yaml");
     let table = |team_b: &str| scheduled_table(&sims, &dead_url, team_b, started);
     std::fs::write(&file, table("backend: old")).expect("routes");
     let settings = ProxySettings {
@@ -54,117 +56,112 @@ async fn a_flip_its_fence_a_schedule_a_guard_and_errors_show_on_the_open_page() 
     let Some(mut page) = Browser::open(&format!("{}/", gate.admin())).await else {
         return;
     };
-    let soon = Duration::from_secs(3);
     let loaded = page
         .shows("#pins", "team-b\told\tsettled", Duration::from_secs(20))
         .await;
     assert!(loaded.is_some(), "rendered: {}", page.text("body").await);
-    let rollouts = page.text("#rollouts").await;
-    assert!(
-        rollouts.contains("staged\tnew\t10 %\tstep 1 of 2 (10 %); next 50 % in 59 min 50 s"),
-        "{rollouts}"
-    );
-    let backends = page.shows("#backends", "spare\tany", soon).await;
-    assert!(backends.is_some(), "{}", page.text("#backends").await);
-    let down = page
-        .shows("#backends", "\tdown for ", Duration::from_secs(10))
-        .await;
-    assert!(down.is_some(), "{}", page.text("#backends").await);
-
-    // The pin is to move at flipAt, two minutes on: until then its writes still go to old.
+    the_next_step_and_a_backend_down_show(&mut page).await;
     let flip_at = start + Duration::from_secs(120);
     let pin = format!(
         "backend: new, flipAt: \"{}\"",
         humantime::format_rfc3339_seconds(flip_at)
     );
     gate.rewrite(&table(&pin));
+    a_flip_shows_before_in_and_after_its_fence(&mut page, (&sims, &gate), &clock, flip_at).await;
+    an_error_skewgate_answered_shows(&mut page, &gate).await;
+    a_guards_refusal_shows(&mut page, (&sims, &gate)).await;
+    the_page_fits_a_phone(&mut page).await;
+}
+
+/// What comes next: the schedule's next step, 59 min 50 s on (it began 10 s ago and holds an
+/// hour); and the backend whose endpoint refuses connections, down since when.
+async fn the_next_step_and_a_backend_down_show(page: &mut Browser) {
+    let rollouts = page.text("#rollouts").await;
+    assert!(
+        rollouts.contains("staged\tnew\t10 %\tstep 1 of 2 (10 %); next 50 % in 59 min 50 s"),
+        "{rollouts}"
+    );
+    let backends = page.shows("#backends", "spare\tany", SOON).await;
+    assert!(backends.is_some(), "{}", page.text("#backends").await);
+    let down = page
+        .shows("#backends", "\tdown for ", Duration::from_secs(10))
+        .await;
+    assert!(down.is_some(), "{}", page.text("#backends").await);
+}
+
+/// Pin team-b moves to new at `flip_at`, two minutes on: until then its writes still go to old,
+/// the page counting down; at `flip_at` its writes are held for the fence (a patch sent then is
+/// one write held); after it, they go to new, and the held patch with them.
+async fn a_flip_shows_before_in_and_after_its_fence(
+    page: &mut Browser,
+    (sims, gate): (&Sims, &Gate),
+    clock: &ManualClock,
+    flip_at: SystemTime,
+) {
     let loaded = eventually(10, || async {
         gate.debug_routes().await["writes"]["pins"][0]["move"] == "before flipAt"
     })
     .await;
     assert!(loaded, "skewgate took the table with flipAt");
-    let before = page
-        .shows(
-            "#pins",
-            "team-b\told (then new)\tbefore flipAt; flips in 2 min 0 s",
-            soon,
-        )
-        .await;
-    assert!(before.is_some(), "{}", page.text("#pins").await);
-    // At flipAt its writes are held for the fence; after it, they go to new.
-    // A configmap of team-b, and a patch of it sent in the fence: held, and counted as held.
+    let before = "team-b\told (then new)\tbefore flipAt; flips in 2 min 0 s";
+    let shown = page.shows("#pins", before, SOON).await;
+    assert!(shown.is_some(), "{}", page.text("#pins").await);
     let cm = serde_json::json!({"metadata": {"name": "held"}, "data": {"a": "1"}});
     let url = format!("{}/api/v1/namespaces/team-b/configmaps", sims.old.url());
     let created = h1().post(url).json(&cm).send().await.expect("create");
     assert_eq!(created.status(), 201);
     clock.set(flip_at);
+    let url = format!("{}/api/v1/namespaces/team-b/configmaps/held", gate.url());
     let patch = tokio::spawn(
-        h1().patch(format!(
-            "{}/api/v1/namespaces/team-b/configmaps/held",
-            gate.url()
-        ))
-        .header("content-type", "application/merge-patch+json")
-        .body(r#"{"data":{"a":"2"}}"#)
-        .send(),
+        h1().patch(url)
+            .header("content-type", "application/merge-patch+json")
+            .body(r#"{"data":{"a":"2"}}"#)
+            .send(),
     );
-    let fenced = page
-        .shows(
-            "#pins",
-            "team-b\theld, then new\tin fence: writes held\t1\t",
-            soon,
-        )
-        .await;
-    assert!(fenced.is_some(), "{}", page.text("#pins").await);
+    let fenced = "team-b\theld, then new\tin fence: writes held\t1\t";
+    let shown = page.shows("#pins", fenced, SOON).await;
+    assert!(shown.is_some(), "{}", page.text("#pins").await);
     clock.set(flip_at + Duration::from_secs(31));
-    let settled = page.shows("#pins", "team-b\tnew\tsettled\t0\t", soon).await;
+    let settled = page.shows("#pins", "team-b\tnew\tsettled\t0\t", SOON).await;
     assert!(settled.is_some(), "{}", page.text("#pins").await);
     let patched = patch.await.expect("join").expect("the held patch answered");
     assert_eq!(patched.status(), 200, "sent once the fence ended");
     assert_eq!(served_by(&patched), NEW, "to the pin's new backend");
+}
 
-    // A read of a namespace pinned to the dead backend: skewgate answers 503 itself.
-    let lost = h1()
-        .get(format!("{}/api/v1/namespaces/lost/configmaps", gate.url()))
-        .send()
-        .await
-        .expect("answer");
+/// A read of a namespace pinned to the dead backend: skewgate answers 503 itself, and the page
+/// lists it with the request, the backend and the client.
+async fn an_error_skewgate_answered_shows(page: &mut Browser, gate: &Gate) {
+    let url = format!("{}/api/v1/namespaces/lost/configmaps", gate.url());
+    let lost = h1().get(url).send().await.expect("answer");
     assert_eq!(lost.status(), 503);
-    let error = page
-        .shows(
-            "#errors",
-            "503 ServiceUnavailable\t1\tlist configmaps\tspare\taddress 127.0.0.1",
-            soon,
-        )
-        .await;
+    let row = "503 ServiceUnavailable\t1\tlist configmaps\tspare\taddress 127.0.0.1";
+    let error = page.shows("#errors", row, SOON).await;
     assert!(error.is_some(), "{}", page.text("#errors").await);
+}
 
-    // An update through 1.29 of a configmap 1.30 stored with its field `policy`: refused.
+/// An update through 1.29 of a configmap 1.30 stored with its field `policy`: refused, and the page
+/// names the object and the field, and counts it in the hour.
+async fn a_guards_refusal_shows(page: &mut Browser, (sims, gate): (&Sims, &Gate)) {
     let cm = serde_json::json!({"metadata": {"name": "cm"}, "data": {"a": "1"}, "policy": "keep"});
     let url = format!("{}/api/v1/namespaces/default/configmaps", sims.new.url());
     let created = h1().post(url).json(&cm).send().await.expect("create");
     assert_eq!(created.status(), 201);
-    let put = h1()
-        .put(format!(
-            "{}/api/v1/namespaces/default/configmaps/cm",
-            gate.url()
-        ))
-        .json(&cm)
-        .send()
-        .await
-        .expect("put");
+    let url = format!("{}/api/v1/namespaces/default/configmaps/cm", gate.url());
+    let put = h1().put(url).json(&cm).send().await.expect("put");
     assert_eq!(put.status(), 422);
     let guarded = page
-        .shows("#guarded", "skew\treject\tconfigmaps default/cm\t", soon)
+        .shows("#guarded", "skew\treject\tconfigmaps default/cm\t", SOON)
         .await;
     assert!(guarded.is_some(), "{}", page.text("#guarded").await);
     assert!(page.text("#guarded").await.contains("\tpolicy"));
-    assert!(
-        page.text("#guard-hour")
-            .await
-            .contains("1 rejected, 0 warned, 0 preserved")
-    );
+    let hour = page.text("#guard-hour").await;
+    assert!(hour.contains("1 rejected, 0 warned, 0 preserved"), "{hour}");
+}
 
-    // On a phone's screen, nothing is wider than the screen: wide tables scroll in their box.
+/// On a phone's screen, nothing is wider than the screen: wide tables scroll in their box. With
+/// `SKEWGATE_SCREENSHOT_PHONE=FILE`, a PNG of it.
+async fn the_page_fits_a_phone(page: &mut Browser) {
     page.as_phone().await.expect("phone metrics");
     tokio::time::sleep(Duration::from_millis(500)).await;
     let fits = page
