@@ -102,6 +102,8 @@ async fn the_status_page_is_served_whole_and_fetches_only_the_admin_listener() {
         "backend",
         "move",
         "movingFrom",
+        "goesTo",
+        "writes",
         "flipAt",
         "writesHeld",
         "selectors",

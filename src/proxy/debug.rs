@@ -8,6 +8,7 @@ use super::Proxy;
 use super::routing::Routing;
 use crate::admin::AdminSource;
 use crate::config::{Schedule, Selectors};
+use crate::steer::Stage;
 use crate::upstream::EndpointState;
 
 impl AdminSource for Proxy {
@@ -105,12 +106,21 @@ impl Proxy {
             .enumerate()
             .map(|(i, p)| {
                 let moved = routing.steering.pin_move(i, now, routing);
+                // What becomes of a write now: sent (to `goesTo`), held (in the fence, or until it
+                // ends when the backend moved from is unknown), or refused (the fleet unsure).
+                let writes = match moved.stage {
+                    Stage::Fenced { .. } | Stage::Waiting { .. } => "held",
+                    Stage::Unsure => "refused",
+                    Stage::Settled | Stage::BeforeFlip { .. } => "sent",
+                };
                 json!({
                     "name": p.name,
                     "backend": t.backend_name(p.backend),
                     "flipAt": p.flip_at.map(rfc3339),
                     "fenceEnds": moved.fence_ends.map(rfc3339),
                     "movingFrom": moved.from.map(|b| t.backend_name(b)),
+                    "goesTo": t.backend_name(moved.backend),
+                    "writes": writes,
                     "move": moved.stage.describe(),
                     "reads": match p.reads { crate::config::PinReads::Follow => "follow", crate::config::PinReads::Rollout => "rollout" },
                     "selectors": selectors(&p.selectors),

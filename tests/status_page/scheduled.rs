@@ -14,15 +14,22 @@ use crate::common::*;
 /// How soon skewgate's state shows on the open page (it asks every 2 s).
 const SOON: Duration = Duration::from_secs(3);
 
-/// The table of the second browser test: pin `team-b` as `team_b` says, pin `lost` on a backend
-/// whose only endpoint refuses connections, a rollout by schedule begun at `started`, and a guard
-/// over configmaps.
-fn scheduled_table(sims: &Sims, dead: &str, team_b: &str, started: SystemTime) -> String {
+/// The table of the second browser test: pin `team-b` as `team_b` says; pin `team-c` to new at
+/// `flip_at`, with no backend it moves from (a replica that starts with this file cannot know it);
+/// pin `lost` on a backend whose only endpoint refuses connections; a rollout by schedule begun at
+/// `started`; and a guard over configmaps.
+fn scheduled_table(
+    sims: &Sims,
+    dead: &str,
+    team_b: &str,
+    (started, flip_at): (SystemTime, SystemTime),
+) -> String {
     let started = humantime::format_rfc3339_seconds(started);
+    let flip_at = humantime::format_rfc3339_seconds(flip_at);
     routes(
         sims,
         &format!(
-            "writes:\n  default: old\n  fence: 30s\n  pins:\n    - {{name: team-b, namespaces: [team-b], {team_b}}}\n    - {{name: lost, namespaces: [lost], backend: spare}}\nreads:\n  default: old\n  rollouts:\n    - name: staged\n      to: new\n      stickyBy: namespace\n      match: {{namespaces: [staged-*]}}\n      startAt: \"{started}\"\n      steps:\n        - {{percent: 10, hold: 1h}}\n        - {{percent: 50}}\nguards:\n  - name: skew\n    match: {{resources: [configmaps]}}\n    action: reject\n"
+            "writes:\n  default: old\n  fence: 30s\n  pins:\n    - {{name: team-b, namespaces: [team-b], {team_b}}}\n    - {{name: team-c, namespaces: [team-c], backend: new, flipAt: \"{flip_at}\"}}\n    - {{name: lost, namespaces: [lost], backend: spare}}\nreads:\n  default: old\n  rollouts:\n    - name: staged\n      to: new\n      stickyBy: namespace\n      match: {{namespaces: [staged-*]}}\n      startAt: \"{started}\"\n      steps:\n        - {{percent: 10, hold: 1h}}\n        - {{percent: 50}}\nguards:\n  - name: skew\n    match: {{resources: [configmaps]}}\n    action: reject\n"
         ),
     )
     .replace(
@@ -45,7 +52,8 @@ async fn a_flip_its_fence_a_schedule_a_guard_and_errors_show_on_the_open_page() 
     let clock = Arc::new(ManualClock::new(start));
     let started = start - Duration::from_secs(10);
     let file = temp_dir("status-page").join("routes.yaml");
-    let table = |team_b: &str| scheduled_table(&sims, &dead_url, team_b, started);
+    let flip_at = start + Duration::from_secs(120);
+    let table = |team_b: &str| scheduled_table(&sims, &dead_url, team_b, (started, flip_at));
     std::fs::write(&file, table("backend: old")).expect("routes");
     let settings = ProxySettings {
         clock: clock.clone(),
@@ -61,7 +69,6 @@ async fn a_flip_its_fence_a_schedule_a_guard_and_errors_show_on_the_open_page() 
         .await;
     assert!(loaded.is_some(), "rendered: {}", page.text("body").await);
     the_next_step_and_a_backend_down_show(&mut page).await;
-    let flip_at = start + Duration::from_secs(120);
     let pin = format!(
         "backend: new, flipAt: \"{}\"",
         humantime::format_rfc3339_seconds(flip_at)
@@ -105,7 +112,11 @@ async fn a_flip_shows_before_in_and_after_its_fence(
     assert!(loaded, "skewgate took the table with flipAt");
     let before = "team-b\told (then new)\tbefore flipAt; flips in 2 min 0 s";
     let shown = page.shows("#pins", before, SOON).await;
-    assert!(shown.is_some(), "{}", page.text("#pins").await);
+    let pins = page.text("#pins").await;
+    assert!(shown.is_some(), "{pins}");
+    // team-c's writes are held until flipAt + fence: the backend it moves from is not known.
+    let waiting = "team-c\theld, then new\twaiting for flipAt + fence: previous backend unknown; flips in 2 min 0 s";
+    assert!(pins.contains(waiting), "{pins}");
     let cm = serde_json::json!({"metadata": {"name": "held"}, "data": {"a": "1"}});
     let url = format!("{}/api/v1/namespaces/team-b/configmaps", sims.old.url());
     let created = h1().post(url).json(&cm).send().await.expect("create");
@@ -120,10 +131,17 @@ async fn a_flip_shows_before_in_and_after_its_fence(
     );
     let fenced = "team-b\theld, then new\tin fence: writes held\t1\t";
     let shown = page.shows("#pins", fenced, SOON).await;
-    assert!(shown.is_some(), "{}", page.text("#pins").await);
+    let pins = page.text("#pins").await;
+    assert!(shown.is_some(), "{pins}");
+    assert!(
+        pins.contains("team-c\theld, then new\tin fence: writes held\t0\t"),
+        "{pins}"
+    );
     clock.set(flip_at + Duration::from_secs(31));
     let settled = page.shows("#pins", "team-b\tnew\tsettled\t0\t", SOON).await;
-    assert!(settled.is_some(), "{}", page.text("#pins").await);
+    let pins = page.text("#pins").await;
+    assert!(settled.is_some(), "{pins}");
+    assert!(pins.contains("team-c\tnew\tsettled"), "{pins}");
     let patched = patch.await.expect("join").expect("the held patch answered");
     assert_eq!(patched.status(), 200, "sent once the fence ended");
     assert_eq!(served_by(&patched), NEW, "to the pin's new backend");
