@@ -42,14 +42,22 @@ pub(crate) async fn serve(
             return;
         };
         let source = source.clone();
+        let stop = stop.clone();
         tokio::spawn(async move {
             let service = service_fn(move |req| {
                 let source = source.clone();
                 async move { Ok::<_, Infallible>(answer(&*source, &req)) }
             });
-            let _ = http1::Builder::new()
-                .serve_connection(TokioIo::new(stream), service)
-                .await;
+            let conn = http1::Builder::new().serve_connection(TokioIo::new(stream), service);
+            let mut conn = std::pin::pin!(conn);
+            // A kept-alive connection (a status page left open) ends with the server.
+            tokio::select! {
+                _ = conn.as_mut() => {}
+                () = stop.cancelled() => {
+                    conn.as_mut().graceful_shutdown();
+                    let _ = conn.await;
+                }
+            }
         });
     }
 }

@@ -57,6 +57,13 @@ async fn a_pin_move_and_a_rollout_abort_show_on_the_open_page() {
     {
         let _ = std::fs::write(file, png);
     }
+    // skewgate stops: the page says it cannot reach it, and keeps what it showed.
+    gate.server.shutdown().await;
+    let gone = page
+        .shows("#updated", "cannot reach skewgate's admin listener", SOON)
+        .await;
+    assert!(gone.is_some(), "{}", page.text("#updated").await);
+    assert!(page.text("#pins").await.contains("team-a\tnew"));
 }
 
 /// A mistake in the file (a pin to a backend it does not define): the page says that the file does
