@@ -148,12 +148,13 @@ fn backends(routing: &Routing, now: SystemTime) -> Vec<Value> {
                         EndpointState::Down => "down",
                         EndpointState::Unknown => "unknown",
                     };
+                    let failure = e.failure();
                     json!({
                         "url": e.endpoint.url,
                         "state": state,
-                        "since": e.state_since().map(rfc3339),
-                        "failure": e.failure().as_deref(),
-                        "failureSince": e.failure_since().map(rfc3339),
+                        "since": rfc3339(e.state_since()),
+                        "failure": failure.as_ref().map(|f| f.why.as_str()),
+                        "failureSince": failure.as_ref().map(|f| rfc3339(f.since)),
                         "connections": e.connections(),
                         "streams": e.active_streams(),
                     })
@@ -231,7 +232,7 @@ fn abort_window(w: &crate::steer::AbortWindow, now: SystemTime) -> Value {
 }
 
 /// A time as the admin JSON writes it (RFC 3339, whole seconds, UTC).
-fn rfc3339(t: SystemTime) -> String {
+pub(super) fn rfc3339(t: SystemTime) -> String {
     humantime::format_rfc3339_seconds(t).to_string()
 }
 

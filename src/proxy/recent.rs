@@ -9,6 +9,8 @@ use std::time::{Duration, SystemTime};
 
 use serde_json::{Value, json};
 
+use super::debug::rfc3339;
+
 /// Distinct errors kept (an error like the newest one is counted on it, not kept again).
 const ERRORS: usize = 48;
 /// Guard decisions kept.
@@ -88,10 +90,6 @@ fn minute(t: SystemTime) -> u64 {
         / 60
 }
 
-fn rfc3339(t: SystemTime) -> String {
-    humantime::format_rfc3339_seconds(t).to_string()
-}
-
 /// `s` cut to at most `max` characters (and an ellipsis).
 pub(crate) fn cut(s: &str, max: usize) -> String {
     match s.char_indices().nth(max) {
@@ -108,26 +106,25 @@ impl Recent {
     /// Keeps an error answered at `now`; one with the same code and message as a kept one is
     /// counted on it (and becomes the newest), so that a storm of one error leaves the others.
     pub(crate) fn answered(&self, now: SystemTime, error: Answered) {
+        self.answered_times(now, error, 1);
+    }
+
+    /// [`Recent::answered`], `times` over.
+    fn answered_times(&self, now: SystemTime, error: Answered, times: u64) {
         let mut inner = self.lock();
         let errors = &mut inner.errors;
         let same = errors
             .iter()
             .position(|e| e.what.code == error.code && e.what.message == error.message);
-        let entry = match same.and_then(|i| errors.remove(i)) {
-            Some(e) => Timed {
-                first: e.first,
-                last: now,
-                times: e.times + 1,
-                what: error,
-            },
-            None => Timed {
-                first: now,
-                last: now,
-                times: 1,
-                what: error,
-            },
-        };
-        errors.push_back(entry);
+        let (first, before) = same
+            .and_then(|i| errors.remove(i))
+            .map_or((now, 0), |e| (e.first, e.times));
+        errors.push_back(Timed {
+            first,
+            last: now,
+            times: before + times,
+            what: error,
+        });
         if errors.len() > ERRORS {
             errors.pop_front();
         }
@@ -142,22 +139,18 @@ impl Recent {
         times: usize,
         (limit, protocol): (usize, &'static str),
     ) {
-        for _ in 0..times {
-            self.answered(
-                now,
-                Answered {
-                    code: 431,
-                    reason: "RequestHeaderFieldsTooLarge",
-                    message: format!(
-                        "skewgate: a request head over {limit} bytes, the most this listener reads over {protocol}, answered before it was read whole"
-                    ),
-                    verb: "(unread)",
-                    resource: String::new(),
-                    backend: String::new(),
-                    client: client.clone(),
-                },
-            );
-        }
+        let unread = Answered {
+            code: 431,
+            reason: "RequestHeaderFieldsTooLarge",
+            message: format!(
+                "skewgate: a request head over {limit} bytes, the most this listener reads over {protocol}, answered before it was read whole"
+            ),
+            verb: "(unread)",
+            resource: String::new(),
+            backend: String::new(),
+            client,
+        };
+        self.answered_times(now, unread, times as u64);
     }
 
     /// Keeps a guard decision made at `now`, and counts it in its minute.

@@ -7,6 +7,8 @@ use std::time::SystemTime;
 
 use serde_json::{Value, json};
 
+use super::debug::rfc3339;
+
 /// Errors kept of a failed load.
 const ERRORS: usize = 8;
 
@@ -55,13 +57,12 @@ impl ReloadLog {
 
     /// `reload` in `/debug/routes`.
     pub(crate) fn json(&self) -> Value {
-        let time = |t: SystemTime| humantime::format_rfc3339_seconds(t).to_string();
         let loads = self.lock();
         json!({
-            "loadedAt": time(loads.loaded),
+            "loadedAt": rfc3339(loads.loaded),
             "failing": loads.failing.as_ref().map(|(since, last, errors)| json!({
-                "since": time(*since),
-                "lastTry": time(*last),
+                "since": rfc3339(*since),
+                "lastTry": rfc3339(*last),
                 "errors": errors,
             })),
         })

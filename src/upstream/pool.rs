@@ -144,9 +144,18 @@ fn unix_now() -> u64 {
         .map_or(0, |d| d.as_secs())
 }
 
-/// A time kept as [`unix_now`] keeps it; 0 is none.
-fn from_unix(secs: u64) -> Option<SystemTime> {
-    (secs > 0).then(|| UNIX_EPOCH + Duration::from_secs(secs))
+/// Why an endpoint was last found down (what the apiserver answered, or the connect error), and
+/// since when it has been, in those words.
+#[derive(Debug)]
+pub(crate) struct Failure {
+    pub why: String,
+    pub since: SystemTime,
+}
+
+impl std::fmt::Display for Failure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.why)
+    }
 }
 
 /// A connection's task, driving its frames.
@@ -163,14 +172,12 @@ pub(crate) struct EndpointPool {
     /// anonymous ones.
     shards: Box<[Shard]>,
     state: AtomicU8,
-    /// When `state` last changed, in seconds since the Unix epoch (0: never).
+    /// When `state` last changed (or the pool was made), in seconds since the Unix epoch.
     state_since: AtomicU64,
-    /// When `failure` was last written with a new reason, in seconds since the Unix epoch.
-    failure_at: AtomicU64,
     /// New connections in the current second.
     connect_rate: std::sync::Mutex<ConnectRate>,
-    /// Why the endpoint was last found down: what the apiserver answered, or the connect error.
-    failure: arc_swap::ArcSwapOption<String>,
+    /// Why the endpoint was last found down, and since when.
+    failure: arc_swap::ArcSwapOption<Failure>,
     /// The health check's own last failure, kept apart from `failure` (which a request's failed
     /// dial also writes, in other words), so that one repeated every check is logged once.
     health_failure: arc_swap::ArcSwapOption<String>,
@@ -248,7 +255,6 @@ impl EndpointPool {
                 .collect(),
             state: AtomicU8::new(EndpointState::Unknown as u8),
             state_since: AtomicU64::new(unix_now()),
-            failure_at: AtomicU64::new(0),
             streams: (0..shards).map(|_| StreamCount::default()).collect(),
             connections_gauge,
             streams_gauge,
@@ -280,30 +286,24 @@ impl EndpointPool {
         self.settings.own_user.as_ref().map(|(_, v)| v)
     }
 
-    /// Why the endpoint was last found down, if it was.
-    pub(crate) fn failure(&self) -> Option<Arc<String>> {
+    /// Why the endpoint was last found down, and since when, if it was.
+    pub(crate) fn failure(&self) -> Option<Arc<Failure>> {
         self.failure.load_full()
     }
 
-    /// Records why the endpoint is down (`None` once it is up).
+    /// Records why the endpoint is down (`None` once it is up); new words are a new failure.
     pub(crate) fn set_failure(&self, why: Option<String>) {
-        if self.failure.load().as_deref() != why.as_ref() {
-            if why.is_some() {
-                self.failure_at.store(unix_now(), Ordering::Relaxed);
-            }
-            self.failure.store(why.map(Arc::new));
+        let same = self.failure.load().as_ref().map(|f| &f.why) == why.as_ref();
+        if !same {
+            let since = SystemTime::now();
+            self.failure
+                .store(why.map(|why| Arc::new(Failure { why, since })));
         }
     }
 
-    /// When the last failure was recorded with its present words (`None` when there is none).
-    pub(crate) fn failure_since(&self) -> Option<SystemTime> {
-        self.failure.load().as_ref()?;
-        from_unix(self.failure_at.load(Ordering::Relaxed))
-    }
-
     /// Since when the endpoint has been in its present state (ready, down or unknown).
-    pub(crate) fn state_since(&self) -> Option<SystemTime> {
-        from_unix(self.state_since.load(Ordering::Relaxed))
+    pub(crate) fn state_since(&self) -> SystemTime {
+        UNIX_EPOCH + Duration::from_secs(self.state_since.load(Ordering::Relaxed))
     }
 
     /// Records the health check's finding (`None`: ready); returns whether it differs from the

@@ -135,7 +135,7 @@ async fn a_refused_connect_marks_the_endpoint_down_with_its_reason() {
     assert_eq!(pool.state(), EndpointState::Down);
     let failure = pool.failure().expect("a reason");
     assert!(
-        failure.starts_with(&format!("http://{addr}: ")),
+        failure.why.starts_with(&format!("http://{addr}: ")),
         "{failure}"
     );
 }
