@@ -67,6 +67,7 @@ pub fn fuzz_http2_core(input: &[u8]) {
 pub mod identity;
 mod keys;
 pub(crate) mod metrics;
+pub mod protobuf;
 pub mod proxy;
 pub mod skew;
 pub mod steer;

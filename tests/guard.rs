@@ -32,19 +32,7 @@ async fn gate_knowing_schemas(text: &str) -> Gate {
 /// A gate whose guard acts by `action`, once it knows both versions' schemas, and a configmap
 /// stored with the 1.30 field `policy`.
 async fn guarded(sims: &Sims, action: &str, unknown: &str) -> Gate {
-    let gate = gate_knowing_schemas(&table(sims, action, unknown)).await;
-    let r = h1()
-        .post(format!(
-            "{}/api/v1/namespaces/default/configmaps",
-            gate.url()
-        ))
-        .header("user-agent", NEW_KUBECTL)
-        .json(&json!({"metadata": {"name": "cm"}, "data": {"a": "1"}, "policy": "keep"}))
-        .send()
-        .await
-        .expect("create");
-    assert_eq!(r.status(), 201);
-    gate
+    configmap_guard(sims, ("new", "new"), "old-clients", action, unknown).await
 }
 
 async fn put(gate: &Gate, name: &str, user_agent: &str, body: &Value) -> reqwest::Response {
@@ -111,11 +99,18 @@ async fn reject_answers_422_naming_the_field_and_sends_nothing() {
     assert_eq!(
         metric(
             &m,
-            "skewgate_guarded_updates_total{action=\"reject\",guard=\"old-clients\",resource=\"configmaps\"}"
+            "skewgate_guarded_updates_total{action=\"reject\",encoding=\"json\",guard=\"old-clients\",resource=\"configmaps\"}"
         ),
         1.0,
         "{m}"
     );
+    // Both updates were read and judged as JSON: one would lose a field, one had nothing to lose.
+    for (outcome, n) in [("lost", 1.0), ("nothing_lost", 0.0), ("cannot_check", 0.0)] {
+        let name = format!(
+            "skewgate_guard_checks_total{{encoding=\"json\",guard=\"old-clients\",outcome=\"{outcome}\"}}"
+        );
+        assert_eq!(metric(&m, &name), n, "{outcome}: {m}");
+    }
     // The status page names the object, the client and the field; a 422 is the guard's answer,
     // not an error of skewgate's.
     let recent = gate.debug_recent().await;
@@ -133,6 +128,7 @@ async fn reject_answers_422_naming_the_field_and_sends_nothing() {
         (&json!("default"), &json!("cm"), &json!(["policy"])),
         "{decision}"
     );
+    assert_eq!(decision["encoding"], "json", "{decision}");
     assert!(
         decision["against"]
             .as_str()

@@ -17,25 +17,7 @@ const NEW_KUBECTL: &str = "kubectl/v1.30.1 (linux/amd64) kubernetes/abc1234";
 /// by `action`, once it knows both versions' schemas; and a configmap stored (through 1.30) with
 /// the 1.30 field `policy`.
 async fn split(sims: &Sims, writes: &str, reads: &str, action: &str) -> Gate {
-    let text = routes(
-        sims,
-        &format!(
-            "writes:\n  default: {writes}\nreads:\n  default: {reads}\nguards:\n  - name: skew\n    match: {{resources: [configmaps]}}\n    action: {action}\n"
-        ),
-    );
-    let gate = gate(&text).await;
-    gate.knows_schemas().await;
-    let r = h1()
-        .post(format!(
-            "{}/api/v1/namespaces/default/configmaps",
-            sims.new.url()
-        ))
-        .json(&json!({"metadata": {"name": "cm"}, "data": {"a": "1"}, "policy": "keep"}))
-        .send()
-        .await
-        .expect("create");
-    assert_eq!(r.status(), 201);
-    gate
+    configmap_guard(sims, (writes, reads), "skew", action, "guard").await
 }
 
 /// A PUT of configmap `cm` through the gate by a 1.30 kubectl.
@@ -98,8 +80,7 @@ async fn down_an_update_through_the_older_version_that_would_drop_a_stored_field
     .await;
     assert_eq!(r.status(), 422);
     let m = gate.metrics().await;
-    let key =
-        "skewgate_guarded_updates_total{action=\"reject\",guard=\"skew\",resource=\"configmaps\"}";
+    let key = "skewgate_guarded_updates_total{action=\"reject\",encoding=\"json\",guard=\"skew\",resource=\"configmaps\"}";
     assert_eq!(metric(&m, key), 2.0, "{m}");
 }
 

@@ -73,9 +73,13 @@ pub(crate) struct Metrics {
     /// `skewgate_clock_offset_seconds`: this replica's clock minus the apiservers', from their
     /// answers' `Date` (with --advertise-address).
     pub clock_offset: prometheus::Gauge,
-    /// `skewgate_guarded_updates_total{guard,action,resource}`: updates a guard found would drop
-    /// fields, by what it did.
+    /// `skewgate_guarded_updates_total{guard,action,resource,encoding}`: updates a guard found
+    /// would drop fields, by what it did and the encoding of the body it judged.
     pub guarded_updates: IntCounterVec,
+    /// `skewgate_guard_checks_total{guard,encoding,outcome}`: updates a guard judged, by their
+    /// body's encoding (json, yaml, protobuf, unknown) and how they came out (nothing_lost, lost,
+    /// cannot_check, malformed).
+    pub guard_checks: IntCounterVec,
     /// `skewgate_fallbacks_total{from,to}`.
     pub fallbacks: IntCounterVec,
     /// `skewgate_pin_moves_total{pin}`.
@@ -217,7 +221,8 @@ impl Metrics {
             tls_handshake_errors: counter(&r, "skewgate_tls_handshake_errors_total", "Client TLS handshakes that failed, by reason (timeout, not_tls, bad_certificate, eof, protocol).", &["reason"]),
             client_connections_closed: counter(&r, "skewgate_client_connections_closed_total", "Client connections skewgate closed for misbehaving, by reason (premature_resets).", &["reason"]),
             client_goaways: counter(&r, "skewgate_client_goaways_total", "Client HTTP/2 connections sent GOAWAY after a response so that clients reconnect and spread over the replicas (reason rebalance).", &["reason"]),
-            guarded_updates: counter(&r, "skewgate_guarded_updates_total", "Full-object updates from clients older than their backend that would have dropped fields the stored object has, by guard, action (reject, warn, preserve) and resource.", &["guard", "action", "resource"]),
+            guarded_updates: counter(&r, "skewgate_guarded_updates_total", "Full-object updates that would have dropped fields the stored object has, by guard, action (reject, warn, preserve), resource and the encoding of the body judged (json, yaml, protobuf).", &["guard", "action", "resource", "encoding"]),
+            guard_checks: counter(&r, "skewgate_guard_checks_total", "Full-object updates a guard judged, by guard, the encoding of their body (json, yaml, protobuf, unknown) and outcome (nothing_lost, lost, cannot_check, malformed).", &["guard", "encoding", "outcome"]),
             fleet_replica_table: gauge(&r, "skewgate_fleet_replica_table", "1 for each live skewgate replica and the digest of the route table it runs, as read from its Lease (with --advertise-address).", &["replica", "table"]),
             fleet_disagreement: register(&r, valid(prometheus::Gauge::new("skewgate_fleet_disagreement_seconds", "How long the live skewgate replicas have run different route tables, as read from their Leases; 0 when they agree."))),
             clock_offset: register(&r, valid(prometheus::Gauge::new("skewgate_clock_offset_seconds", "This replica's clock minus the apiservers', estimated from their answers' Date headers (to about a round trip, once answers fall on either side of a second); measured with --advertise-address. flipAt assumes the replicas' clocks agree within a second."))),

@@ -123,6 +123,9 @@ impl Metrics {
         prune(&self.guarded_updates, |l| {
             l.get("guard").is_none_or(|g| keep.guards.contains(*g))
         });
+        prune(&self.guard_checks, |l| {
+            l.get("guard").is_none_or(|g| keep.guards.contains(*g))
+        });
         self.start_at_zero(table);
     }
 
@@ -161,11 +164,20 @@ impl Metrics {
             let named = g.selectors.resources.iter().flat_map(|s| &s.include);
             for r in named {
                 if let crate::config::Part::Exact(resource) = &r.resource {
-                    self.guarded_updates.with_label_values(&[
-                        g.name.as_str(),
-                        g.action.as_str(),
-                        resource,
-                    ]);
+                    for encoding in ["json", "yaml", "protobuf"] {
+                        self.guarded_updates.with_label_values(&[
+                            g.name.as_str(),
+                            g.action.as_str(),
+                            resource,
+                            encoding,
+                        ]);
+                    }
+                }
+            }
+            for encoding in ["json", "yaml", "protobuf"] {
+                for outcome in ["nothing_lost", "lost", "cannot_check"] {
+                    self.guard_checks
+                        .with_label_values(&[g.name.as_str(), encoding, outcome]);
                 }
             }
         }

@@ -71,6 +71,8 @@ pub(crate) struct Guarded {
     /// serving backend's (`backend "v1-29" (v1.29)`).
     pub against: String,
     pub fields: Vec<String>,
+    /// The encoding of the body judged: `json`, `yaml` or `protobuf`.
+    pub encoding: &'static str,
 }
 
 /// An error, and how often and over what span it was answered.
@@ -215,6 +217,7 @@ impl Recent {
                     "name": g.name,
                     "against": g.against,
                     "fields": g.fields,
+                    "encoding": g.encoding,
                 })
             })
             .collect();
@@ -308,6 +311,7 @@ mod tests {
             name: format!("web-{n}"),
             against: "a v1.35 client".to_owned(),
             fields: (0..20).map(|f| format!("spec.f{f}")).collect(),
+            encoding: "protobuf",
         };
         r.guarded(t0, decision("reject", 0));
         r.guarded(t0 + Duration::from_secs(30 * 60), decision("warn", 1));

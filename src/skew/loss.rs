@@ -28,10 +28,23 @@ pub enum LossReason {
     DefaultChanged,
 }
 
+/// One step of a path: a field by name, or a list's element by position.
 #[derive(Clone, Debug, PartialEq)]
-enum Step {
+pub enum Step {
     Key(String),
     Index(usize),
+}
+
+impl Loss {
+    /// Where the field is in the body, step by step.
+    pub fn steps(&self) -> &[Step] {
+        &self.steps
+    }
+
+    /// Where its value is in the stored object.
+    pub fn stored_steps(&self) -> &[Step] {
+        &self.stored_steps
+    }
 }
 
 /// The losses of an update whose body is `body`, of the object stored as `stored`: `serving` is

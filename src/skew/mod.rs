@@ -12,7 +12,7 @@ mod report;
 pub use fields::{Gvk, KindFields, VersionFields};
 pub(crate) use live::{DocumentCache, version_fields};
 pub use live::{fetch, from_dir};
-pub use loss::{Loss, LossReason, losses, restore, unstorable};
+pub use loss::{Loss, LossReason, Step, losses, restore, unstorable};
 pub use report::{DefaultChange, FieldSkew, KindSkew, Report, ServedBySome};
 
 use std::collections::{BTreeMap, BTreeSet};

@@ -16,6 +16,9 @@ use skewgate_sim::{self as sim, SimConfig, SimHandle, Store};
 pub mod fleet;
 #[allow(unused_imports)]
 pub use fleet::*;
+pub mod guard;
+#[allow(unused_imports)]
+pub use guard::configmap_guard;
 
 pub const OLD: &str = "v1.29.4";
 pub const NEW: &str = "v1.30.1";

@@ -4,13 +4,13 @@
 //! one the body sets is dropped. The object is read as the newest backend stores it (with the
 //! client's own credentials), and those fields are the loss.
 
-use bytes::Bytes;
 use http::header::HeaderValue;
 use serde_json::Value;
 
-use super::{Update, fail, read_stored, warning};
+use super::body::Sent;
+use super::judge::{Judge, warning};
+use super::read_stored;
 use crate::config::{BackendId, GuardAction, RouteTable};
-use crate::proxy::Proxy;
 use crate::proxy::forwarding::upstream_uri;
 use crate::proxy::routing::Routing;
 use crate::proxy::status::ProxyError;
@@ -30,17 +30,16 @@ pub(super) fn newest_above(table: &RouteTable, serving: BackendId) -> Option<Bac
 /// Judges an update served by an older backend than `newer`: `Ok(Some(warning))` when it loses
 /// fields under `warn`, `Ok(None)` when it loses none, `Err` to answer instead.
 pub(super) async fn check(
-    proxy: &Proxy,
+    judge: &Judge<'_>,
     routing: &Routing,
-    update: &Update<'_>,
     newer: BackendId,
     head: &http::request::Parts,
-    whole: &Bytes,
+    sent: &Sent,
     credential: Credential,
 ) -> Result<Option<HeaderValue>, ProxyError> {
+    let (proxy, guard, update) = (judge.proxy, judge.guard, judge.update);
     let table = routing.table();
-    let guard = &table.guards[update.guard];
-    let fail = |why: String| fail(guard, why);
+    let fail = |why: String| judge.fail(why);
     let (serving_name, newer_name) = (
         table.backend_name(update.backend),
         table.backend_name(newer),
@@ -70,15 +69,14 @@ pub(super) async fn check(
         guard: guard.name.clone(),
         why: e.to_string(),
     })?;
-    let stored = match read_stored(endpoint, credential, head, uri).await {
-        Ok(stored) => stored.unwrap_or(Value::Null),
+    let stored = match read_stored(endpoint, credential, head, uri, false).await {
+        Ok(stored) => stored.map_or(Value::Null, |s| s.view),
         Err(why) => return fail(why),
     };
-    // What the stored object has, and what the body sets (a body that is not JSON sets nothing
-    // skewgate can read): every field of either that only the newer version knows.
-    let sent = serde_json::from_slice::<Value>(whole).unwrap_or(Value::Null);
+    // What the stored object has, and what the body sets, in whatever encoding: every field of
+    // either that only the newer version knows.
     let mut paths: Vec<String> = Vec::new();
-    for object in [&stored, &sent] {
+    for object in [&stored, &sent.view] {
         for path in unstorable(&newest, &serving, object) {
             if !paths.contains(&path) {
                 paths.push(path);
@@ -86,13 +84,14 @@ pub(super) async fn check(
         }
     }
     if paths.is_empty() {
+        // The up direction, if any, counts the outcome.
         return Ok(None);
     }
     let serving = match table.backends[update.backend.index()].version {
         Some((major, minor)) => format!("backend {serving_name:?} (v{major}.{minor})"),
         None => format!("backend {serving_name:?}"),
     };
-    super::count(proxy, guard, update, &serving, &paths);
+    judge.lost(&serving, &paths);
     match guard.action {
         GuardAction::Warn => Ok(warning(&format!(
             "skewgate guard {:?}: this update is served by {serving}, which cannot store {} that the stored object has; they are dropped",

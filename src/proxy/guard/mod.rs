@@ -12,24 +12,35 @@
 //!
 //! The guard rejects the update, warns, or puts the stored values back (up only: no body can make
 //! a version store what it does not know, so `preserve` refuses a down loss as `reject` does).
+//!
+//! Every body is judged the same way, whatever its encoding (`body.rs`): JSON, YAML, and the
+//! Kubernetes protobuf that kubelets and the control plane's components send, read with the
+//! schema compiled into skewgate. A body the guard cannot read follows its failure rule.
 
+mod body;
+mod decide;
 mod down;
+mod judge;
+mod stored;
 
 use std::sync::Arc;
 
-use bytes::Bytes;
 use http::header::{self, HeaderValue};
-use http::{Method, Request, StatusCode};
-use http_body_util::{BodyExt, Empty};
 
 use super::Proxy;
 use super::request_body::{ClientBody, WholeBody};
 use super::routing::Routing;
 use super::status::ProxyError;
 use crate::classify::{ClientVersion, RequestInfo};
-use crate::config::{BackendId, Guard, GuardAction, UnknownVersion};
-use crate::skew::{Loss, losses, restore};
-use crate::upstream::{Credential, EndpointPool, head, send};
+use crate::config::{BackendId, Guard, UnknownVersion};
+use crate::skew::losses;
+use crate::upstream::{Credential, EndpointPool};
+
+pub(crate) use body::Encoding;
+use body::{Sent, Unread};
+use decide::decide;
+use judge::{Judge, Outcome};
+use stored::read_stored;
 
 /// kube-apiserver's limit on a request body (3 MiB): larger updates are refused.
 pub(crate) const MAX_BODY: usize = 3 << 20;
@@ -63,50 +74,90 @@ pub(crate) async fn check(
     if newer.is_none() && level.is_none() {
         return Ok(None);
     }
+    let content_type = head.headers.get(header::CONTENT_TYPE);
+    let judge = Judge {
+        proxy,
+        guard,
+        update: &update,
+        encoding: Encoding::of(content_type),
+    };
     let whole = body.read_whole(MAX_BODY).await.map_err(|e| match e {
         WholeBody::TooLarge => ProxyError::BodyTooLarge { limit: MAX_BODY },
         WholeBody::Failed => ProxyError::ClientBody,
     })?;
     body.replace(whole.clone());
+    let media = content_type.and_then(|v| v.to_str().ok()).unwrap_or("");
+    let sent = match Sent::read(judge.encoding, &whole, media) {
+        Ok(sent) => sent,
+        Err(Unread::Malformed) => {
+            // The apiserver refuses it as it refuses it straight: nothing is stored.
+            judge.outcome(Outcome::Malformed);
+            return Ok(None);
+        }
+        Err(Unread::Cannot(why)) => return judge.fail(why),
+    };
     if let Some(newer) = newer {
-        let warning = down::check(proxy, routing, &update, newer, head, &whole, credential).await?;
+        let warning = down::check(&judge, routing, newer, head, &sent, credential).await?;
         if warning.is_some() {
             return Ok(warning);
         }
     }
     let Some(level) = level else {
+        judge.outcome(Outcome::NothingLost);
         return Ok(None);
     };
-    let fail = |why: String| fail(guard, why);
+    up(
+        &judge, routing, &level, head, body, sent, endpoint, credential,
+    )
+    .await
+}
+
+/// The up direction: an update judged as older than its serving backend (`level`).
+#[allow(clippy::too_many_arguments)]
+async fn up(
+    judge: &Judge<'_>,
+    routing: &Routing,
+    level: &Level,
+    head: &mut http::request::Parts,
+    body: &mut ClientBody,
+    sent: Sent,
+    endpoint: &Arc<EndpointPool>,
+    credential: Credential,
+) -> Result<Option<HeaderValue>, ProxyError> {
+    let (proxy, update) = (judge.proxy, judge.update);
+    let table = routing.table();
     let (serving, client) = {
         let serving_name = table.backend_name(update.backend);
         let client_name = table.backend_name(level.backend);
         let find = |b: &str| proxy.schemas.kind_fields(b, update.info);
         match (find(serving_name), find(client_name)) {
             (Some(s), Some(c)) => (s, c),
-            _ => return fail("the versions' schemas are not known yet".to_owned()),
+            _ => return judge.fail("the versions' schemas are not known yet".to_owned()),
         }
     };
-    let Ok(sent) = serde_json::from_slice::<serde_json::Value>(&whole) else {
-        // Not JSON (protobuf, YAML): nothing to compare with; the apiserver decides.
-        return Ok(None);
-    };
-    let stored = match read_stored(endpoint, credential, head, head.uri.clone()).await {
+    // Read as the body is: a protobuf body's fields are put back from the stored protobuf.
+    let as_protobuf = sent.encoding == Encoding::Protobuf;
+    let stored = match read_stored(endpoint, credential, head, head.uri.clone(), as_protobuf).await
+    {
         Ok(Some(stored)) => stored,
         // Nothing stored: nothing to lose.
-        Ok(None) => return Ok(None),
-        Err(why) => return fail(why),
+        Ok(None) => {
+            judge.outcome(Outcome::NothingLost);
+            return Ok(None);
+        }
+        Err(why) => return judge.fail(why),
     };
-    let mut lost = losses(&serving, &client, &stored, &sent);
+    let mut lost = losses(&serving, &client, &stored.view, &sent.view);
     let info = update.info;
     let resource = (&*info.api_group, &*info.api_version, &*info.resource);
     let has_status = routing.has_status(update.backend, resource) == Some(true);
     lost.retain(|l| taken_from_update(&l.path, &info.subresource, has_status));
     if lost.is_empty() {
+        judge.outcome(Outcome::NothingLost);
         return Ok(None);
     }
-    let who = Who::of(routing, &update, &level);
-    decide(proxy, guard, &update, &who, lost, sent, &stored, head, body)
+    let who = Who::of(routing, update, level);
+    decide(judge, &who, lost, sent, &stored, head, body)
 }
 
 /// Who an update is judged as, as said to a person.
@@ -202,144 +253,6 @@ fn taken_from_update(path: &str, subresource: &str, has_status: bool) -> bool {
         (true, "status") => in_status,
         _ => true,
     }
-}
-
-/// A guard that cannot check: `reject` and `preserve` fail closed (503), `warn` lets it pass.
-fn fail(guard: &Guard, why: String) -> Result<Option<HeaderValue>, ProxyError> {
-    match guard.action {
-        GuardAction::Warn => {
-            tracing::warn!(guard = %guard.name, %why, "cannot check a guarded update; sending it (warn fails open)");
-            Ok(None)
-        }
-        GuardAction::Reject | GuardAction::Preserve => Err(ProxyError::GuardCannotCheck {
-            guard: guard.name.clone(),
-            why,
-        }),
-    }
-}
-
-/// The object as stored, read at `uri` with the update's own credentials; `None` when there is none.
-async fn read_stored(
-    endpoint: &Arc<EndpointPool>,
-    credential: Credential,
-    update: &http::request::Parts,
-    uri: http::Uri,
-) -> Result<Option<serde_json::Value>, String> {
-    let mut get = Request::builder()
-        .method(Method::GET)
-        .uri(uri)
-        .body(())
-        .map_err(|e| e.to_string())?;
-    for (name, value) in &update.headers {
-        let body_header = matches!(
-            *name,
-            header::CONTENT_TYPE
-                | header::CONTENT_LENGTH
-                | header::TRANSFER_ENCODING
-                | header::EXPECT
-        );
-        if !body_header {
-            get.headers_mut().append(name.clone(), value.clone());
-        }
-    }
-    get.headers_mut()
-        .insert(header::ACCEPT, HeaderValue::from_static("application/json"));
-    let resp = send(
-        endpoint,
-        credential,
-        (head(get), Empty::<Bytes>::new()),
-        None,
-    )
-    .await
-    .map_err(|e| format!("reading the stored object: {e}"))?;
-    let code = resp.status();
-    let body = resp
-        .into_body()
-        .collect()
-        .await
-        .map_err(|e| format!("reading the stored object: {e}"))?
-        .to_bytes();
-    match code {
-        StatusCode::NOT_FOUND => Ok(None),
-        c if c.is_success() => serde_json::from_slice(&body)
-            .map(Some)
-            .map_err(|e| format!("the stored object is not JSON: {e}")),
-        c => Err(format!("reading the stored object answered {c}")),
-    }
-}
-
-/// Applies the guard's action to an update that would lose `lost`.
-#[allow(clippy::too_many_arguments)]
-fn decide(
-    proxy: &Proxy,
-    guard: &Guard,
-    update: &Update<'_>,
-    who: &Who,
-    lost: Vec<Loss>,
-    mut sent: serde_json::Value,
-    stored: &serde_json::Value,
-    head: &mut http::request::Parts,
-    body: &mut ClientBody,
-) -> Result<Option<HeaderValue>, ProxyError> {
-    let paths: Vec<String> = lost.iter().map(|l| l.path.clone()).collect();
-    count(proxy, guard, update, &who.phrase, &paths);
-    match guard.action {
-        GuardAction::Reject => Err(ProxyError::GuardRejected {
-            guard: guard.name.clone(),
-            client: who.phrase.clone(),
-            knower: who.knower.clone(),
-            fields: lost.iter().map(|l| (l.path.clone(), l.why)).collect(),
-        }),
-        GuardAction::Warn => Ok(warning(&format!(
-            "skewgate guard {:?}: this update from {} drops {} that the stored object has",
-            guard.name,
-            who.phrase,
-            paths.join(", ")
-        ))),
-        GuardAction::Preserve => {
-            restore(&mut sent, stored, &lost);
-            let bytes = serde_json::to_vec(&sent).map_err(|_| ProxyError::ClientBody)?;
-            head.headers.remove(header::CONTENT_LENGTH);
-            body.replace(Bytes::from(bytes));
-            Ok(warning(&format!(
-                "skewgate guard {:?}: kept {} of the stored object, which {} does not know",
-                guard.name,
-                paths.join(", "),
-                who.knower
-            )))
-        }
-    }
-}
-
-/// Counts and logs a guarded update that would lose `paths`.
-fn count(proxy: &Proxy, guard: &Guard, update: &Update<'_>, who: &str, paths: &[String]) {
-    let resource = update.info.resource.to_string();
-    proxy
-        .metrics
-        .guarded_updates
-        .with_label_values(&[
-            guard.name.as_str(),
-            guard.action.as_str(),
-            resource.as_str(),
-        ])
-        .inc();
-    tracing::info!(guard = %guard.name, action = guard.action.as_str(), %resource, name = %update.info.name, client = %who, fields = ?paths, "guarded update");
-    let decision = crate::proxy::recent::Guarded {
-        guard: guard.name.clone(),
-        action: guard.action.as_str(),
-        namespace: update.info.namespace.to_string(),
-        name: update.info.name.to_string(),
-        resource,
-        against: who.to_owned(),
-        fields: paths.to_vec(),
-    };
-    proxy.recent.guarded(proxy.settings.clock.now(), decision);
-}
-
-/// A `Warning: 299 - "..."` value (what kubectl prints).
-fn warning(text: &str) -> Option<HeaderValue> {
-    let text = text.replace(['"', '\\'], "'");
-    HeaderValue::from_str(&format!("299 - \"{text}\"")).ok()
 }
 
 #[cfg(test)]
