@@ -11,6 +11,7 @@
 //! |---|---|
 //! | `real/clients.rs` | certificate, token and anonymous clients reach each version as themselves; discovery lists a kind only the new version adds to a shared group/version |
 //! | `real/fields.rs` | `skew` reports no false difference and finds the real one; the guard on a pod's status and main object; a pin keeps the field a status write through the old version wipes |
+//! | `real/protobuf.rs` | skewgate reads the apiserver's protobuf as its JSON; the guard judges v1.35's protobuf encoding of a pod's status as its JSON (reject, preserve, warn; kubelet and controller-manager clients), in both directions, and passes one with nothing to lose; a real v1.35 kube-controller-manager scales a Deployment through guards on all it updates |
 //! | `real/moves.rs` | a pin moved by `flipAt` under 32 writers: every write 200, no overlap in the audit logs |
 //! | `real/fleet.rs` | two replicas as a fleet, one with its route file 5 s late: the move waits for it, every write 200, no overlap in the audit logs |
 //! | `real/cluster.rs` | the endpoints reconciler under deploy/'s RBAC; readiness while the old apiserver stops and returns; `User-Agent: skewgate/<version>` on its own requests |
@@ -32,6 +33,8 @@ mod harness;
 mod moves;
 #[path = "common/process.rs"]
 mod process;
+#[path = "real/protobuf.rs"]
+mod protobuf;
 
 use harness::{missing, start_pair};
 
@@ -70,6 +73,17 @@ fn skewgate_in_front_of_real_apiservers_of_two_versions() {
         fields::the_guard_judges_a_pod_as_the_apiserver_takes_it(&pair, &field);
         fields::a_pin_keeps_what_the_old_version_would_wipe(&pair);
         fields::the_guard_refuses_an_update_through_the_older_version_that_drops_a_field(&pair);
+    }
+    if wanted("protobuf") {
+        protobuf::skewgate_reads_protobuf_as_the_apiserver_writes_json(&pair);
+        if pair.minor("new") == "v1.36" && pair.minor("old") == "v1.35" {
+            protobuf::the_guard_judges_a_v1_35_protobuf_update_as_its_json(&pair);
+            protobuf::a_protobuf_update_with_nothing_to_lose_passes_as_it_came(&pair);
+            protobuf::the_guard_refuses_a_newer_protobuf_update_the_older_version_would_strip(
+                &pair,
+            );
+        }
+        protobuf::a_real_old_controller_manager_scales_a_deployment_through_the_guard(&pair);
     }
     if wanted("moves") {
         moves::a_pin_moved_by_flip_at_answers_every_write_in_flight(&pair);

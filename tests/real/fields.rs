@@ -252,7 +252,7 @@ pub fn the_guard_refuses_an_update_through_the_older_version_that_drops_a_field(
 }
 
 /// Waits until the gate has read both versions' OpenAPI (with discovery).
-fn schemas_known(gate: &crate::process::Serving) {
+pub fn schemas_known(gate: &crate::process::Serving) {
     let skew = format!("http://{}/debug/skew", gate.admin);
     let known = (0..300).any(|_| {
         let read = Command::new("curl").args(["-s", &skew]).output();
@@ -273,7 +273,7 @@ fn schemas_known(gate: &crate::process::Serving) {
 
 /// Pod `name`, created straight on the new version, with the status a new kubelet writes: its
 /// container's `allocatedResourcesStatus` (only 1.36 stores its `message`; 1.35 drops it whole).
-fn healthy_pod_on_new(pair: &Pair, beside: &Path, name: &str) {
+pub fn healthy_pod_on_new(pair: &Pair, beside: &Path, name: &str) {
     let pod = beside.with_file_name("pod.yaml");
     std::fs::write(&pod, pod_yaml(name)).expect("pod");
     let (ok, text) = direct(pair, "new", &["apply", "-f", &pod.to_string_lossy()]);

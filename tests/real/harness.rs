@@ -65,7 +65,19 @@ pub fn missing() -> Option<String> {
     if !Path::new(&assets).is_dir() {
         return Some(format!("SKEWGATE_APISERVER_ASSETS={assets} is no folder"));
     }
-    for tool in ["etcd", "unshare", "openssl", "xz", "curl", "kubectl"] {
+    // etcd from the assets (the shared envtest's etcd-v3.6.13.xz), else on PATH.
+    let etcd_in_assets = std::fs::read_dir(&assets).is_ok_and(|entries| {
+        entries.flatten().any(|e| {
+            let name = e.file_name();
+            let name = name.to_string_lossy();
+            name.starts_with("etcd-v") && name.ends_with(".xz")
+        })
+    });
+    let tools = ["etcd", "unshare", "openssl", "xz", "curl", "kubectl"];
+    for tool in tools
+        .into_iter()
+        .filter(|t| *t != "etcd" || !etcd_in_assets)
+    {
         let found = Command::new("sh")
             .args(["-c", &format!("command -v {tool}")])
             .output()
@@ -121,7 +133,38 @@ impl Pair {
         }
     }
 
-    /// Stops the `new` or `old` apiserver (SIGTERM) and waits until it has exited.
+    /// `pair.sh run`: starts a real `component` of `version` (`v1.35.6`) against `server` as
+    /// `name`, if the assets have it; `Err` says why not.
+    pub fn run(
+        &self,
+        component: &str,
+        version: &str,
+        server: &str,
+        name: &str,
+    ) -> Result<(), String> {
+        let out = Command::new("bash")
+            .arg(&self.script)
+            .args(["run"])
+            .arg(&self.dir)
+            .args([component, version, server])
+            .envs(self.up_env.iter().map(|(k, v)| (k, v)))
+            .env("NAME", name)
+            .output()
+            .map_err(|e| e.to_string())?;
+        if out.status.success() {
+            Ok(())
+        } else {
+            Err(String::from_utf8_lossy(&out.stderr).into_owned())
+        }
+    }
+
+    /// The log of a component started by [`Pair::run`].
+    pub fn log(&self, name: &str) -> String {
+        std::fs::read_to_string(self.dir.join(format!("logs/{name}.log"))).unwrap_or_default()
+    }
+
+    /// Stops the `new` or `old` apiserver, or a component started by [`Pair::run`] by its name
+    /// (SIGTERM), and waits until it has exited.
     pub fn stop(&self, role: &str) {
         let pid = self.dir.join(format!("run/{role}.pid"));
         let pid = std::fs::read_to_string(&pid).expect("pid file");
@@ -140,6 +183,18 @@ impl Pair {
             std::thread::sleep(std::time::Duration::from_millis(100));
         }
         panic!("{role} did not exit");
+    }
+
+    /// Whether `component-version.xz` is in the assets.
+    pub fn has(&self, component: &str, version: &str) -> bool {
+        self.up_env
+            .iter()
+            .find(|(k, _)| k == "ASSETS")
+            .is_some_and(|(_, dir)| {
+                Path::new(dir)
+                    .join(format!("{component}-{version}.xz"))
+                    .is_file()
+            })
     }
 
     /// The `new` or `old` apiserver's audit events so far (one JSON object a line).
@@ -226,6 +281,29 @@ pub fn kubectl(kubeconfig: &Path, args: &[&str]) -> (bool, String) {
     let text =
         String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
     (out.status.success(), text)
+}
+
+/// curl with the admin certificate: the status code, the answer's headers and its bytes.
+pub fn curl_bytes(pair: &Pair, args: &[&str]) -> (u16, String, Vec<u8>) {
+    let dir = temp_dir("curl");
+    let (body, headers) = (dir.join("body"), dir.join("headers"));
+    let out = Command::new("curl")
+        .args(["-sk", "--cert", &pair.pki("admin.crt")])
+        .args(["--key", &pair.pki("admin.key")])
+        .arg("-o")
+        .arg(&body)
+        .arg("-D")
+        .arg(&headers)
+        .args(["-w", "%{http_code}"])
+        .args(args)
+        .output()
+        .expect("curl runs");
+    let code = String::from_utf8_lossy(&out.stdout)
+        .trim()
+        .parse()
+        .unwrap_or(0);
+    let headers = std::fs::read_to_string(&headers).unwrap_or_default();
+    (code, headers, std::fs::read(&body).unwrap_or_default())
 }
 
 /// curl with the admin certificate: the status code, and the body.

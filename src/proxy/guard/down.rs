@@ -69,7 +69,16 @@ pub(super) async fn check(
         guard: guard.name.clone(),
         why: e.to_string(),
     })?;
-    let stored = match read_stored(endpoint, credential, head, uri, false).await {
+    let stored = match read_stored(
+        endpoint,
+        credential,
+        head,
+        &uri,
+        &update.info.subresource,
+        false,
+    )
+    .await
+    {
         Ok(stored) => stored.map_or(Value::Null, |s| s.view),
         Err(why) => return fail(why),
     };

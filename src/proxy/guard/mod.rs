@@ -137,7 +137,15 @@ async fn up(
     };
     // Read as the body is: a protobuf body's fields are put back from the stored protobuf.
     let as_protobuf = sent.encoding == Encoding::Protobuf;
-    let stored = match read_stored(endpoint, credential, head, head.uri.clone(), as_protobuf).await
+    let stored = match read_stored(
+        endpoint,
+        credential,
+        head,
+        &head.uri,
+        &update.info.subresource,
+        as_protobuf,
+    )
+    .await
     {
         Ok(Some(stored)) => stored,
         // Nothing stored: nothing to lose.

@@ -1,0 +1,432 @@
+//! Protobuf bodies, as kubelets and the control plane's components send them: skewgate's view of
+//! what the real apiserver encodes is the JSON it writes; the guard judges a real v1.35 encoding
+//! of a pod's status as it judges its JSON, in both directions; a real kube-controller-manager
+//! of the old version scales a Deployment through guards on everything it updates.
+
+use std::path::Path;
+
+use serde_json::Value;
+
+use crate::fields::{healthy_pod_on_new, schemas_known};
+use crate::harness::{Pair, admin_get, curl, curl_bytes, direct, gate, within};
+
+const PROTOBUF: &str = "application/vnd.kubernetes.protobuf";
+const FIELD: &str = "allocatedResourcesStatus";
+
+/// Every object of these lists, read from the new apiserver as protobuf, reads in skewgate as the
+/// JSON the apiserver writes for it (zero values aside, which Go's JSON writes for fields without
+/// omitempty and which the apiserver cannot tell from absent ones). Catches a Go embedded struct
+/// (`json:",inline"`) a new release adds, which the `.proto` files do not mark.
+pub fn skewgate_reads_protobuf_as_the_apiserver_writes_json(pair: &Pair) {
+    let (ok, out) = direct(
+        pair,
+        "new",
+        &["create", "deployment", "pb-view", "--image=busybox"],
+    );
+    assert!(ok, "{out}");
+    let lists = [
+        "api/v1/pods",
+        "api/v1/namespaces",
+        "api/v1/serviceaccounts",
+        "api/v1/configmaps",
+        "api/v1/services",
+        "apis/apps/v1/deployments",
+        "apis/rbac.authorization.k8s.io/v1/clusterroles",
+        "apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
+        "apis/flowcontrol.apiserver.k8s.io/v1/flowschemas",
+        "apis/flowcontrol.apiserver.k8s.io/v1/prioritylevelconfigurations",
+        "apis/scheduling.k8s.io/v1/priorityclasses",
+        "apis/coordination.k8s.io/v1/leases",
+        "apis/events.k8s.io/v1/events",
+    ];
+    let mut objects = 0;
+    for list in lists {
+        let url = format!("{}/{list}", pair.var("NEW_URL"));
+        let (code, _, pb) = curl_bytes(pair, &["-H", &format!("accept: {PROTOBUF}"), &url]);
+        assert_eq!(code, 200, "{list}");
+        let (code, json) = curl(pair, &["-H", "accept: application/json", &url]);
+        assert_eq!(code, 200, "{list}");
+        let json: Value = serde_json::from_str(&json).expect("JSON");
+        let view = skewgate::protobuf::decode_to_json(&pb).expect("decodes");
+        let mut differences = Vec::new();
+        diff(&normal(&json), &normal(&view), list, &mut differences);
+        assert!(differences.is_empty(), "{list}: {differences:#?}");
+        objects += json["items"].as_array().map_or(0, Vec::len);
+    }
+    println!(
+        "protobuf view: {objects} objects of {} lists read as their JSON",
+        lists.len()
+    );
+}
+
+/// JSON without the values Go's protobuf and JSON encoders may disagree on writing: zeros, empty
+/// lists, nulls; `apiVersion` and `kind` (the envelope's, in protobuf).
+fn normal(v: &Value) -> Value {
+    fn zero(v: &Value) -> bool {
+        match v {
+            Value::Null | Value::Bool(false) => true,
+            Value::Number(n) => n.as_f64() == Some(0.0),
+            Value::String(s) => s.is_empty(),
+            Value::Array(a) => a.is_empty(),
+            _ => false,
+        }
+    }
+    match v {
+        Value::Array(a) => Value::Array(a.iter().map(normal).collect()),
+        Value::Object(m) => Value::Object(
+            m.iter()
+                .filter(|(k, v)| *k != "apiVersion" && *k != "kind" && !zero(v))
+                .map(|(k, v)| (k.clone(), normal(v)))
+                .collect(),
+        ),
+        other => other.clone(),
+    }
+}
+
+fn diff(json: &Value, view: &Value, at: &str, out: &mut Vec<String>) {
+    match (json, view) {
+        (Value::Object(a), Value::Object(b)) => {
+            for key in a.keys().chain(b.keys().filter(|k| !a.contains_key(*k))) {
+                match (a.get(key), b.get(key)) {
+                    (Some(x), Some(y)) => diff(x, y, &format!("{at}.{key}"), out),
+                    (x, y) => out.push(format!("{at}.{key}: JSON {x:?}, view {y:?}")),
+                }
+            }
+        }
+        (Value::Array(a), Value::Array(b)) if a.len() == b.len() => {
+            for (i, (x, y)) in a.iter().zip(b).enumerate() {
+                diff(x, y, &format!("{at}[{i}]"), out);
+            }
+        }
+        (a, b) if a != b => out.push(format!("{at}: JSON {a}, view {b}")),
+        _ => {}
+    }
+}
+
+/// A PUT of `body` (`content_type`) to `url` by `agent`, asking for answers in the same encoding:
+/// the code, the answer's headers and its body.
+fn put(
+    pair: &Pair,
+    url: &str,
+    agent: &str,
+    content_type: &str,
+    body: &[u8],
+) -> (u16, String, Vec<u8>) {
+    let file = crate::common::temp_dir("put").join("body");
+    std::fs::write(&file, body).expect("body");
+    let data = format!("@{}", file.display());
+    let accept = format!("accept: {content_type}");
+    let (agent, content_type) = (
+        format!("user-agent: {agent}"),
+        format!("content-type: {content_type}"),
+    );
+    curl_bytes(
+        pair,
+        &[
+            "-X",
+            "PUT",
+            "-H",
+            &agent,
+            "-H",
+            &content_type,
+            "-H",
+            &accept,
+            "--data-binary",
+            &data,
+            url,
+        ],
+    )
+}
+
+/// A pod as `role`'s apiserver encodes it, in `content_type`.
+fn read(pair: &Pair, role: &str, name: &str, content_type: &str) -> Vec<u8> {
+    let url = format!(
+        "{}/api/v1/namespaces/default/pods/{name}",
+        pair.var(if role == "new" { "NEW_URL" } else { "OLD_URL" })
+    );
+    let (code, _, body) = curl_bytes(pair, &["-H", &format!("accept: {content_type}"), &url]);
+    assert_eq!(code, 200, "{}", String::from_utf8_lossy(&body));
+    body
+}
+
+/// The pod's `message` under `allocatedResourcesStatus`, as stored (read from the new version).
+fn stored_message(pair: &Pair, name: &str) -> Value {
+    let (ok, text) = direct(pair, "new", &["get", "pod", name, "-o", "json"]);
+    assert!(ok, "{text}");
+    let pod: Value = serde_json::from_str(&text).expect("pod JSON");
+    pod["status"]["containerStatuses"][0][FIELD][0]["resources"][0]["message"].clone()
+}
+
+fn metric(text: &str, name: &str) -> f64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.trim().parse().ok())
+        .unwrap_or(0.0)
+}
+
+/// The up direction: a pod's status written by a new kubelet holds a field only 1.36 knows; the
+/// same pod as the real v1.35 encodes it (read through the old apiserver, which drops the
+/// field), PUT to `/status` through skewgate by a kubelet-like and a controller-manager-like
+/// client of v1.35, in protobuf and in JSON: rejected naming the field, preserved (the stored
+/// object keeps it, the answer in the protobuf the client asked for), or sent with a warning.
+pub fn the_guard_judges_a_v1_35_protobuf_update_as_its_json(pair: &Pair) {
+    let old = pair.var("OLD_VERSION").to_owned();
+    let agents = [
+        format!("kubelet/{old} (linux/amd64) kubernetes/abc1234"),
+        format!(
+            "kube-controller-manager/{old} (linux/amd64) kubernetes/abc1234/generic-garbage-collector"
+        ),
+    ];
+    // Without a controller-manager, a pod's ServiceAccount is made by hand.
+    let _ = direct(pair, "new", &["create", "serviceaccount", "default"]);
+    for action in ["reject", "preserve", "warn"] {
+        let routes = format!(
+            "writes:\n  default: new\nreads:\n  default: new\nguards:\n  - name: olds\n    match: {{resources: [pods, pods/status]}}\n    action: {action}\n"
+        );
+        let (gate, file) = gate(pair, &routes);
+        schemas_known(&gate);
+        let cases = [
+            (&agents[0], PROTOBUF),
+            (&agents[1], PROTOBUF),
+            (&agents[0], "application/json"),
+        ];
+        for (n, (agent, content_type)) in cases.into_iter().enumerate() {
+            let name = format!("pb-{action}-{n}");
+            healthy_pod_on_new(pair, &file, &name);
+            let body = read(pair, "old", &name, content_type);
+            let url = format!(
+                "https://{}/api/v1/namespaces/default/pods/{name}/status",
+                gate.addr
+            );
+            let (code, headers, answer) = put(pair, &url, agent, content_type, &body);
+            let said = format!(
+                "{action} {content_type} by {agent}: {code} {headers}{}",
+                String::from_utf8_lossy(&answer)
+            );
+            let warned = headers.to_ascii_lowercase().contains("\nwarning: 299");
+            match action {
+                "reject" => {
+                    assert_eq!(code, 422, "{said}");
+                    assert!(String::from_utf8_lossy(&answer).contains(FIELD), "{said}");
+                    assert_eq!(stored_message(pair, &name), "ok", "{said}");
+                }
+                "preserve" => {
+                    assert_eq!(code, 200, "{said}");
+                    assert!(warned, "{said}");
+                    assert_eq!(stored_message(pair, &name), "ok", "kept: {said}");
+                    let answered = headers.to_ascii_lowercase();
+                    let wanted = if content_type == PROTOBUF {
+                        PROTOBUF
+                    } else {
+                        "application/json"
+                    };
+                    assert!(
+                        answered.contains(&format!("content-type: {wanted}")),
+                        "{said}"
+                    );
+                }
+                _ => {
+                    assert_eq!(code, 200, "{said}");
+                    assert!(warned && headers.contains(FIELD), "{said}");
+                    assert_eq!(
+                        stored_message(pair, &name),
+                        Value::Null,
+                        "dropped, as warned: {said}"
+                    );
+                }
+            }
+        }
+        let (_, recent) = admin_get(&gate, "/debug/recent");
+        let recent: Value = serde_json::from_str(&recent).expect("recent JSON");
+        let encodings: Vec<&str> = recent["guards"]["recent"]
+            .as_array()
+            .map(|d| d.iter().filter_map(|d| d["encoding"].as_str()).collect())
+            .unwrap_or_default();
+        assert_eq!(encodings, ["json", "protobuf", "protobuf"], "{recent}");
+        let (_, m) = admin_get(&gate, "/metrics");
+        let lost = |e: &str| {
+            metric(
+                &m,
+                &format!(
+                    "skewgate_guard_checks_total{{encoding=\"{e}\",guard=\"olds\",outcome=\"lost\"}}"
+                ),
+            )
+        };
+        assert_eq!((lost("protobuf"), lost("json")), (2.0, 1.0), "{action}");
+    }
+}
+
+/// A protobuf update with nothing to lose: a pod without the field, as v1.35 encodes it, PUT
+/// through skewgate by a v1.35 kubelet under a rejecting guard, passes as it came: judged, no
+/// warning, and a no-op for the apiserver (its resourceVersion does not move, as it would for any
+/// change of the body).
+pub fn a_protobuf_update_with_nothing_to_lose_passes_as_it_came(pair: &Pair) {
+    let routes = "writes:\n  default: new\nreads:\n  default: new\nguards:\n  - name: olds\n    match: {resources: [pods, pods/status]}\n";
+    let (gate, file) = gate(pair, routes);
+    schemas_known(&gate);
+    let pod = file.with_file_name("plain.yaml");
+    let yaml = "apiVersion: v1\nkind: Pod\nmetadata: {name: pb-plain, namespace: default}\nspec:\n  schedulingGates: [{name: example.com/hold}]\n  containers: [{name: c, image: busybox}]\n";
+    std::fs::write(&pod, yaml).expect("pod");
+    let _ = direct(pair, "new", &["create", "serviceaccount", "default"]);
+    let (ok, text) = direct(pair, "new", &["apply", "-f", &pod.to_string_lossy()]);
+    assert!(ok, "{text}");
+    let version = |pair: &Pair| {
+        let (_, v) = direct(
+            pair,
+            "new",
+            &[
+                "get",
+                "pod",
+                "pb-plain",
+                "-o",
+                "jsonpath={.metadata.resourceVersion}",
+            ],
+        );
+        v
+    };
+    let before = version(pair);
+    let body = read(pair, "old", "pb-plain", PROTOBUF);
+    let url = format!(
+        "https://{}/api/v1/namespaces/default/pods/pb-plain/status",
+        gate.addr
+    );
+    let agent = format!(
+        "kubelet/{} (linux/amd64) kubernetes/abc1234",
+        pair.var("OLD_VERSION")
+    );
+    let (code, headers, answer) = put(pair, &url, &agent, PROTOBUF, &body);
+    assert_eq!(code, 200, "{headers}{}", String::from_utf8_lossy(&answer));
+    assert!(
+        !headers.to_ascii_lowercase().contains("\nwarning:"),
+        "{headers}"
+    );
+    assert_eq!(
+        version(pair),
+        before,
+        "a no-op: the bytes the apiserver got are what it stores"
+    );
+    let (_, m) = admin_get(&gate, "/metrics");
+    let judged = "skewgate_guard_checks_total{encoding=\"protobuf\",guard=\"olds\",outcome=\"nothing_lost\"}";
+    assert_eq!(metric(&m, judged), 1.0, "{m}");
+}
+
+/// The down direction: writes through the old version, the pod read (by a v1.36 kubelet) from
+/// the new one in protobuf, with the field the old version cannot store: rejected naming it, or
+/// sent with a warning.
+pub fn the_guard_refuses_a_newer_protobuf_update_the_older_version_would_strip(pair: &Pair) {
+    let agent = format!(
+        "kubelet/{} (linux/amd64) kubernetes/abc1234",
+        pair.var("NEW_VERSION")
+    );
+    for (action, code) in [("reject", 422), ("warn", 200)] {
+        let routes = format!(
+            "writes:\n  default: old\nreads:\n  default: new\nguards:\n  - name: down\n    match: {{resources: [pods, pods/status]}}\n    action: {action}\n"
+        );
+        let (gate, file) = gate(pair, &routes);
+        schemas_known(&gate);
+        let name = format!("pb-down-{action}");
+        healthy_pod_on_new(pair, &file, &name);
+        let body = read(pair, "new", &name, PROTOBUF);
+        let url = format!(
+            "https://{}/api/v1/namespaces/default/pods/{name}/status",
+            gate.addr
+        );
+        let (got, headers, answer) = put(pair, &url, &agent, PROTOBUF, &body);
+        let said = format!(
+            "{action}: {got} {headers}{}",
+            String::from_utf8_lossy(&answer)
+        );
+        assert_eq!(got, code, "{said}");
+        let named = if action == "reject" {
+            String::from_utf8_lossy(&answer).into_owned()
+        } else {
+            headers
+        };
+        assert!(named.contains(FIELD), "{said}");
+        let (_, recent) = admin_get(&gate, "/debug/recent");
+        let recent: Value = serde_json::from_str(&recent).expect("recent JSON");
+        assert_eq!(
+            recent["guards"]["recent"][0]["encoding"], "protobuf",
+            "{recent}"
+        );
+    }
+}
+
+/// A real kube-controller-manager of the old version, through skewgate with a rejecting guard on
+/// everything it updates (Deployments, ReplicaSets, Pods and their status), scales a Deployment
+/// up and down: its protobuf updates are judged, and none is refused.
+pub fn a_real_old_controller_manager_scales_a_deployment_through_the_guard(pair: &Pair) {
+    let old = pair.var("OLD_VERSION").to_owned();
+    if !pair.has("kube-controller-manager", &old) {
+        println!("SKIPPED (controller-manager): no kube-controller-manager-{old}.xz in the assets");
+        return;
+    }
+    let routes = "writes:\n  default: new\nreads:\n  default: new\nguards:\n  - name: kcm\n    match: {resources: [deployments.apps, replicasets.apps, pods]}\n    action: reject\n";
+    let (gate, file) = gate(pair, routes);
+    schemas_known(&gate);
+    let name = "kcm-through-skewgate";
+    let server = format!("https://{}", gate.addr);
+    pair.run("kube-controller-manager", &old, &server, name)
+        .unwrap_or_else(|e| panic!("the controller-manager did not start: {e}"));
+    let kc = file.with_file_name("kubeconfig");
+    let kubectl = |args: &[&str]| crate::harness::kubectl(Path::new(&kc), args);
+    let (ok, out) = kubectl(&["create", "namespace", "kcm"]);
+    assert!(ok, "{out}");
+    let (ok, out) = kubectl(&[
+        "-n",
+        "kcm",
+        "create",
+        "deployment",
+        "web",
+        "--image=busybox",
+        "--replicas=1",
+    ]);
+    assert!(ok, "{out}");
+    for replicas in [3, 2] {
+        let (ok, out) = kubectl(&[
+            "-n",
+            "kcm",
+            "scale",
+            "deployment",
+            "web",
+            &format!("--replicas={replicas}"),
+        ]);
+        assert!(ok, "{out}");
+        let settled = within(120, || {
+            let (_, text) = kubectl(&["-n", "kcm", "get", "deployment", "web", "-o", "json"]);
+            let d: Value = serde_json::from_str(&text).unwrap_or_default();
+            let status = &d["status"];
+            status["observedGeneration"] == d["metadata"]["generation"]
+                && status["replicas"] == replicas
+                && status["updatedReplicas"] == replicas
+        });
+        let (_, pods) = kubectl(&["-n", "kcm", "get", "pods", "--no-headers"]);
+        assert!(
+            settled,
+            "the Deployment did not settle at {replicas}:\n{pods}\n{}",
+            tail(&pair.log(name))
+        );
+    }
+    let (_, m) = admin_get(&gate, "/metrics");
+    let checks = |encoding: &str, outcome: &str| {
+        metric(
+            &m,
+            &format!(
+                "skewgate_guard_checks_total{{encoding=\"{encoding}\",guard=\"kcm\",outcome=\"{outcome}\"}}"
+            ),
+        )
+    };
+    let judged = checks("protobuf", "nothing_lost");
+    println!("controller-manager {old}: {judged} protobuf updates judged, none refused");
+    assert!(judged >= 4.0, "its protobuf updates were judged: {m}");
+    for encoding in ["protobuf", "json", "yaml"] {
+        for outcome in ["lost", "cannot_check"] {
+            assert_eq!(checks(encoding, outcome), 0.0, "{encoding} {outcome}: {m}");
+        }
+    }
+    pair.stop(name);
+}
+
+fn tail(log: &str) -> String {
+    let lines: Vec<&str> = log.lines().collect();
+    lines[lines.len().saturating_sub(30)..].join("\n")
+}
