@@ -480,3 +480,47 @@ fn explain_says_how_the_guard_judges_an_update_in_both_directions() {
         "{said}"
     );
 }
+
+/// `explain` says how a guard reads the body it would judge: by its `--content-type`, protobuf
+/// with the schema compiled in; a type it does not read goes by the guard's failure rule.
+#[test]
+fn explain_says_which_encoding_the_guard_would_judge() {
+    let explain = |content_type: &str, output: &str| {
+        let out = skewgate(&[
+            "explain",
+            "--routes",
+            "routes/demo.yaml",
+            "--user-agent",
+            "kubelet/v1.29.4",
+            "--content-type",
+            content_type,
+            "-o",
+            output,
+            "PUT",
+            "/api/v1/namespaces/team-a/configmaps/settings",
+        ]);
+        assert!(out.status.success());
+        text(&out.stdout)
+    };
+    let said = explain("application/json", "text");
+    assert!(said.contains("body:         judged as JSON"), "{said}");
+    let said = explain("application/vnd.kubernetes.protobuf", "text");
+    assert!(
+        said.contains("body:         judged as protobuf, read with skewgate's Kubernetes v1."),
+        "{said}"
+    );
+    let said = explain("application/cbor", "json");
+    let v: serde_json::Value = serde_json::from_str(&said).expect("JSON");
+    let body = &v["guard"]["body"];
+    assert_eq!(
+        (&body["encoding"], &body["judged"]),
+        (&"unknown".into(), &false.into()),
+        "{said}"
+    );
+    assert!(
+        body["why"]
+            .as_str()
+            .is_some_and(|w| w.contains("failure rule")),
+        "{said}"
+    );
+}

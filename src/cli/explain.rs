@@ -8,6 +8,7 @@ use serde_json::json;
 
 use skewgate::classify::{Client, RequestInfo, classify};
 use skewgate::config::{self, Guard, Percent, PinReads, RouteTable, StickyBy, UnknownVersion};
+use skewgate::proxy::GuardEncoding;
 use skewgate::steer::{Decision, Judged, Quiet, Reason, Rule, SteerRequest, Steering, mismatch};
 
 use super::{ExplainArgs, Output};
@@ -48,7 +49,7 @@ pub fn explain(args: &ExplainArgs) -> Result<()> {
             print_text(&info, &client, &decision, table, &req);
             print_steps(&rules);
             print_rollout(&decision, table, &req, now);
-            print_guard(&guard);
+            print_guard(&guard, &args.content_type);
         }
         Output::Json | Output::Yaml => {
             let mut value = explain_json(&info, &client, &decision, table, &args.user, &groups);
@@ -71,6 +72,7 @@ pub fn explain(args: &ExplainArgs) -> Result<()> {
                     "unknownVersion": match g.unknown_version { UnknownVersion::Guard => "guard", UnknownVersion::Pass => "pass" },
                     "down": j.down,
                     "up": j.up,
+                    "body": body_json(&args.content_type),
                 })
             });
             match args.output {
@@ -275,7 +277,7 @@ fn print_text(
 }
 
 /// The update guard that applies, and how it judges this update.
-fn print_guard(guard: &Option<(&Guard, Judged)>) {
+fn print_guard(guard: &Option<(&Guard, Judged)>, content_type: &str) {
     let Some((g, j)) = guard else {
         return;
     };
@@ -284,6 +286,34 @@ fn print_guard(guard: &Option<(&Guard, Judged)>) {
     println!("  action:       {}", g.action.as_str());
     println!("  down:         {}", j.down);
     println!("  up:           {}", j.up);
+    println!("  body:         {}", body_read(content_type));
+}
+
+/// How the guard reads a body of `content_type`, as said to a person.
+fn body_read(content_type: &str) -> String {
+    match GuardEncoding::of_media(content_type) {
+        GuardEncoding::Json => "judged as JSON".to_owned(),
+        GuardEncoding::Yaml => {
+            "judged as YAML, as the JSON it stands for (preserve sends that JSON)".to_owned()
+        }
+        GuardEncoding::Protobuf => format!(
+            "judged as protobuf, read with skewgate's Kubernetes {} schema (preserve writes it back in protobuf)",
+            skewgate::protobuf::KUBERNETES
+        ),
+        GuardEncoding::Unknown => format!(
+            "{content_type:?} is not read: the guard's failure rule decides (reject and preserve answer 503, warn sends it)"
+        ),
+    }
+}
+
+fn body_json(content_type: &str) -> serde_json::Value {
+    let encoding = GuardEncoding::of_media(content_type);
+    json!({
+        "contentType": content_type,
+        "encoding": encoding.as_str(),
+        "judged": encoding != GuardEncoding::Unknown,
+        "why": body_read(content_type),
+    })
 }
 
 fn explain_json(

@@ -289,6 +289,10 @@ pub struct ExplainArgs {
     /// The moment to decide at (RFC 3339, UTC), for schedules; default now.
     #[arg(long)]
     pub at: Option<String>,
+    /// The body's Content-Type, for how a guard reads it (kubelets and the control plane send
+    /// application/vnd.kubernetes.protobuf).
+    #[arg(long, default_value = "application/json")]
+    pub content_type: String,
     /// Output format.
     #[arg(short = 'o', long, value_enum, default_value_t = Output::Text)]
     pub output: Output,

@@ -8,6 +8,8 @@
 //! an unknown field and re-encoded as it came, and [`Body::unknown_field`] says where one is.
 
 mod from_json;
+#[cfg(any(test, feature = "fuzzing"))]
+pub(crate) mod fuzzing;
 mod restore;
 mod view;
 

@@ -33,6 +33,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use tokio_util::sync::CancellationToken;
 
+/// How a guarded update's body is encoded (for `skewgate explain`).
+pub use guard::Encoding as GuardEncoding;
 pub(crate) use routing::Routing;
 
 use crate::config::{ConfigErrors, RouteTable};

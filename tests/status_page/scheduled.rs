@@ -159,7 +159,7 @@ async fn an_error_skewgate_answered_shows(page: &mut Browser, gate: &Gate) {
 }
 
 /// An update through 1.29 of a configmap 1.30 stored with its field `policy`: refused, and the page
-/// names the object and the field, and counts it in the hour.
+/// names the object, the field and the body's encoding, and counts it in the hour and by encoding.
 async fn a_guards_refusal_shows(page: &mut Browser, (sims, gate): (&Sims, &Gate)) {
     let cm = serde_json::json!({"metadata": {"name": "cm"}, "data": {"a": "1"}, "policy": "keep"});
     let url = format!("{}/api/v1/namespaces/default/configmaps", sims.new.url());
@@ -172,9 +172,13 @@ async fn a_guards_refusal_shows(page: &mut Browser, (sims, gate): (&Sims, &Gate)
         .shows("#guarded", "skew\treject\tconfigmaps default/cm\t", SOON)
         .await;
     assert!(guarded.is_some(), "{}", page.text("#guarded").await);
-    assert!(page.text("#guarded").await.contains("\tpolicy"));
+    assert!(page.text("#guarded").await.contains("\tpolicy\tjson"));
     let hour = page.text("#guard-hour").await;
     assert!(hour.contains("1 rejected, 0 warned, 0 preserved"), "{hour}");
+    let counted = page
+        .shows("#guards", "skew\treject\tconfigmaps\t1\tjson 1", SOON)
+        .await;
+    assert!(counted.is_some(), "{}", page.text("#guards").await);
 }
 
 /// On a phone's screen, nothing is wider than the screen: wide tables scroll in their box. With

@@ -12,7 +12,7 @@ use crate::skew::{Loss, restore};
 
 /// How a body is encoded: what the guard judged.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Encoding {
+pub enum Encoding {
     Json,
     Yaml,
     Protobuf,
@@ -21,7 +21,8 @@ pub(crate) enum Encoding {
 }
 
 impl Encoding {
-    pub(crate) fn as_str(self) -> &'static str {
+    /// `json`, `yaml`, `protobuf`, `unknown`: as metrics and `/debug/recent` name it.
+    pub fn as_str(self) -> &'static str {
         match self {
             Encoding::Json => "json",
             Encoding::Yaml => "yaml",
@@ -33,12 +34,15 @@ impl Encoding {
     /// The encoding of a body of `Content-Type` `content_type`: the apiserver takes a body
     /// without one as JSON.
     pub(crate) fn of(content_type: Option<&HeaderValue>) -> Encoding {
-        let Some(value) = content_type else {
-            return Encoding::Json;
-        };
+        match content_type {
+            Some(value) => value.to_str().map_or(Encoding::Unknown, Encoding::of_media),
+            None => Encoding::Json,
+        }
+    }
+
+    /// The encoding of a body whose `Content-Type` is `value`.
+    pub fn of_media(value: &str) -> Encoding {
         let media = value
-            .to_str()
-            .unwrap_or("")
             .split(';')
             .next()
             .unwrap_or("")

@@ -36,7 +36,7 @@ use crate::config::{BackendId, Guard, UnknownVersion};
 use crate::skew::losses;
 use crate::upstream::{Credential, EndpointPool};
 
-pub(crate) use body::Encoding;
+pub use body::Encoding;
 use body::{Sent, Unread};
 use decide::decide;
 use judge::{Judge, Outcome};
