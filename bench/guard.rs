@@ -6,7 +6,12 @@
 //! `action: warn` matches configmaps in namespace `guarded`. A kubectl/v1.29 client PUTs a configmap
 //! that carries the 1.30 field `policy` without it, one request at a time: in `guarded` the guard
 //! reads the body whole, reads the stored object and finds the field; in `plain` nothing is checked.
+//! Then the guard's own work on a pod's body, JSON beside protobuf (`guard_bodies.rs`, `--bodies N`
+//! updates each, default 20,000): the simulator speaks JSON only, and the GET of the stored object
+//! costs the same in either encoding.
 
+#[path = "guard_bodies.rs"]
+mod guard_bodies;
 #[path = "targets.rs"]
 mod targets;
 
@@ -145,4 +150,5 @@ async fn main() {
     );
     server.shutdown().await;
     let _ = std::fs::remove_dir_all(&dir);
+    guard_bodies::run(targets::num_arg("--bodies", 20_000) as usize);
 }

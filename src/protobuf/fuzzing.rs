@@ -97,11 +97,18 @@ mod tests {
             encode_json(&without).expect("pod"),
             encode_json(&lease).expect("lease"),
         );
-        for (stored, sent) in [(&with, &without), (&without, &with), (&with, &lease)] {
+        // SKEWGATE_FUZZ_SEEDS=fuzz/corpus/protobuf_body writes them for cargo fuzz.
+        let seeds = std::env::var("SKEWGATE_FUZZ_SEEDS").ok();
+        let pairs = [(&with, &without), (&without, &with), (&with, &lease)];
+        for (n, (stored, sent)) in pairs.into_iter().enumerate() {
             let mut input = vec![u8::try_from(stored.len()).expect("small")];
             input.extend(stored.iter().chain(sent.iter()));
             drive(&input);
             drive(&input[..input.len() / 2]);
+            if let Some(dir) = &seeds {
+                std::fs::create_dir_all(dir).expect("seed folder");
+                std::fs::write(format!("{dir}/seed-{n}"), &input).expect("seed");
+            }
         }
         drive(&[]);
         drive(&[0]);

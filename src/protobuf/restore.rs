@@ -4,6 +4,8 @@
 //! as it is stored, in its protobuf form, so the body keeps the client's encoding and every other
 //! byte of its object.
 
+use std::borrow::Cow;
+
 use prost_reflect::{
     DynamicMessage, FieldDescriptor, MessageDescriptor, ReflectMessage as _, Value,
 };
@@ -17,7 +19,7 @@ pub(super) fn restore(body: &mut DynamicMessage, stored: &DynamicMessage, losses
         let Some(value) = at(stored, loss.stored_steps()) else {
             continue;
         };
-        set(body, loss.steps(), value);
+        set(body, loss.steps(), value.clone());
     }
 }
 
@@ -38,27 +40,37 @@ pub(super) fn route(descriptor: &MessageDescriptor, key: &str) -> Option<Vec<Fie
     })
 }
 
-/// The value at `steps` in `message`.
-fn at(message: &DynamicMessage, steps: &[Step]) -> Option<Value> {
-    let mut value = Value::Message(message.clone());
+/// The value at `steps` in `message`, if it is set there (walked by reference, copied by the
+/// caller once).
+fn at<'m>(message: &'m DynamicMessage, steps: &[Step]) -> Option<&'m Value> {
+    let mut here: Option<&'m Value> = None;
     for step in steps {
-        value = match (step, value) {
-            (Step::Key(k), Value::Message(m)) => {
-                let mut v = Value::Message(m);
-                for field in route(&v.as_message()?.descriptor(), k)? {
-                    let m = v.as_message()?;
-                    if !m.has_field(&field) {
+        here = match step {
+            Step::Key(k) => {
+                let mut at = match here {
+                    Some(v) => v.as_message()?,
+                    None => message,
+                };
+                let fields = route(&at.descriptor(), k)?;
+                let mut value: Option<&'m Value> = None;
+                for (n, field) in fields.iter().enumerate() {
+                    if n > 0 {
+                        at = value?.as_message()?;
+                    }
+                    if !at.has_field(field) {
                         return None;
                     }
-                    v = m.get_field(&field).into_owned();
+                    value = match at.get_field(field) {
+                        Cow::Borrowed(v) => Some(v),
+                        Cow::Owned(_) => return None,
+                    };
                 }
-                v
+                value
             }
-            (Step::Index(i), Value::List(mut items)) if *i < items.len() => items.swap_remove(*i),
-            _ => return None,
+            Step::Index(i) => here?.as_list()?.get(*i),
         };
     }
-    Some(value)
+    here
 }
 
 /// Sets the value at `steps` in `message`, making the messages on the way that are not there; a

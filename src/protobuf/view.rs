@@ -13,6 +13,7 @@
 //!
 //! The view is for judging, never sent: a body that must change is changed in its protobuf form.
 
+use std::fmt::Write as _;
 use std::time::{Duration, UNIX_EPOCH};
 
 use base64::Engine as _;
@@ -206,12 +207,17 @@ fn time(seconds: i64, nanos: i64, micros: bool) -> Json {
         // Before 1970: humantime does not write it; the seconds say as much.
         return Json::from(seconds);
     };
-    let text = if micros {
-        humantime::format_rfc3339_micros(at).to_string()
+    // humantime's Display fails past year 9999 (a client's bytes may say anything): the seconds.
+    let mut text = String::new();
+    let written = if micros {
+        write!(text, "{}", humantime::format_rfc3339_micros(at))
     } else {
-        humantime::format_rfc3339_seconds(at).to_string()
+        write!(text, "{}", humantime::format_rfc3339_seconds(at))
     };
-    Json::String(text)
+    match written {
+        Ok(()) => Json::String(text),
+        Err(_) => Json::from(seconds),
+    }
 }
 
 /// A duration in nanoseconds as Go's `time.Duration.String` writes it (`1h30m0s`, `1.5s`, `0s`).
@@ -274,5 +280,8 @@ mod tests {
             "2023-11-14T22:13:20.000005Z"
         );
         assert_eq!(time(ZERO_TIME, 0, false), Json::Null);
+        // Found by the fuzz target: past year 9999 humantime cannot write it (it panicked).
+        assert_eq!(time(300_000_000_000, 0, false), 300_000_000_000_i64);
+        assert_eq!(time(i64::MAX, 999_999_999, true), i64::MAX);
     }
 }
