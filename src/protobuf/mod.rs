@@ -188,40 +188,42 @@ impl Body {
     /// Where the object has a field the schema does not know (`spec.template`, `field 42`), if
     /// anywhere: its sender or the apiserver that encoded it is newer than the schema.
     pub fn unknown_field(&self) -> Option<String> {
-        fn walk(m: &DynamicMessage, at: &str) -> Option<String> {
+        // The path is made only for the field found (on the way back up): judging a body walks
+        // every field, and most bodies have none.
+        fn walk(m: &DynamicMessage) -> Option<(u32, Vec<String>)> {
             if let Some(f) = m.unknown_fields().next() {
-                let number = f.number();
-                return Some(if at.is_empty() {
-                    format!("field {number}")
-                } else {
-                    format!("field {number} of {at}")
-                });
+                return Some((f.number(), Vec::new()));
             }
             for (field, value) in m.fields() {
-                let here = if at.is_empty() {
-                    field.name().to_owned()
-                } else {
-                    format!("{at}.{}", field.name())
+                let (found, suffix) = match value {
+                    Value::Message(m) => (walk(m), ""),
+                    Value::List(items) => {
+                        let found = items.iter().filter_map(Value::as_message).find_map(walk);
+                        (found, "[]")
+                    }
+                    Value::Map(entries) => {
+                        let found = entries
+                            .values()
+                            .filter_map(Value::as_message)
+                            .find_map(walk);
+                        (found, "{}")
+                    }
+                    _ => (None, ""),
                 };
-                let found = match value {
-                    Value::Message(m) => walk(m, &here),
-                    Value::List(items) => items
-                        .iter()
-                        .filter_map(Value::as_message)
-                        .find_map(|m| walk(m, &format!("{here}[]"))),
-                    Value::Map(entries) => entries
-                        .values()
-                        .filter_map(Value::as_message)
-                        .find_map(|m| walk(m, &format!("{here}{{}}"))),
-                    _ => None,
-                };
-                if found.is_some() {
-                    return found;
+                if let Some((number, mut path)) = found {
+                    path.push(format!("{}{suffix}", field.name()));
+                    return Some((number, path));
                 }
             }
             None
         }
-        walk(&self.object, "")
+        let (number, mut path) = walk(&self.object)?;
+        path.reverse();
+        Some(if path.is_empty() {
+            format!("field {number}")
+        } else {
+            format!("field {number} of {}", path.join("."))
+        })
     }
 
     /// Puts back the stored values of `losses` (paths of the JSON view) into the object.

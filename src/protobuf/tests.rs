@@ -2,6 +2,8 @@ use std::collections::BTreeMap;
 
 use serde_json::{Value as Json, json};
 
+use prost_reflect::ReflectMessage as _;
+
 use super::*;
 use crate::skew::{KindFields, losses};
 
@@ -113,6 +115,22 @@ fn a_field_the_schema_does_not_know_is_found_and_kept() {
     let body = Body::decode(&newer).expect("decodes with the field unknown");
     assert_eq!(body.unknown_field().as_deref(), Some("field 999"));
     assert_eq!(&body.encode()[..], &newer[..], "kept as it came");
+    // Deeper: field 999 of a container of the pod's spec.
+    let mut pod = Body::decode(&encode_json(&pod(None)).expect("encodes")).expect("decodes");
+    let spec = pod.object.get_field_by_name_mut("spec").expect("spec");
+    let containers = spec
+        .as_message_mut()
+        .and_then(|s| s.get_field_by_name_mut("containers"))
+        .and_then(Value::as_list_mut)
+        .expect("containers");
+    let container = containers[0].as_message_mut().expect("a container");
+    let mut raw = container.encode_to_vec();
+    raw.extend([0xba, 0x3e, 1, b'x']);
+    *container = DynamicMessage::decode(container.descriptor(), &raw[..]).expect("decodes");
+    assert_eq!(
+        pod.unknown_field().as_deref(),
+        Some("field 999 of spec.containers[]")
+    );
 }
 
 #[test]
