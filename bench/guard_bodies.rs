@@ -125,8 +125,9 @@ pub fn run(n: usize) {
     let pb_judge = |preserve: bool| {
         let stored = Body::decode(&stored_pb).expect("decodes");
         let mut body = Body::decode(&sent_pb).expect("decodes");
-        assert!(stored.unknown_field().is_none() && body.unknown_field().is_none());
-        let lost = losses(&newer, &older, &stored.view(), &body.view());
+        let ((stored_view, a), (body_view, b)) = (stored.view_checked(), body.view_checked());
+        assert!(a.is_none() && b.is_none());
+        let lost = losses(&newer, &older, &stored_view, &body_view);
         assert_eq!(lost.len(), 2);
         if preserve {
             body.restore(&stored, &lost);

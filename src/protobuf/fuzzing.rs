@@ -23,7 +23,9 @@ pub(crate) fn drive(input: &[u8]) {
             continue;
         };
         let view = body.view();
-        let _ = body.unknown_field();
+        let (checked, unknown) = body.view_checked();
+        assert_eq!(checked, view, "one walk or two, the same view");
+        assert_eq!(unknown.is_some(), body.unknown_field().is_some());
         let again = Body::decode(&body.encode()).expect("a re-encoded body decodes");
         assert_eq!(again.view(), view, "re-encoding changes nothing");
     }

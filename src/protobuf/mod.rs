@@ -185,6 +185,16 @@ impl Body {
         view(&self.object)
     }
 
+    /// [`Body::view`], and the first field the schema does not know, if any (`field 999 of
+    /// k8s.io.api.core.v1.Container`): its sender or the apiserver that encoded it is newer than
+    /// the schema. One walk for both.
+    pub fn view_checked(&self) -> (serde_json::Value, Option<String>) {
+        let mut unknown = None;
+        let json = view::view_noting(&self.object, &mut unknown);
+        let at = unknown.map(|(number, message)| format!("field {number} of a {message}"));
+        (json, at)
+    }
+
     /// Where the object has a field the schema does not know (`spec.template`, `field 42`), if
     /// anywhere: its sender or the apiserver that encoded it is newer than the schema.
     pub fn unknown_field(&self) -> Option<String> {

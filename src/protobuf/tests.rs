@@ -114,6 +114,11 @@ fn a_field_the_schema_does_not_know_is_found_and_kept() {
     newer.extend(envelope.encode_to_vec());
     let body = Body::decode(&newer).expect("decodes with the field unknown");
     assert_eq!(body.unknown_field().as_deref(), Some("field 999"));
+    let (_, found) = body.view_checked();
+    assert_eq!(
+        found.as_deref(),
+        Some("field 999 of a k8s.io.api.core.v1.Pod")
+    );
     assert_eq!(&body.encode()[..], &newer[..], "kept as it came");
     // Deeper: field 999 of a container of the pod's spec.
     let mut pod = Body::decode(&encode_json(&pod(None)).expect("encodes")).expect("decodes");
@@ -130,6 +135,12 @@ fn a_field_the_schema_does_not_know_is_found_and_kept() {
     assert_eq!(
         pod.unknown_field().as_deref(),
         Some("field 999 of spec.containers[]")
+    );
+    let (view, found) = pod.view_checked();
+    assert_eq!(view, pod.view());
+    assert_eq!(
+        found.as_deref(),
+        Some("field 999 of a k8s.io.api.core.v1.Container")
     );
 }
 

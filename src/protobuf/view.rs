@@ -25,14 +25,29 @@ const META: &str = "k8s.io.apimachinery.pkg.apis.meta.v1";
 /// Go's zero `time.Time` in Unix seconds (year 1).
 const ZERO_TIME: i64 = -62_135_596_800;
 
+/// The first field a view met that the schema does not know: its number, and the message it is
+/// a field of.
+pub(super) type Unknown = Option<(u32, String)>;
+
 /// `message` as JSON.
 pub fn view(message: &DynamicMessage) -> Json {
+    view_noting(message, &mut None)
+}
+
+/// `message` as JSON, noting in `unknown` the first field the schema does not know (one walk for
+/// both: judging a body reads every field once).
+pub(super) fn view_noting(message: &DynamicMessage, unknown: &mut Unknown) -> Json {
+    if unknown.is_none()
+        && let Some(field) = message.unknown_fields().next()
+    {
+        *unknown = Some((field.number(), message.descriptor().full_name().to_owned()));
+    }
     if let Some(special) = well_known(message) {
         return special;
     }
     let mut out = Map::new();
     for (field, value) in message.fields() {
-        match (field_value(value), value) {
+        match (field_value(value, unknown), value) {
             // Go's embedded struct: its fields are the parent's in JSON.
             (Some(Json::Object(inner)), Value::Message(_))
                 if inline(&message.descriptor(), field.name()) =>
@@ -73,7 +88,7 @@ pub(super) fn inline(parent: &MessageDescriptor, name: &str) -> bool {
 }
 
 /// A field's value, `None` when it is its zero (left out).
-fn field_value(value: &Value) -> Option<Json> {
+fn field_value(value: &Value, unknown: &mut Unknown) -> Option<Json> {
     let zero = match value {
         Value::Bool(b) => !b,
         Value::I32(n) | Value::EnumNumber(n) => *n == 0,
@@ -91,13 +106,13 @@ fn field_value(value: &Value) -> Option<Json> {
     if zero {
         return None;
     }
-    let json = element(value);
+    let json = element(value, unknown);
     // A zero time or an unset IntOrString reads as null: left out, as omitempty leaves out a nil.
     (!json.is_null()).then_some(json)
 }
 
 /// One value, as it reads in a list or map too (where zeros stay).
-fn element(value: &Value) -> Json {
+fn element(value: &Value, unknown: &mut Unknown) -> Json {
     match value {
         Value::Bool(b) => Json::Bool(*b),
         Value::I32(n) | Value::EnumNumber(n) => Json::from(*n),
@@ -108,12 +123,12 @@ fn element(value: &Value) -> Json {
         Value::F64(n) => Json::from(*n),
         Value::String(s) => Json::String(s.clone()),
         Value::Bytes(b) => Json::String(base64::engine::general_purpose::STANDARD.encode(b)),
-        Value::Message(m) => view(m),
-        Value::List(items) => Json::Array(items.iter().map(element).collect()),
+        Value::Message(m) => view_noting(m, unknown),
+        Value::List(items) => Json::Array(items.iter().map(|v| element(v, unknown)).collect()),
         Value::Map(entries) => {
             let mut out = Map::new();
             for (key, v) in entries {
-                out.insert(map_key(key), element(v));
+                out.insert(map_key(key), element(v, unknown));
             }
             Json::Object(out)
         }
@@ -177,7 +192,7 @@ fn well_known(message: &DynamicMessage) -> Option<Json> {
 fn list(message: &DynamicMessage) -> Json {
     message
         .get_field_by_name("items")
-        .map_or(Json::Array(Vec::new()), |v| element(&v))
+        .map_or(Json::Array(Vec::new()), |v| element(&v, &mut None))
 }
 
 /// Bytes that hold JSON (a RawExtension's, FieldsV1's): the JSON, else the bytes in base64.

@@ -89,10 +89,11 @@ impl Sent {
                     Unreadable::NoMagic | Unreadable::Envelope(_) => Unread::Malformed,
                     other => Unread::Cannot(format!("a protobuf body: {other}")),
                 })?;
-                if let Some(at) = body.unknown_field() {
+                let (view, unknown) = body.view_checked();
+                if let Some(at) = unknown {
                     return Err(Unread::Cannot(newer_than_schema(&body.kind, &at)));
                 }
-                (body.view(), Some(body))
+                (view, Some(body))
             }
             Encoding::Unknown => {
                 return Err(Unread::Cannot(format!(
@@ -149,11 +150,12 @@ impl Stored {
         }
         let body = protobuf::Body::decode(bytes)
             .map_err(|e| format!("the stored object, read as protobuf: {e}"))?;
-        if let Some(at) = body.unknown_field() {
+        let (view, unknown) = body.view_checked();
+        if let Some(at) = unknown {
             return Err(newer_than_schema(&body.kind, &at));
         }
         Ok(Stored {
-            view: body.view(),
+            view,
             protobuf: Some(body),
         })
     }
