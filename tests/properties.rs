@@ -1,5 +1,5 @@
 //! Property tests of what clients and files control: request classification, route-file loading,
-//! identity-header handling, and HTTP/1.1 framing through the running proxy. They run on stable in
+//! identity-header handling, protobuf bodies, and HTTP/1.1 framing through the running proxy. They run on stable in
 //! `cargo test`; `fuzz/` has coverage-guided targets for the same inputs.
 
 mod common;
@@ -68,6 +68,29 @@ proptest! {
             .collect();
         let (a, b) = (classify("GET", &path, None), classify("GET", &encoded, None));
         prop_assert_eq!(a.into_owned(), b.into_owned());
+    }
+
+    #[test]
+    fn a_damaged_protobuf_body_is_read_or_refused_never_a_panic(
+        flips in proptest::collection::vec((any::<usize>(), any::<u8>()), 0..8),
+        cut in any::<usize>(),
+    ) {
+        let pod = serde_json::json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "p", "labels": {"a": "b"}, "creationTimestamp": "2026-11-28T09:00:00Z"},
+            "spec": {"containers": [{"name": "c", "image": "i", "ports": [{"containerPort": 80}],
+                "readinessProbe": {"httpGet": {"port": "http"}}}]},
+            "status": {"containerStatuses": [{"name": "c", "restartCount": 2}]}});
+        let mut bytes = skewgate::protobuf::encode_json(&pod).expect("encodes");
+        for (at, byte) in flips {
+            let at = at % bytes.len();
+            bytes[at] = byte;
+        }
+        bytes.truncate(cut % (bytes.len() + 1));
+        if let Ok(body) = skewgate::protobuf::Body::decode(&bytes) {
+            let (view, _) = body.view_checked();
+            let again = skewgate::protobuf::Body::decode(&body.encode()).expect("re-encoded decodes");
+            prop_assert_eq!(again.view(), view);
+        }
     }
 
     #[test]

@@ -11,7 +11,8 @@
 //! |---|---|
 //! | `real/clients.rs` | certificate, token and anonymous clients reach each version as themselves; discovery lists a kind only the new version adds to a shared group/version |
 //! | `real/fields.rs` | `skew` reports no false difference and finds the real one; the guard on a pod's status and main object; a pin keeps the field a status write through the old version wipes |
-//! | `real/protobuf.rs` | skewgate reads the apiserver's protobuf as its JSON; the guard judges v1.35's protobuf encoding of a pod's status as its JSON (reject, preserve, warn; kubelet and controller-manager clients), in both directions, and passes one with nothing to lose; a real v1.35 kube-controller-manager scales a Deployment through guards on all it updates |
+//! | `real/protobuf.rs` | skewgate reads the apiserver's protobuf as its JSON; the guard judges v1.35's protobuf encoding of a pod's status as its JSON (reject, preserve, warn; kubelet and controller-manager clients), in both directions, and passes one with nothing to lose |
+//! | `real/controllers.rs` | a real v1.35 kube-controller-manager scales a Deployment through guards on all it updates |
 //! | `real/moves.rs` | a pin moved by `flipAt` under 32 writers: every write 200, no overlap in the audit logs |
 //! | `real/fleet.rs` | two replicas as a fleet, one with its route file 5 s late: the move waits for it, every write 200, no overlap in the audit logs |
 //! | `real/cluster.rs` | the endpoints reconciler under deploy/'s RBAC; readiness while the old apiserver stops and returns; `User-Agent: skewgate/<version>` on its own requests |
@@ -21,6 +22,8 @@ mod clients;
 #[path = "real/cluster.rs"]
 mod cluster;
 mod common;
+#[path = "real/controllers.rs"]
+mod controllers;
 #[path = "real/fields.rs"]
 mod fields;
 #[path = "real/fleet.rs"]
@@ -83,7 +86,7 @@ fn skewgate_in_front_of_real_apiservers_of_two_versions() {
                 &pair,
             );
         }
-        protobuf::a_real_old_controller_manager_scales_a_deployment_through_the_guard(&pair);
+        controllers::a_real_old_controller_manager_scales_a_deployment_through_the_guard(&pair);
     }
     if wanted("moves") {
         moves::a_pin_moved_by_flip_at_answers_every_write_in_flight(&pair);

@@ -1,14 +1,12 @@
 //! Protobuf bodies, as kubelets and the control plane's components send them: skewgate's view of
 //! what the real apiserver encodes is the JSON it writes; the guard judges a real v1.35 encoding
-//! of a pod's status as it judges its JSON, in both directions; a real kube-controller-manager
-//! of the old version scales a Deployment through guards on everything it updates.
-
-use std::path::Path;
+//! of a pod's status as it judges its JSON, in both directions, and passes one with nothing to
+//! lose as it came.
 
 use serde_json::Value;
 
 use crate::fields::{healthy_pod_on_new, schemas_known};
-use crate::harness::{Pair, admin_get, curl, curl_bytes, direct, gate, within};
+use crate::harness::{Pair, admin_get, curl, curl_bytes, direct, gate};
 
 const PROTOBUF: &str = "application/vnd.kubernetes.protobuf";
 const FIELD: &str = "allocatedResourcesStatus";
@@ -157,7 +155,7 @@ fn stored_message(pair: &Pair, name: &str) -> Value {
     pod["status"]["containerStatuses"][0][FIELD][0]["resources"][0]["message"].clone()
 }
 
-fn metric(text: &str, name: &str) -> f64 {
+pub fn metric(text: &str, name: &str) -> f64 {
     text.lines()
         .find_map(|l| l.strip_prefix(name)?.trim().parse().ok())
         .unwrap_or(0.0)
@@ -197,62 +195,70 @@ pub fn the_guard_judges_a_v1_35_protobuf_update_as_its_json(pair: &Pair) {
                 "https://{}/api/v1/namespaces/default/pods/{name}/status",
                 gate.addr
             );
-            let (code, headers, answer) = put(pair, &url, agent, content_type, &body);
-            let said = format!(
-                "{action} {content_type} by {agent}: {code} {headers}{}",
-                String::from_utf8_lossy(&answer)
-            );
-            let warned = headers.to_ascii_lowercase().contains("\nwarning: 299");
-            match action {
-                "reject" => {
-                    assert_eq!(code, 422, "{said}");
-                    assert!(String::from_utf8_lossy(&answer).contains(FIELD), "{said}");
-                    assert_eq!(stored_message(pair, &name), "ok", "{said}");
-                }
-                "preserve" => {
-                    assert_eq!(code, 200, "{said}");
-                    assert!(warned, "{said}");
-                    assert_eq!(stored_message(pair, &name), "ok", "kept: {said}");
-                    let answered = headers.to_ascii_lowercase();
-                    let wanted = if content_type == PROTOBUF {
-                        PROTOBUF
-                    } else {
-                        "application/json"
-                    };
-                    assert!(
-                        answered.contains(&format!("content-type: {wanted}")),
-                        "{said}"
-                    );
-                }
-                _ => {
-                    assert_eq!(code, 200, "{said}");
-                    assert!(warned && headers.contains(FIELD), "{said}");
-                    assert_eq!(
-                        stored_message(pair, &name),
-                        Value::Null,
-                        "dropped, as warned: {said}"
-                    );
-                }
-            }
+            let answer = put(pair, &url, agent, content_type, &body);
+            as_the_action_says(pair, action, &name, content_type, answer);
         }
-        let (_, recent) = admin_get(&gate, "/debug/recent");
-        let recent: Value = serde_json::from_str(&recent).expect("recent JSON");
-        let encodings: Vec<&str> = recent["guards"]["recent"]
-            .as_array()
-            .map(|d| d.iter().filter_map(|d| d["encoding"].as_str()).collect())
-            .unwrap_or_default();
-        assert_eq!(encodings, ["json", "protobuf", "protobuf"], "{recent}");
-        let (_, m) = admin_get(&gate, "/metrics");
-        let lost = |e: &str| {
-            metric(
-                &m,
-                &format!(
-                    "skewgate_guard_checks_total{{encoding=\"{e}\",guard=\"olds\",outcome=\"lost\"}}"
-                ),
-            )
-        };
-        assert_eq!((lost("protobuf"), lost("json")), (2.0, 1.0), "{action}");
+        counted_by_encoding(&gate);
     }
+}
+
+/// What `action` makes of a v1.35 status update of pod `name` in `content_type`, answered
+/// `(code, headers, body)`.
+fn as_the_action_says(
+    pair: &Pair,
+    action: &str,
+    name: &str,
+    content_type: &str,
+    (code, headers, answer): (u16, String, Vec<u8>),
+) {
+    let answer = String::from_utf8_lossy(&answer);
+    let said = format!("{action} {content_type}: {code} {headers}{answer}");
+    let headers = headers.to_ascii_lowercase();
+    let warned = headers.contains("\nwarning: 299");
+    match action {
+        "reject" => {
+            assert_eq!(code, 422, "{said}");
+            assert!(answer.contains(FIELD), "{said}");
+            assert_eq!(stored_message(pair, name), "ok", "{said}");
+        }
+        "preserve" => {
+            assert_eq!(code, 200, "{said}");
+            assert!(warned, "{said}");
+            assert_eq!(stored_message(pair, name), "ok", "kept: {said}");
+            // The answer in the encoding the client asked for.
+            let wanted = format!("content-type: {content_type}");
+            assert!(headers.contains(&wanted), "{said}");
+        }
+        _ => {
+            assert_eq!(code, 200, "{said}");
+            assert!(
+                warned && headers.contains(&FIELD.to_ascii_lowercase()),
+                "{said}"
+            );
+            let stored = stored_message(pair, name);
+            assert_eq!(stored, Value::Null, "dropped, as warned: {said}");
+        }
+    }
+}
+
+/// The three updates a gate judged, newest first on `/debug/recent` by their encoding, and in
+/// `skewgate_guard_checks_total`.
+fn counted_by_encoding(gate: &crate::process::Serving) {
+    let (_, recent) = admin_get(gate, "/debug/recent");
+    let recent: Value = serde_json::from_str(&recent).expect("recent JSON");
+    let encodings: Vec<&str> = recent["guards"]["recent"]
+        .as_array()
+        .map(|d| d.iter().filter_map(|d| d["encoding"].as_str()).collect())
+        .unwrap_or_default();
+    assert_eq!(encodings, ["json", "protobuf", "protobuf"], "{recent}");
+    let (_, m) = admin_get(gate, "/metrics");
+    let lost = |e: &str| {
+        let name = format!(
+            "skewgate_guard_checks_total{{encoding=\"{e}\",guard=\"olds\",outcome=\"lost\"}}"
+        );
+        metric(&m, &name)
+    };
+    assert_eq!((lost("protobuf"), lost("json")), (2.0, 1.0), "{m}");
 }
 
 /// A protobuf update with nothing to lose: a pod without the field, as v1.35 encodes it, PUT
@@ -349,84 +355,4 @@ pub fn the_guard_refuses_a_newer_protobuf_update_the_older_version_would_strip(p
             "{recent}"
         );
     }
-}
-
-/// A real kube-controller-manager of the old version, through skewgate with a rejecting guard on
-/// everything it updates (Deployments, ReplicaSets, Pods and their status), scales a Deployment
-/// up and down: its protobuf updates are judged, and none is refused.
-pub fn a_real_old_controller_manager_scales_a_deployment_through_the_guard(pair: &Pair) {
-    let old = pair.var("OLD_VERSION").to_owned();
-    if !pair.has("kube-controller-manager", &old) {
-        println!("SKIPPED (controller-manager): no kube-controller-manager-{old}.xz in the assets");
-        return;
-    }
-    let routes = "writes:\n  default: new\nreads:\n  default: new\nguards:\n  - name: kcm\n    match: {resources: [deployments.apps, replicasets.apps, pods]}\n    action: reject\n";
-    let (gate, file) = gate(pair, routes);
-    schemas_known(&gate);
-    let name = "kcm-through-skewgate";
-    let server = format!("https://{}", gate.addr);
-    pair.run("kube-controller-manager", &old, &server, name)
-        .unwrap_or_else(|e| panic!("the controller-manager did not start: {e}"));
-    let kc = file.with_file_name("kubeconfig");
-    let kubectl = |args: &[&str]| crate::harness::kubectl(Path::new(&kc), args);
-    let (ok, out) = kubectl(&["create", "namespace", "kcm"]);
-    assert!(ok, "{out}");
-    let (ok, out) = kubectl(&[
-        "-n",
-        "kcm",
-        "create",
-        "deployment",
-        "web",
-        "--image=busybox",
-        "--replicas=1",
-    ]);
-    assert!(ok, "{out}");
-    for replicas in [3, 2] {
-        let (ok, out) = kubectl(&[
-            "-n",
-            "kcm",
-            "scale",
-            "deployment",
-            "web",
-            &format!("--replicas={replicas}"),
-        ]);
-        assert!(ok, "{out}");
-        let settled = within(120, || {
-            let (_, text) = kubectl(&["-n", "kcm", "get", "deployment", "web", "-o", "json"]);
-            let d: Value = serde_json::from_str(&text).unwrap_or_default();
-            let status = &d["status"];
-            status["observedGeneration"] == d["metadata"]["generation"]
-                && status["replicas"] == replicas
-                && status["updatedReplicas"] == replicas
-        });
-        let (_, pods) = kubectl(&["-n", "kcm", "get", "pods", "--no-headers"]);
-        assert!(
-            settled,
-            "the Deployment did not settle at {replicas}:\n{pods}\n{}",
-            tail(&pair.log(name))
-        );
-    }
-    let (_, m) = admin_get(&gate, "/metrics");
-    let checks = |encoding: &str, outcome: &str| {
-        metric(
-            &m,
-            &format!(
-                "skewgate_guard_checks_total{{encoding=\"{encoding}\",guard=\"kcm\",outcome=\"{outcome}\"}}"
-            ),
-        )
-    };
-    let judged = checks("protobuf", "nothing_lost");
-    println!("controller-manager {old}: {judged} protobuf updates judged, none refused");
-    assert!(judged >= 4.0, "its protobuf updates were judged: {m}");
-    for encoding in ["protobuf", "json", "yaml"] {
-        for outcome in ["lost", "cannot_check"] {
-            assert_eq!(checks(encoding, outcome), 0.0, "{encoding} {outcome}: {m}");
-        }
-    }
-    pair.stop(name);
-}
-
-fn tail(log: &str) -> String {
-    let lines: Vec<&str> = log.lines().collect();
-    lines[lines.len().saturating_sub(30)..].join("\n")
 }
