@@ -4,7 +4,6 @@
 //! is a pod as a kubelet writes its status (two containers, probes, volumes, managedFields,
 //! conditions), about 5 KB as JSON; the body lacks one field the stored object has.
 
-use std::collections::BTreeMap;
 use std::time::Instant;
 
 use serde_json::{Value, json};
@@ -58,25 +57,6 @@ fn pod(message: bool) -> Value {
             "containerStatuses": [status("web", message), status("sidecar", message)]}})
 }
 
-/// Every field path of `value`, as the OpenAPI names them (`spec.containers[].name`).
-fn paths(value: &Value, at: &str, out: &mut BTreeMap<String, Option<Value>>) {
-    match value {
-        Value::Object(map) => {
-            for (k, v) in map {
-                let here = if at.is_empty() {
-                    k.clone()
-                } else {
-                    format!("{at}.{k}")
-                };
-                out.insert(here.clone(), None);
-                paths(v, &here, out);
-            }
-        }
-        Value::Array(items) => items.iter().for_each(|i| paths(i, &format!("{at}[]"), out)),
-        _ => {}
-    }
-}
-
 /// µs per update, over `n`, of `work`.
 fn per_update(n: usize, mut work: impl FnMut()) -> f64 {
     for _ in 0..n / 10 {
@@ -92,20 +72,9 @@ fn per_update(n: usize, mut work: impl FnMut()) -> f64 {
 pub fn run(n: usize) {
     let (stored, sent) = (pod(true), pod(false));
     let message = "status.containerStatuses[].allocatedResourcesStatus[].resources[].message";
-    let mut newest = BTreeMap::new();
-    paths(&stored, "", &mut newest);
-    let mut oldest = newest.clone();
-    oldest.remove(message);
-    let (newer, older) = (
-        KindFields {
-            resource: "pods".into(),
-            fields: newest,
-        },
-        KindFields {
-            resource: "pods".into(),
-            fields: oldest,
-        },
-    );
+    let newer = KindFields::of_object(&stored);
+    let mut older = newer.clone();
+    older.fields.remove(message);
     let (stored_json, sent_json) = (
         stored.to_string().into_bytes(),
         sent.to_string().into_bytes(),

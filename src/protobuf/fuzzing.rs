@@ -3,10 +3,7 @@
 //! to bytes that decode to the same object; putting every field of another object of the same
 //! kind back into it leaves a body that decodes.
 
-use std::collections::BTreeMap;
-
 use prost_reflect::ReflectMessage as _;
-use serde_json::Value as Json;
 
 use super::Body;
 use crate::skew::{KindFields, losses};
@@ -37,42 +34,10 @@ pub(crate) fn drive(input: &[u8]) {
     }
     let stored_view = stored.view();
     // Every field the stored object has is one the client does not know.
-    let newer = KindFields {
-        resource: String::new(),
-        fields: patterns(&stored_view),
-    };
+    let newer = KindFields::of_object(&stored_view);
     let lost = losses(&newer, &KindFields::default(), &stored_view, &sent.view());
     sent.restore(&stored, &lost);
     Body::decode(&sent.encode()).expect("a restored body decodes");
-}
-
-/// Every field path of `value` (`spec.containers[].name`), with no default.
-fn patterns(value: &Json) -> BTreeMap<String, Option<Json>> {
-    fn walk(value: &Json, at: &str, out: &mut BTreeMap<String, Option<Json>>) {
-        match value {
-            Json::Object(map) => {
-                for (k, v) in map {
-                    let here = if at.is_empty() {
-                        k.clone()
-                    } else {
-                        format!("{at}.{k}")
-                    };
-                    out.insert(here.clone(), None);
-                    walk(v, &here, out);
-                }
-            }
-            Json::Array(items) => {
-                let here = format!("{at}[]");
-                for item in items {
-                    walk(item, &here, out);
-                }
-            }
-            _ => {}
-        }
-    }
-    let mut out = BTreeMap::new();
-    walk(value, "", &mut out);
-    out
 }
 
 #[cfg(test)]

@@ -37,6 +37,39 @@ pub struct KindFields {
     pub fields: BTreeMap<String, Option<Value>>,
 }
 
+impl KindFields {
+    /// The fields one object has (`spec.containers[].name`), none with a default: a kind as far
+    /// as this object shows it, for tests, benches and the fuzz targets.
+    pub fn of_object(object: &Value) -> KindFields {
+        fn walk(value: &Value, at: &str, out: &mut BTreeMap<String, Option<Value>>) {
+            match value {
+                Value::Object(map) => {
+                    for (k, v) in map {
+                        let here = if at.is_empty() {
+                            k.clone()
+                        } else {
+                            format!("{at}.{k}")
+                        };
+                        out.insert(here.clone(), None);
+                        walk(v, &here, out);
+                    }
+                }
+                Value::Array(items) => {
+                    let here = format!("{at}[]");
+                    items.iter().for_each(|i| walk(i, &here, out));
+                }
+                _ => {}
+            }
+        }
+        let mut fields = BTreeMap::new();
+        walk(object, "", &mut fields);
+        KindFields {
+            resource: String::new(),
+            fields,
+        }
+    }
+}
+
 /// Every kind one version serves, with its fields.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct VersionFields {

@@ -308,26 +308,8 @@ pub fn curl_bytes(pair: &Pair, args: &[&str]) -> (u16, String, Vec<u8>) {
 
 /// curl with the admin certificate: the status code, and the body.
 pub fn curl(pair: &Pair, args: &[&str]) -> (u16, String) {
-    let body = temp_dir("curl").join("body");
-    let out = Command::new("curl")
-        .args([
-            "-sk",
-            "--cert",
-            &pair.pki("admin.crt"),
-            "--key",
-            &pair.pki("admin.key"),
-        ])
-        .args(["-o"])
-        .arg(&body)
-        .args(["-w", "%{http_code}"])
-        .args(args)
-        .output()
-        .expect("curl runs");
-    let code = String::from_utf8_lossy(&out.stdout)
-        .trim()
-        .parse()
-        .unwrap_or(0);
-    (code, std::fs::read_to_string(&body).unwrap_or_default())
+    let (code, _, body) = curl_bytes(pair, args);
+    (code, String::from_utf8_lossy(&body).into_owned())
 }
 
 /// The (name, apiVersion) of every resource kubectl lists.
