@@ -10,6 +10,7 @@
 mod from_json;
 #[cfg(any(test, feature = "fuzzing"))]
 pub(crate) mod fuzzing;
+mod names;
 mod restore;
 mod view;
 

@@ -10,7 +10,7 @@ use prost_reflect::{
     DynamicMessage, FieldDescriptor, MessageDescriptor, ReflectMessage as _, Value,
 };
 
-use super::view::inline;
+use super::names::{field_named, inline};
 use crate::skew::{Loss, Step};
 
 /// Puts the stored values of `losses` back into `body`.
@@ -26,8 +26,8 @@ pub(super) fn restore(body: &mut DynamicMessage, stored: &DynamicMessage, losses
 /// The fields from a message of `descriptor` to its JSON key `key`: the field itself, or the
 /// embedded structs on the way to it.
 pub(super) fn route(descriptor: &MessageDescriptor, key: &str) -> Option<Vec<FieldDescriptor>> {
-    if let Some(field) = descriptor.get_field_by_name(key)
-        && !inline(descriptor, key)
+    if let Some(field) = field_named(descriptor, key)
+        && !inline(descriptor, field.name())
     {
         return Some(vec![field]);
     }

@@ -188,3 +188,24 @@ fn kinds_are_found_by_group_and_version() {
     }
     assert!(s.kind("apps/v1", "Pod").is_none());
 }
+
+#[test]
+fn fields_named_after_their_go_field_read_as_json_names_them() {
+    let webhooks = json!({"apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingWebhookConfiguration", "metadata": {"name": "w"},
+        "webhooks": [{"name": "a.example.com", "sideEffects": "None"}]});
+    let policy = json!({"apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicy", "metadata": {"name": "p"},
+        "spec": {"validations": [{"expression": "true"}], "variables": [{"name": "x", "expression": "1"}]}});
+    // DaemonEndpoint's Port is Port in JSON too.
+    let node = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n"},
+        "status": {"daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}}}});
+    for object in [webhooks, policy, node] {
+        let body = Body::decode(&encode_json(&object).expect("encodes")).expect("decodes");
+        let mut expected = object.clone();
+        let map = expected.as_object_mut().expect("an object");
+        map.remove("apiVersion");
+        map.remove("kind");
+        assert_eq!(body.view(), expected);
+    }
+}

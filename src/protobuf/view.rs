@@ -17,8 +17,10 @@ use std::fmt::Write as _;
 use std::time::{Duration, UNIX_EPOCH};
 
 use base64::Engine as _;
-use prost_reflect::{DynamicMessage, MapKey, MessageDescriptor, ReflectMessage as _, Value};
+use prost_reflect::{DynamicMessage, MapKey, ReflectMessage as _, Value};
 use serde_json::{Map, Value as Json};
+
+use super::names::{inline, json_name};
 
 const META: &str = "k8s.io.apimachinery.pkg.apis.meta.v1";
 
@@ -45,46 +47,21 @@ pub(super) fn view_noting(message: &DynamicMessage, unknown: &mut Unknown) -> Js
     if let Some(special) = well_known(message) {
         return special;
     }
+    let descriptor = message.descriptor();
     let mut out = Map::new();
     for (field, value) in message.fields() {
         match (field_value(value, unknown), value) {
             // Go's embedded struct: its fields are the parent's in JSON.
-            (Some(Json::Object(inner)), Value::Message(_))
-                if inline(&message.descriptor(), field.name()) =>
-            {
+            (Some(Json::Object(inner)), Value::Message(_)) if inline(&descriptor, field.name()) => {
                 out.extend(inner);
             }
             (Some(v), _) => {
-                out.insert(field.name().to_owned(), v);
+                out.insert(json_name(&descriptor, &field).into_owned(), v);
             }
             (None, _) => {}
         }
     }
     Json::Object(out)
-}
-
-/// Whether field `name` of `parent` is a Go embedded struct (`json:",inline"`), whose fields
-/// JSON writes as the parent's own. The `.proto` files do not say; these are every such field of
-/// k8s.io/api in the compiled-in release (a new release's are found by the real-pair test that
-/// reads objects both ways).
-pub(super) fn inline(parent: &MessageDescriptor, name: &str) -> bool {
-    const ANY_PARENT: [&str; 8] = [
-        "volumeSource",
-        "persistentVolumeSource",
-        "ephemeralContainerCommon",
-        "localObjectReference",
-        "ingressRuleValue",
-        "ruleWithOperations",
-        "deviceConfiguration",
-        "volumeStatus",
-    ];
-    if ANY_PARENT.contains(&name) {
-        return true;
-    }
-    matches!(
-        (parent.name(), name),
-        ("Probe", "handler") | ("RuleWithOperations", "rule")
-    )
 }
 
 /// A field's value, `None` when it is its zero (left out).

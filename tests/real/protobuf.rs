@@ -11,8 +11,9 @@ use crate::harness::{Pair, admin_get, curl, curl_bytes, direct, gate};
 const PROTOBUF: &str = "application/vnd.kubernetes.protobuf";
 const FIELD: &str = "allocatedResourcesStatus";
 
-/// Every object of these lists, read from the new apiserver as protobuf, reads in skewgate as the
-/// JSON the apiserver writes for it (zero values aside, which Go's JSON writes for fields without
+/// Every object of these lists (with an object for each Go embedded struct the view inlines,
+/// tests/fixtures/protobuf/inline.yaml), read from the new apiserver as protobuf, reads in skewgate
+/// as the JSON the apiserver writes for it (zero values aside, which Go's JSON writes for fields without
 /// omitempty and which the apiserver cannot tell from absent ones). Catches a Go embedded struct
 /// (`json:",inline"`) a new release adds, which the `.proto` files do not mark.
 pub fn skewgate_reads_protobuf_as_the_apiserver_writes_json(pair: &Pair) {
@@ -21,6 +22,13 @@ pub fn skewgate_reads_protobuf_as_the_apiserver_writes_json(pair: &Pair) {
         "new",
         &["create", "deployment", "pb-view", "--image=busybox"],
     );
+    assert!(ok, "{out}");
+    let _ = direct(pair, "new", &["create", "serviceaccount", "default"]);
+    let inline = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/protobuf/inline.yaml"
+    );
+    let (ok, out) = direct(pair, "new", &["apply", "-f", inline]);
     assert!(ok, "{out}");
     let lists = [
         "api/v1/pods",
@@ -36,6 +44,16 @@ pub fn skewgate_reads_protobuf_as_the_apiserver_writes_json(pair: &Pair) {
         "apis/scheduling.k8s.io/v1/priorityclasses",
         "apis/coordination.k8s.io/v1/leases",
         "apis/events.k8s.io/v1/events",
+        // tests/fixtures/protobuf/inline.yaml: each of the view's embedded structs.
+        "api/v1/persistentvolumes",
+        "apis/networking.k8s.io/v1/ingresses",
+        "apis/networking.k8s.io/v1/networkpolicies",
+        "apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations",
+        "apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies",
+        "apis/batch/v1/cronjobs",
+        "apis/apps/v1/statefulsets",
+        "apis/autoscaling/v2/horizontalpodautoscalers",
+        "apis/resource.k8s.io/v1/resourceclaims",
     ];
     let mut objects = 0;
     for list in lists {
