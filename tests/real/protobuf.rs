@@ -12,8 +12,8 @@ const PROTOBUF: &str = "application/vnd.kubernetes.protobuf";
 const FIELD: &str = "allocatedResourcesStatus";
 
 /// Every object of these lists (with an object for each Go embedded struct the view inlines,
-/// tests/fixtures/protobuf/inline.yaml), read from the new apiserver as protobuf, reads in skewgate
-/// as the JSON the apiserver writes for it (zero values aside, which Go's JSON writes for fields without
+/// tests/fixtures/protobuf/inline.yaml), read from either apiserver as protobuf, reads in skewgate
+/// as the JSON that apiserver writes for it (zero values aside, which Go's JSON writes for fields without
 /// omitempty and which the apiserver cannot tell from absent ones). Catches a Go embedded struct
 /// (`json:",inline"`) a new release adds, which the `.proto` files do not mark.
 pub fn skewgate_reads_protobuf_as_the_apiserver_writes_json(pair: &Pair) {
@@ -56,8 +56,13 @@ pub fn skewgate_reads_protobuf_as_the_apiserver_writes_json(pair: &Pair) {
         "apis/resource.k8s.io/v1/resourceclaims",
     ];
     let mut objects = 0;
-    for list in lists {
-        let url = format!("{}/{list}", pair.var("NEW_URL"));
+    // The old version's bytes too: the compiled-in schema is the new one's.
+    let servers = [pair.var("NEW_URL"), pair.var("OLD_URL")];
+    for (server, list) in servers
+        .iter()
+        .flat_map(|s| lists.iter().map(move |l| (s, l)))
+    {
+        let url = format!("{server}/{list}");
         let (code, json) = curl(pair, &["-H", "accept: application/json", &url]);
         assert_eq!(code, 200, "{list}");
         let json: Value = serde_json::from_str(&json).expect("JSON");
@@ -69,11 +74,11 @@ pub fn skewgate_reads_protobuf_as_the_apiserver_writes_json(pair: &Pair) {
         let view = skewgate::protobuf::decode_to_json(&pb).expect("decodes");
         let mut differences = Vec::new();
         diff(&normal(&json), &normal(&view), list, &mut differences);
-        assert!(differences.is_empty(), "{list}: {differences:#?}");
+        assert!(differences.is_empty(), "{url}: {differences:#?}");
         objects += json["items"].as_array().map_or(0, Vec::len);
     }
     println!(
-        "protobuf view: {objects} objects of {} lists read as their JSON",
+        "protobuf view: {objects} objects of {} lists from both versions read as their JSON",
         lists.len()
     );
 }
