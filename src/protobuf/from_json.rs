@@ -1,7 +1,6 @@
 //! A protobuf body made from an object's JSON: what a Go client of the compiled-in release would
-//! encode for the same object, as far as the JSON says it. For tests, benches and the simulator,
-//! which speak JSON and must answer and send protobuf as real components do; the guard never
-//! encodes a body from JSON.
+//! encode for the same object, as far as the JSON says it. For tests, benches and the fuzz
+//! target's seeds; the guard never encodes a body from JSON.
 
 use prost::Message as _;
 use prost_reflect::{
@@ -9,6 +8,7 @@ use prost_reflect::{
 };
 use serde_json::Value as Json;
 
+use super::names::route;
 use super::{MAGIC, schema};
 
 /// `k8s\0` and a `runtime.Unknown` holding `object` (JSON with `apiVersion` and `kind`) encoded as
@@ -46,67 +46,17 @@ pub fn decode_to_json(bytes: &[u8]) -> Result<Json, String> {
 }
 
 fn message(descriptor: &MessageDescriptor, json: &Json) -> Result<DynamicMessage, String> {
-    let mut out = DynamicMessage::new(descriptor.clone());
-    let name = descriptor.full_name();
-    let special = |field: &str, v: Value| {
-        let mut m = DynamicMessage::new(descriptor.clone());
-        m.set_field_by_name(field, v);
-        m
-    };
-    match (name, json) {
-        ("k8s.io.apimachinery.pkg.api.resource.Quantity", Json::String(s)) => {
-            return Ok(special("string", Value::String(s.clone())));
-        }
-        ("k8s.io.apimachinery.pkg.util.intstr.IntOrString", Json::String(s)) => {
-            let mut m = special("strVal", Value::String(s.clone()));
-            m.set_field_by_name("type", Value::I64(1));
-            return Ok(m);
-        }
-        ("k8s.io.apimachinery.pkg.util.intstr.IntOrString", Json::Number(n)) => {
-            let n = n.as_i64().and_then(|n| i32::try_from(n).ok()).unwrap_or(0);
-            let mut m = special("intVal", Value::I32(n));
-            m.set_field_by_name("type", Value::I64(0));
-            return Ok(m);
-        }
-        (
-            "k8s.io.apimachinery.pkg.apis.meta.v1.Time"
-            | "k8s.io.apimachinery.pkg.apis.meta.v1.MicroTime",
-            Json::String(s),
-        ) => {
-            let at = humantime::parse_rfc3339(s).map_err(|e| format!("{s:?}: {e}"))?;
-            let since = at
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_err(|e| e.to_string())?;
-            let mut m = special(
-                "seconds",
-                Value::I64(i64::try_from(since.as_secs()).unwrap_or(0)),
-            );
-            m.set_field_by_name("nanos", Value::I32(since.subsec_nanos() as i32));
-            return Ok(m);
-        }
-        (
-            "k8s.io.apimachinery.pkg.runtime.RawExtension"
-            | "k8s.io.apimachinery.pkg.apis.meta.v1.FieldsV1",
-            v,
-        ) => {
-            let field = if name.ends_with("FieldsV1") {
-                "Raw"
-            } else {
-                "raw"
-            };
-            return Ok(special(
-                field,
-                Value::Bytes(v.to_string().into_bytes().into()),
-            ));
-        }
-        _ => {}
+    if let Some(special) = well_known(descriptor, json) {
+        return special;
     }
+    let name = descriptor.full_name();
     let Json::Object(fields) = json else {
         return Err(format!("{name}: {json} is not an object"));
     };
+    let mut out = DynamicMessage::new(descriptor.clone());
     for (key, value) in fields {
         // apiVersion and kind are the envelope's; what the schema lacks is dropped, as Go does.
-        let Some(route) = super::restore::route(descriptor, key) else {
+        let Some(route) = route(descriptor, key) else {
             continue;
         };
         let Some((field, through)) = route.split_last() else {
@@ -126,6 +76,64 @@ fn message(descriptor: &MessageDescriptor, json: &Json) -> Result<DynamicMessage
         at.set_field(field, v);
     }
     Ok(out)
+}
+
+/// Kubernetes' types whose JSON is not their message's fields (the inverse of `view.rs`'s):
+/// `None` for any other message.
+fn well_known(
+    descriptor: &MessageDescriptor,
+    json: &Json,
+) -> Option<Result<DynamicMessage, String>> {
+    let with = |fields: &[(&str, Value)]| {
+        let mut m = DynamicMessage::new(descriptor.clone());
+        for (field, v) in fields {
+            m.set_field_by_name(field, v.clone());
+        }
+        m
+    };
+    let name = descriptor.full_name();
+    Some(Ok(match (name, json) {
+        ("k8s.io.apimachinery.pkg.api.resource.Quantity", Json::String(s)) => {
+            with(&[("string", Value::String(s.clone()))])
+        }
+        ("k8s.io.apimachinery.pkg.util.intstr.IntOrString", Json::String(s)) => with(&[
+            ("type", Value::I64(1)),
+            ("strVal", Value::String(s.clone())),
+        ]),
+        ("k8s.io.apimachinery.pkg.util.intstr.IntOrString", Json::Number(n)) => {
+            let n = n.as_i64().and_then(|n| i32::try_from(n).ok()).unwrap_or(0);
+            with(&[("type", Value::I64(0)), ("intVal", Value::I32(n))])
+        }
+        (
+            "k8s.io.apimachinery.pkg.apis.meta.v1.Time"
+            | "k8s.io.apimachinery.pkg.apis.meta.v1.MicroTime",
+            Json::String(s),
+        ) => {
+            let since = humantime::parse_rfc3339(s)
+                .map_err(|e| format!("{s:?}: {e}"))
+                .and_then(|at| {
+                    at.duration_since(std::time::UNIX_EPOCH)
+                        .map_err(|e| e.to_string())
+                });
+            let since = match since {
+                Ok(since) => since,
+                Err(e) => return Some(Err(e)),
+            };
+            let seconds = i64::try_from(since.as_secs()).unwrap_or(0);
+            let nanos = i32::try_from(since.subsec_nanos()).unwrap_or(0);
+            with(&[
+                ("seconds", Value::I64(seconds)),
+                ("nanos", Value::I32(nanos)),
+            ])
+        }
+        ("k8s.io.apimachinery.pkg.runtime.RawExtension", v) => {
+            with(&[("raw", Value::Bytes(v.to_string().into_bytes().into()))])
+        }
+        ("k8s.io.apimachinery.pkg.apis.meta.v1.FieldsV1", v) => {
+            with(&[("Raw", Value::Bytes(v.to_string().into_bytes().into()))])
+        }
+        _ => return None,
+    }))
 }
 
 fn field_value(field: &FieldDescriptor, key: &str, value: &Json) -> Result<Value, String> {

@@ -19,10 +19,8 @@ pub(crate) fn drive(input: &[u8]) {
         let Ok(body) = Body::decode(bytes) else {
             continue;
         };
-        let view = body.view();
-        let (checked, unknown) = body.view_checked();
-        assert_eq!(checked, view, "one walk or two, the same view");
-        assert_eq!(unknown.is_some(), body.unknown_field().is_some());
+        let (view, _) = body.view_checked();
+        assert_eq!(body.view(), view, "checked or not, the same view");
         let again = Body::decode(&body.encode()).expect("a re-encoded body decodes");
         assert_eq!(again.view(), view, "re-encoding changes nothing");
     }

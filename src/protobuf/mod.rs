@@ -5,7 +5,7 @@
 //!
 //! Field numbers are never reused between Kubernetes releases, so the newest schema reads every
 //! older client's bytes; a field it does not know (a client or apiserver newer than it) is kept as
-//! an unknown field and re-encoded as it came, and [`Body::unknown_field`] says where one is.
+//! an unknown field and re-encoded as it came, and [`Body::view_checked`] says where one is.
 
 mod from_json;
 #[cfg(any(test, feature = "fuzzing"))]
@@ -194,47 +194,6 @@ impl Body {
         let json = view::view_noting(&self.object, &mut unknown);
         let at = unknown.map(|(number, message)| format!("field {number} of a {message}"));
         (json, at)
-    }
-
-    /// Where the object has a field the schema does not know (`spec.template`, `field 42`), if
-    /// anywhere: its sender or the apiserver that encoded it is newer than the schema.
-    pub fn unknown_field(&self) -> Option<String> {
-        // The path is made only for the field found (on the way back up): judging a body walks
-        // every field, and most bodies have none.
-        fn walk(m: &DynamicMessage) -> Option<(u32, Vec<String>)> {
-            if let Some(f) = m.unknown_fields().next() {
-                return Some((f.number(), Vec::new()));
-            }
-            for (field, value) in m.fields() {
-                let (found, suffix) = match value {
-                    Value::Message(m) => (walk(m), ""),
-                    Value::List(items) => {
-                        let found = items.iter().filter_map(Value::as_message).find_map(walk);
-                        (found, "[]")
-                    }
-                    Value::Map(entries) => {
-                        let found = entries
-                            .values()
-                            .filter_map(Value::as_message)
-                            .find_map(walk);
-                        (found, "{}")
-                    }
-                    _ => (None, ""),
-                };
-                if let Some((number, mut path)) = found {
-                    path.push(format!("{}{suffix}", field.name()));
-                    return Some((number, path));
-                }
-            }
-            None
-        }
-        let (number, mut path) = walk(&self.object)?;
-        path.reverse();
-        Some(if path.is_empty() {
-            format!("field {number}")
-        } else {
-            format!("field {number} of {}", path.join("."))
-        })
     }
 
     /// Puts back the stored values of `losses` (paths of the JSON view) into the object.

@@ -55,7 +55,7 @@ pub(super) fn json_name<'f>(
 }
 
 /// The field of `parent` that JSON names `key`, if it is one of its own (not an embedded struct's).
-pub(super) fn field_named(parent: &MessageDescriptor, key: &str) -> Option<FieldDescriptor> {
+fn field_named(parent: &MessageDescriptor, key: &str) -> Option<FieldDescriptor> {
     if let Some(field) = parent.get_field_by_name(key)
         && json_name(parent, &field) == key
     {
@@ -66,4 +66,21 @@ pub(super) fn field_named(parent: &MessageDescriptor, key: &str) -> Option<Field
     parent
         .get_field_by_name(&upper)
         .filter(|f| json_name(parent, f) == key)
+}
+
+/// The fields from a message of `descriptor` to its JSON key `key`: the field itself, or the
+/// embedded structs on the way to it.
+pub(super) fn route(descriptor: &MessageDescriptor, key: &str) -> Option<Vec<FieldDescriptor>> {
+    if let Some(field) = field_named(descriptor, key)
+        && !inline(descriptor, field.name())
+    {
+        return Some(vec![field]);
+    }
+    descriptor.fields().find_map(|f| {
+        let kind = f.kind();
+        let inner = kind.as_message().filter(|_| inline(descriptor, f.name()))?;
+        let mut rest = route(inner, key)?;
+        rest.insert(0, f.clone());
+        Some(rest)
+    })
 }

@@ -6,11 +6,9 @@
 
 use std::borrow::Cow;
 
-use prost_reflect::{
-    DynamicMessage, FieldDescriptor, MessageDescriptor, ReflectMessage as _, Value,
-};
+use prost_reflect::{DynamicMessage, FieldDescriptor, ReflectMessage as _, Value};
 
-use super::names::{field_named, inline};
+use super::names::route;
 use crate::skew::{Loss, Step};
 
 /// Puts the stored values of `losses` back into `body`.
@@ -21,23 +19,6 @@ pub(super) fn restore(body: &mut DynamicMessage, stored: &DynamicMessage, losses
         };
         set(body, loss.steps(), value.clone());
     }
-}
-
-/// The fields from a message of `descriptor` to its JSON key `key`: the field itself, or the
-/// embedded structs on the way to it.
-pub(super) fn route(descriptor: &MessageDescriptor, key: &str) -> Option<Vec<FieldDescriptor>> {
-    if let Some(field) = field_named(descriptor, key)
-        && !inline(descriptor, field.name())
-    {
-        return Some(vec![field]);
-    }
-    descriptor.fields().find_map(|f| {
-        let kind = f.kind();
-        let inner = kind.as_message().filter(|_| inline(descriptor, f.name()))?;
-        let mut rest = route(inner, key)?;
-        rest.insert(0, f.clone());
-        Some(rest)
-    })
 }
 
 /// The value at `steps` in `message`, if it is set there (walked by reference, copied by the

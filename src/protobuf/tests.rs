@@ -60,7 +60,7 @@ fn a_body_reads_as_its_json_with_kubernetes_own_forms_and_zeros_left_out() {
         status["allocatedResourcesStatus"][0]["resources"][0]["message"],
         "ok"
     );
-    assert_eq!(body.unknown_field(), None);
+    assert_eq!(body.view_checked(), (view.clone(), None));
     // Encoded again unchanged, the bytes are the same.
     assert_eq!(&body.encode()[..], &bytes[..]);
 }
@@ -113,7 +113,6 @@ fn a_field_the_schema_does_not_know_is_found_and_kept() {
     let mut newer = MAGIC.to_vec();
     newer.extend(envelope.encode_to_vec());
     let body = Body::decode(&newer).expect("decodes with the field unknown");
-    assert_eq!(body.unknown_field().as_deref(), Some("field 999"));
     let (_, found) = body.view_checked();
     assert_eq!(
         found.as_deref(),
@@ -132,10 +131,6 @@ fn a_field_the_schema_does_not_know_is_found_and_kept() {
     let mut raw = container.encode_to_vec();
     raw.extend([0xba, 0x3e, 1, b'x']);
     *container = DynamicMessage::decode(container.descriptor(), &raw[..]).expect("decodes");
-    assert_eq!(
-        pod.unknown_field().as_deref(),
-        Some("field 999 of spec.containers[]")
-    );
     let (view, found) = pod.view_checked();
     assert_eq!(view, pod.view());
     assert_eq!(
