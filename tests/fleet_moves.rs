@@ -317,17 +317,7 @@ async fn back_and_forth(fleet_mode: bool) -> Outcome {
     }
     create_objects(&sims, 3).await;
     let urls = three.urls();
-    let writers = Writers::start(
-        (0..9)
-            .map(|i| {
-                format!(
-                    "{}/api/v1/namespaces/team-a/configmaps/cm-{}",
-                    urls[i / 3],
-                    i % 3
-                )
-            })
-            .collect(),
-    );
+    let writers = Writers::through_each(&urls, 3);
     tokio::time::sleep(Duration::from_secs(1)).await;
     let secs = Duration::from_secs;
     three

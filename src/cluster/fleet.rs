@@ -197,6 +197,14 @@ impl super::Presence {
                 }
             }
         }
+        for said in state["said"].as_array_mut().into_iter().flatten() {
+            let t = said["at"]
+                .as_str()
+                .and_then(|t| humantime::parse_rfc3339_weak(t).ok());
+            if let Some(t) = t {
+                said["at"] = json!(humantime::format_rfc3339_millis(to_theirs(t)).to_string());
+            }
+        }
         if let (Some(o), Some(map)) = (offset, state.as_object_mut()) {
             map.insert("clockOffsetMs".into(), json!((o.seconds * 1000.0).round()));
             map.insert(

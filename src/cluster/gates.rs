@@ -20,6 +20,7 @@ use std::time::{Duration, SystemTime};
 use arc_swap::ArcSwap;
 use serde_json::Value;
 
+use super::said::{Said, Timeline};
 use crate::steer::PinGate;
 
 /// A pin's move: its name, the backend it moves to and its `flipAt` (whole seconds, as the route
@@ -35,6 +36,8 @@ struct Known {
     flips: HashMap<String, SystemTime>,
     /// When the Leases were last read, by this replica's clock.
     read_at: Option<SystemTime>,
+    /// Per pin of this replica's table with `flipAt`: its moves with their times said.
+    lines: HashMap<String, Timeline>,
 }
 
 /// The moves this replica knows the fleet's times of.
@@ -69,6 +72,10 @@ pub(crate) enum OutOfStep {
 /// One move of this replica's table, with what the replicas say of it.
 pub(crate) struct MoveView<'a> {
     pub(crate) key: &'a str,
+    /// The pin's name.
+    pub(crate) pin: &'a str,
+    /// The backend it moves to (by name).
+    pub(crate) to: &'a str,
     pub(crate) flip_at: SystemTime,
     /// The table's `writes.fence`.
     pub(crate) fence: Duration,
@@ -88,6 +95,11 @@ impl FleetGates {
     /// Whether this replica publishes itself (and its pins move with the fleet).
     pub(crate) fn enabled(&self) -> bool {
         self.round().is_some()
+    }
+
+    /// How long after its last replica runs a move the fleet makes it, at the soonest (fleet mode).
+    pub(crate) fn settle_time(&self) -> Option<Duration> {
+        self.round().map(Self::settle)
     }
 
     fn round(&self) -> Option<Duration> {
@@ -181,11 +193,13 @@ impl FleetGates {
         self.known.load().flips.get(key).copied()
     }
 
-    /// What the Leases read at `now` say of this replica's `moves`; `to_mine` converts a time
-    /// on the apiservers' clock to this replica's.
+    /// What the Leases read at `now` say of this replica's `moves`, `heard` the moves any replica
+    /// said a time for (by pin); `to_mine` converts a time on the apiservers' clock to this
+    /// replica's.
     pub(crate) fn update(
         &self,
         moves: &[MoveView<'_>],
+        heard: Vec<(String, Said)>,
         now: SystemTime,
         to_mine: impl Fn(SystemTime) -> SystemTime,
     ) {
@@ -193,6 +207,18 @@ impl FleetGates {
             return;
         };
         let before = self.known.load();
+        let mut lines: HashMap<String, Timeline> = moves
+            .iter()
+            .map(|m| {
+                let line = before.lines.get(m.pin).cloned().unwrap_or_default();
+                (m.pin.to_owned(), line)
+            })
+            .collect();
+        for (pin, said) in heard {
+            if let Some(line) = lines.get_mut(&pin) {
+                line.add(said);
+            }
+        }
         let mut flips = HashMap::new();
         let time = |v: &Value, field: &str| {
             let t = humantime::parse_rfc3339_weak(v[field].as_str()?).ok()?;
@@ -201,13 +227,31 @@ impl FleetGates {
         for m in moves {
             let said = m.entries.iter().flatten().chain(&m.lapsed);
             let said = said.filter_map(|e| time(e, "flipsAt"));
-            let earliest = said.chain(before.flips.get(m.key).copied()).min();
+            let line = lines.entry(m.pin.to_owned()).or_default();
+            let earliest = said
+                .chain(before.flips.get(m.key).copied())
+                .chain(line.time_of(m.key))
+                .min();
             // `flipAt` is a time on the apiservers' clock, as every time the replicas say.
             let flip_at = to_mine(m.flip_at);
-            let at = earliest.or_else(|| first_time(m, flip_at, now, Self::settle(round), &time));
+            // A move comes after the fence of every other move of its pin said before it.
+            let not_before = line.not_before(m.key);
+            let at = earliest.or_else(|| {
+                let first = first_time(m, flip_at, now, Self::settle(round), &time)?;
+                Some(not_before.map_or(first, |n| first.max(n)))
+            });
             if let Some(at) = at {
                 flips.insert(m.key.to_owned(), at);
+                line.add(Said {
+                    key: m.key.to_owned(),
+                    to: m.to.to_owned(),
+                    at,
+                    fence: m.fence,
+                });
             }
+        }
+        for line in lines.values_mut() {
+            line.trim(now);
         }
         // Moves the table no longer makes are forgotten.
         let mut since = self.ready_since.lock().unwrap_or_else(|e| e.into_inner());
@@ -216,7 +260,53 @@ impl FleetGates {
         self.known.store(std::sync::Arc::new(Known {
             flips,
             read_at: Some(now),
+            lines,
         }));
+    }
+
+    /// Where the fleet's moves of pin `pin` have put its writes at `now`, `own` this table's move
+    /// of it and `backend` a backend's place in this table by name.
+    pub(crate) fn pin_fleet(
+        &self,
+        pin: &str,
+        own: Option<&str>,
+        now: SystemTime,
+        backend: impl Fn(&str) -> Option<crate::config::BackendId>,
+    ) -> crate::steer::FleetPin {
+        let mut fleet = crate::steer::FleetPin::default();
+        if self.round().is_none() {
+            return fleet;
+        }
+        let known = self.known.load();
+        let Some(line) = known.lines.get(pin) else {
+            return fleet;
+        };
+        let (came, before) = line.came(now);
+        if let Some(came) = came {
+            fleet.at = backend(&came.to);
+            fleet.elsewhere = fleet.at.is_none();
+            fleet.from = before.and_then(|b| backend(&b.to));
+            fleet.held_until = Some(came.at + came.fence).filter(|u| now < *u);
+            // A move of another table that came after this table's own: the pin stays there.
+            let own_at = own.and_then(|k| line.time_of(k));
+            fleet.after_own =
+                Some(came.key.as_str()) != own && own_at.is_some_and(|o| o <= came.at);
+        }
+        fleet.next = line
+            .next(now)
+            .filter(|s| Some(s.key.as_str()) != own)
+            .map(|s| s.at);
+        fleet
+    }
+
+    /// Every pin's timeline, as this replica publishes it (`to_theirs` the apiservers' clock).
+    pub(crate) fn said_json(&self, to_theirs: &dyn Fn(SystemTime) -> SystemTime) -> Vec<Value> {
+        let known = self.known.load();
+        let mut pins: Vec<(&String, &Timeline)> = known.lines.iter().collect();
+        pins.sort_by_key(|(p, _)| p.as_str());
+        pins.iter()
+            .flat_map(|(pin, line)| line.to_json(pin, to_theirs))
+            .collect()
     }
 }
 
@@ -253,121 +343,5 @@ fn first_time(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use serde_json::json;
-
-    const ROUND: Duration = Duration::from_secs(10);
-    const FENCE: Duration = Duration::from_secs(10);
-
-    fn at(secs: u64) -> SystemTime {
-        SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000 + secs)
-    }
-
-    fn stamp(t: SystemTime) -> String {
-        humantime::format_rfc3339_millis(t).to_string()
-    }
-
-    fn gates() -> FleetGates {
-        let g = FleetGates::default();
-        g.enable(ROUND);
-        g
-    }
-
-    /// Move `k` at `flip` as replicas say it: each `Some(readySince)` runs it, `None` does not.
-    fn update(g: &FleetGates, flip: u64, entries: &[Option<Value>], lapsed: &[Value], now: u64) {
-        let moves = [MoveView {
-            key: "k",
-            flip_at: at(flip),
-            fence: FENCE,
-            entries: entries.iter().map(Option::as_ref).collect(),
-            lapsed: lapsed.iter().collect(),
-        }];
-        g.update(&moves, at(now), |t| t);
-    }
-
-    fn ready(since: u64) -> Option<Value> {
-        Some(json!({"readySince": stamp(at(since))}))
-    }
-
-    #[test]
-    fn a_move_every_replica_ran_in_time_is_made_at_flip_at() {
-        let g = gates();
-        update(&g, 600, &[ready(0), ready(5), ready(9)], &[], 20);
-        assert_eq!(g.gate("k"), PinGate::At(at(600)));
-    }
-
-    #[test]
-    fn a_move_waits_for_the_late_replica_then_for_every_replica_to_read_the_time() {
-        let g = gates();
-        // flipAt 100; the third replica does not run it yet at 105.
-        update(&g, 100, &[ready(0), ready(1), None], &[], 105);
-        let PinGate::NotYet { safe_until } = g.gate("k") else {
-            panic!("{:?}", g.gate("k"))
-        };
-        // Said after this read, a time is at least 40 s after it: 20 s are safe.
-        assert_eq!(safe_until, at(105 + 20));
-        // It runs it from 130, read at 135: 40 s after the latest of now and its readySince.
-        update(&g, 100, &[ready(0), ready(1), ready(130)], &[], 135);
-        assert_eq!(g.gate("k"), PinGate::At(at(175)));
-        // Once known, kept: a replica that stops running it does not move it back.
-        update(&g, 100, &[ready(0), None, ready(130)], &[], 145);
-        assert_eq!(g.gate("k"), PinGate::At(at(175)));
-    }
-
-    #[test]
-    fn the_earliest_time_said_is_the_one_even_by_a_replica_whose_lease_lapsed() {
-        let g = gates();
-        let said = |t: u64| json!({"readySince": stamp(at(0)), "flipsAt": stamp(at(t))});
-        update(&g, 100, &[Some(said(190)), None], &[said(180)], 150);
-        assert_eq!(g.gate("k"), PinGate::At(at(180)));
-    }
-
-    #[test]
-    fn a_move_no_replica_ran_in_time_was_made_at_flip_at() {
-        // The fleet started long after flipAt with the file as it is: the pin stays where it went.
-        let g = gates();
-        update(&g, 100, &[ready(5000), None], &[], 5010);
-        assert_eq!(g.gate("k"), PinGate::At(at(100)));
-    }
-
-    #[test]
-    fn without_a_read_or_the_fleet_a_move_is_not_known() {
-        let g = gates();
-        assert_eq!(
-            g.gate("k"),
-            PinGate::NotYet {
-                safe_until: SystemTime::UNIX_EPOCH
-            }
-        );
-        assert_eq!(FleetGates::default().gate("k"), PinGate::AsWritten);
-    }
-
-    #[test]
-    fn a_replica_whose_clock_is_ahead_judges_flip_at_on_the_apiservers_clock() {
-        // 5 s ahead: the apiservers' time t is t + 5 here.
-        let ahead = |t: SystemTime| t + Duration::from_secs(5);
-        let g = gates();
-        fn moves(entries: &[Option<Value>]) -> [MoveView<'_>; 1] {
-            [MoveView {
-                key: "k",
-                flip_at: at(100),
-                fence: FENCE,
-                entries: entries.iter().map(Option::as_ref).collect(),
-                lapsed: Vec::new(),
-            }]
-        }
-        // Ran at 107 (their clock), within flipAt + fence: in time, so the move waits for the
-        // replica that does not run it, though this clock reads 117 > 110.
-        g.update(&moves(&[ready(107), None]), at(117), ahead);
-        assert!(
-            matches!(g.gate("k"), PinGate::NotYet { .. }),
-            "{:?}",
-            g.gate("k")
-        );
-        // All ran it in time: the move comes at flipAt on their clock, 105 on this one.
-        let g = gates();
-        g.update(&moves(&[ready(0), ready(1)]), at(20), ahead);
-        assert_eq!(g.gate("k"), PinGate::At(at(105)));
-    }
-}
+#[path = "gates_tests.rs"]
+mod tests;

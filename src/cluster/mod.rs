@@ -15,9 +15,11 @@ mod clock;
 mod fleet;
 mod gates;
 mod objects;
+mod said;
 
 pub(crate) use fleet::{FleetView, Hooks, Member, OnView, Report};
 pub(crate) use gates::{FleetGates, MoveView, OutOfStep, move_key};
+pub(crate) use said::{Said, heard};
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex};

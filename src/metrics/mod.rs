@@ -86,6 +86,8 @@ pub(crate) struct Metrics {
     pub pin_moves: IntCounterVec,
     /// `skewgate_pin_fence_ends_total{pin}`.
     pub pin_fence_ends: IntCounterVec,
+    /// `skewgate_pin_moves_superseded_total{pin,outcome}`.
+    pub pin_moves_superseded: IntCounterVec,
     /// `skewgate_pin_move_wait_seconds`.
     pub pin_move_wait: prometheus::Histogram,
     /// `skewgate_writes_held{pin}`.
@@ -232,6 +234,7 @@ impl Metrics {
             fallbacks: counter(&r, "skewgate_fallbacks_total", "Requests sent to another backend because the one the rules chose does not serve their group/version/resource.", &["from", "to"]),
             pin_moves: counter(&r, "skewgate_pin_moves_total", "Pins (or writes.default, as rule writes.default) moved to another backend: at their flip (flipAt, or when the fleet makes the move), or at the reload for one without flipAt.", &["pin"]),
             pin_fence_ends: counter(&r, "skewgate_pin_fence_ends_total", "Fences ended after a pin's flip: from then its writes go to the new backend.", &["pin"]),
+            pin_moves_superseded: counter(&r, "skewgate_pin_moves_superseded_total", "Pending moves of a pin that a reload changed before they were made: abandoned (never made), or timed (the fleet had said its time: made then, before the new table's move).", &["pin", "outcome"]),
             pin_move_wait: pin_move_wait(&r),
             writes_held: gauge(&r, "skewgate_writes_held", "Writes waiting now for in-flight writes of the same object on another backend, by the rule that sends them.", &["pin"]),
             rollout_percent: float_gauge(&r, "skewgate_rollout_percent", "The share of keys each rollout sends to its `to` backend now (0 while aborted).", &["rollout"]),

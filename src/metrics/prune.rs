@@ -112,6 +112,7 @@ impl Metrics {
         prune_each(&self.decisions, |l| keep.rule(l, "rule"));
         prune(&self.pin_moves, |l| keep.rule(l, "pin"));
         prune(&self.pin_fence_ends, |l| keep.rule(l, "pin"));
+        prune(&self.pin_moves_superseded, |l| keep.rule(l, "pin"));
         prune(&self.writes_held, |l| keep.rule(l, "pin"));
         prune(&self.pin_backend, |l| {
             keep.rule(l, "pin") && keep.backend(l, "backend")
@@ -145,6 +146,10 @@ impl Metrics {
         for p in &table.writes.pins {
             self.pin_moves.with_label_values(&[p.name.as_str()]);
             self.pin_fence_ends.with_label_values(&[p.name.as_str()]);
+            for outcome in ["abandoned", "timed"] {
+                self.pin_moves_superseded
+                    .with_label_values(&[p.name.as_str(), outcome]);
+            }
             self.writes_held.with_label_values(&[p.name.as_str()]);
             for class in ["write", "read"] {
                 self.decisions

@@ -125,6 +125,7 @@ impl Proxy {
                     "reads": match p.reads { crate::config::PinReads::Follow => "follow", crate::config::PinReads::Rollout => "rollout" },
                     "selectors": selectors(&p.selectors),
                     "writesHeld": self.metrics.writes_held.with_label_values(&[p.name.as_str()]).get(),
+                    "superseded": routing.superseded.get(i).map(|s| s.to_json()),
                 })
             })
             .collect()

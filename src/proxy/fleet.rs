@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 
 use super::Proxy;
 use super::routing::Routing;
-use crate::cluster::{Member, MoveView};
+use crate::cluster::{Member, MoveView, move_key};
 use crate::config::RouteTable;
 use crate::steer::LiveState;
 
@@ -58,11 +58,14 @@ impl Proxy {
             .config_reloads
             .with_label_values(&["success"])
             .get();
+        // The moves of the pins timed by the fleet, this replica's clock (the presence converts).
+        let said = self.fleet_gates.said_json(&|t| t);
         json!({
             "table": table_digest(t),
             "name": t.name,
             "generation": generation,
             "pins": pins,
+            "said": said,
             "rollouts": rollouts,
             "clock": humantime::format_rfc3339_millis(now).to_string(),
         })
@@ -99,6 +102,8 @@ impl Proxy {
                     .collect();
                 Some(MoveView {
                     key,
+                    pin: &p.name,
+                    to: backend,
                     flip_at,
                     fence: t.writes.fence,
                     entries,
@@ -106,7 +111,8 @@ impl Proxy {
                 })
             })
             .collect();
-        self.fleet_gates.update(&moves, now, to_mine);
+        self.fleet_gates
+            .update(&moves, heard(view, t, to_mine), now, to_mine);
         self.fleet_gates.set_behind(behind(t, &live, now, to_mine));
         adopt_aborts(&routing, &live);
     }
@@ -134,6 +140,39 @@ fn behind(
     })
 }
 
+/// The moves of pins any replica (live or lapsed) has said a time for: its timelines, and its own
+/// table's moves with their times (`flipsAt`, with this table's fence).
+fn heard(
+    view: &crate::cluster::FleetView,
+    t: &RouteTable,
+    to_mine: &dyn Fn(SystemTime) -> SystemTime,
+) -> Vec<(String, crate::cluster::Said)> {
+    let reports = view.members.iter().filter(|m| m.state.is_object());
+    let mut heard = Vec::new();
+    for m in reports {
+        heard.extend(crate::cluster::heard(&m.state, to_mine));
+        for e in m.state["pins"].as_array().into_iter().flatten() {
+            let time = |f: &str| humantime::parse_rfc3339_weak(e[f].as_str()?).ok();
+            let (Some(name), Some(to), Some(flip), Some(at)) = (
+                e["name"].as_str(),
+                e["backend"].as_str(),
+                e["flipAt"].as_str(),
+                time("flipsAt"),
+            ) else {
+                continue;
+            };
+            let said = crate::cluster::Said {
+                key: move_key(name, to, flip),
+                to: to.to_owned(),
+                at: to_mine(at),
+                fence: t.writes.fence,
+            };
+            heard.push((name.to_owned(), said));
+        }
+    }
+    heard
+}
+
 /// A rollout that another replica running this same table aborted is aborted here too.
 fn adopt_aborts(routing: &Routing, live: &[&Member]) {
     let t = routing.table();
@@ -158,6 +197,8 @@ fn adopt_aborts(routing: &Routing, live: &[&Member]) {
 fn moves_alike(t: &RouteTable, e: &Value) -> bool {
     let to = e["backend"].as_str().unwrap_or_default();
     match t.writes.pins.iter().find(|p| e["name"] == p.name.as_str()) {
+        // A pin with `flipAt` follows the moves the fleet timed, whatever table made them.
+        Some(p) if p.flip_at.is_some() => true,
         Some(p) => t.backend_name(p.backend) == to,
         None => t.backend_name(t.writes.default) == to,
     }

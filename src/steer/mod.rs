@@ -26,7 +26,7 @@ pub(crate) use decision::Class;
 pub use decision::{Decision, Reason, Rule};
 pub use judge::Judged;
 pub(crate) use ledger::{WriteLedger, WriteTicket, object_key};
-pub use pin_move::PinGate;
+pub use pin_move::{FleetPin, PinGate};
 pub(crate) use pin_move::{PinMove, Refused, Stage, WriteAdmission, previous_backends};
 pub use request::{SteerRequest, mismatch};
 
@@ -48,6 +48,12 @@ pub trait LiveState {
     /// What the fleet says of pin `pin`'s move at `now` (with `--advertise-address`).
     fn pin_gate(&self, _pin: usize, _now: SystemTime) -> PinGate {
         PinGate::AsWritten
+    }
+
+    /// Where the fleet's moves of pin `pin` have put its writes at `now`, whatever this table says
+    /// (with `--advertise-address`).
+    fn pin_fleet(&self, _pin: usize, _now: SystemTime) -> FleetPin {
+        FleetPin::default()
     }
 
     /// Whether `backend` serves `resource` in `group`/`version`; `None` while not known.
@@ -317,20 +323,22 @@ impl Steering {
         })
     }
 
-    /// Where pin `i` stands at `now`: settled, before its `flipAt`, or in its fence.
+    /// Where pin `i` stands at `now`: settled, before its `flipAt`, or in its fence. With the
+    /// fleet, the moves it has timed come first, then this table's move, from where they put the
+    /// pin.
     pub fn pin_move(&self, i: usize, now: SystemTime, live: &impl LiveState) -> PinMove {
         let pin = &self.table.writes.pins[i];
-        let gate = match pin.flip_at {
-            Some(_) => live.pin_gate(i, now),
-            None => PinGate::AsWritten,
-        };
-        PinMove::gated(
-            pin,
-            gate,
-            live.pin_previous(i),
-            self.table.writes.fence,
-            now,
-        )
+        let previous = live.pin_previous(i);
+        let fence = self.table.writes.fence;
+        if pin.flip_at.is_none() {
+            return PinMove::gated(pin, PinGate::AsWritten, previous, fence, now);
+        }
+        let fleet = live.pin_fleet(i, now);
+        if let Some(first) = PinMove::fleet_first(pin, &fleet, previous, now) {
+            return first;
+        }
+        let gate = live.pin_gate(i, now);
+        PinMove::gated(pin, gate, fleet.at.or(previous), fence, now)
     }
 }
 

@@ -74,6 +74,28 @@ impl Stage {
     }
 }
 
+/// Where the fleet's own moves of a pin have put its writes, whatever this replica's table says
+/// (with `--advertise-address`): a move any replica said a time for is made by every replica that
+/// knows of it, whatever table it runs by then, so a table that supersedes a move the fleet has
+/// timed moves the pin from where that move put it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FleetPin {
+    /// Where the latest move that has come put the pin's writes.
+    pub at: Option<BackendId>,
+    /// Where they were before it.
+    pub from: Option<BackendId>,
+    /// The end of that move's fence, while it lasts: writes are held until then.
+    pub held_until: Option<SystemTime>,
+    /// The time of the next move to come, when it is not this table's own move: the writes stay
+    /// where they are until then.
+    pub next: Option<SystemTime>,
+    /// The fleet moved the pin to a backend this table does not name: its writes are refused.
+    pub elsewhere: bool,
+    /// The latest move that came is another table's, after this table's own: the pin stays
+    /// where it put it.
+    pub after_own: bool,
+}
+
 /// A pin's move as seen at one moment.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PinMove {
@@ -103,7 +125,9 @@ impl PinMove {
         fence: Duration,
         now: SystemTime,
     ) -> PinMove {
-        let named = pin.flip_from.or(previous);
+        // Where the writes go now (the previous table's, as the fleet moved it) beats the file's
+        // `from`, which is where the operator believed them to be.
+        let named = previous.or(pin.flip_from);
         let from = named.filter(|b| *b != pin.backend);
         let flip_at = match gate {
             PinGate::AsWritten => pin.flip_at,
@@ -138,6 +162,53 @@ impl PinMove {
         }
     }
 
+    /// What the fleet's own moves of the pin decide at `now`, before this table's move has its
+    /// say: refused when the fleet put the pin on a backend this table lacks; held in the fence of
+    /// the latest move that came; kept where they are before a move to come that this table does
+    /// not make (`previous` where they are when the fleet has made no move).
+    pub fn fleet_first(
+        pin: &Pin,
+        fleet: &FleetPin,
+        previous: Option<BackendId>,
+        now: SystemTime,
+    ) -> Option<PinMove> {
+        let unsure = |from: Option<BackendId>| PinMove {
+            stage: Stage::Unsure,
+            from,
+            fence_ends: None,
+            backend: from.unwrap_or(pin.backend),
+        };
+        if fleet.elsewhere {
+            return Some(unsure(None));
+        }
+        if let Some(until) = fleet.held_until.filter(|u| now < *u) {
+            return Some(PinMove {
+                stage: Stage::Fenced { until },
+                from: fleet.from,
+                fence_ends: Some(until),
+                backend: fleet.at.unwrap_or(pin.backend),
+            });
+        }
+        if fleet.after_own && fleet.next.is_none() {
+            return Some(PinMove {
+                stage: Stage::Settled,
+                from: None,
+                fence_ends: None,
+                backend: fleet.at.unwrap_or(pin.backend),
+            });
+        }
+        let next = fleet.next?;
+        Some(match fleet.at.or(previous).or(pin.flip_from) {
+            Some(from) => PinMove {
+                stage: Stage::BeforeFlip { from, at: next },
+                from: Some(from),
+                fence_ends: None,
+                backend: from,
+            },
+            None => unsure(None),
+        })
+    }
+
     /// A move the fleet has not made: its writes stay on `from` while that is safe; without a
     /// `from`, or after `safe_until`, they are refused. Reads stay on `from` if known.
     fn not_yet(
@@ -159,35 +230,30 @@ impl PinMove {
     }
 }
 
-/// For each pin of `table` with `flipAt`, the backend it had in the table this replica ran before
-/// (`old`, as the writes went at `now`), when that differs from its backend now. Matched by pin
-/// and backend name, so a reordered file carries over.
+/// For each pin of `table` with `flipAt`, where its writes go by the table this replica ran
+/// before: `old` is that table, with where each of its pins' writes go now (as its routing decides
+/// them: before a pending move, where they were). Matched by pin and backend name, so a reordered
+/// file carries over. A pin's own backend counts: it has no move to make.
 pub(crate) fn previous_backends(
     table: &RouteTable,
-    old: Option<(&RouteTable, &[Option<BackendId>])>,
-    now: SystemTime,
+    old: Option<(&RouteTable, &[BackendId])>,
 ) -> Vec<Option<BackendId>> {
     table
         .writes
         .pins
         .iter()
         .map(|pin| {
-            let (old_table, old_previous) = old?;
+            let (old_table, old_writes) = old?;
             pin.flip_at?;
             let i = old_table
                 .writes
                 .pins
                 .iter()
                 .position(|p| p.name == pin.name)?;
-            let was = PinMove::at(
-                &old_table.writes.pins[i],
-                old_previous.get(i).copied().flatten(),
-                old_table.writes.fence,
-                now,
-            );
-            let name = old_table.backend_name(was.backend);
-            let id = BackendId::new(table.backends.iter().position(|b| b.name == name)?);
-            (id != pin.backend).then_some(id)
+            let name = old_table.backend_name(*old_writes.get(i)?);
+            Some(BackendId::new(
+                table.backends.iter().position(|b| b.name == name)?,
+            ))
         })
         .collect()
 }
@@ -279,98 +345,5 @@ impl WriteAdmission<'_> {
 }
 
 #[cfg(test)]
-mod tests {
-    use std::time::UNIX_EPOCH;
-
-    use super::*;
-    use crate::config::{PinReads, Selectors};
-
-    fn pin(backend: usize, from: Option<usize>, flip_at: Option<u64>) -> Pin {
-        Pin {
-            name: "p".into(),
-            selectors: Selectors::default(),
-            backend: BackendId::new(backend),
-            reads: PinReads::Follow,
-            flip_at: flip_at.map(|s| UNIX_EPOCH + Duration::from_secs(s)),
-            flip_from: from.map(BackendId::new),
-        }
-    }
-
-    fn at(p: &Pin, previous: Option<usize>, secs: u64) -> PinMove {
-        PinMove::at(
-            p,
-            previous.map(BackendId::new),
-            Duration::from_secs(10),
-            UNIX_EPOCH + Duration::from_secs(secs),
-        )
-    }
-
-    #[test]
-    fn the_fleet_gate_keeps_a_move_back_then_makes_it_at_its_own_time() {
-        let t = |secs: u64| UNIX_EPOCH + Duration::from_secs(secs);
-        let fence = Duration::from_secs(10);
-        let p = pin(1, Some(0), Some(100));
-        let not_yet = PinGate::NotYet { safe_until: t(150) };
-        // Past flipAt, not known: the old backend while that is safe, refused after.
-        let m = PinMove::gated(&p, not_yet, None, fence, t(120));
-        assert_eq!(
-            (m.stage, m.backend),
-            (
-                Stage::BeforeFlip {
-                    from: BackendId::new(0),
-                    at: t(100)
-                },
-                BackendId::new(0)
-            )
-        );
-        let m = PinMove::gated(&p, not_yet, None, fence, t(150));
-        assert_eq!((m.stage, m.backend), (Stage::Unsure, BackendId::new(0)));
-        // Known: the fleet's time, with the fence after it.
-        let m = PinMove::gated(&p, PinGate::At(t(200)), None, fence, t(150));
-        assert!(matches!(m.stage, Stage::BeforeFlip { .. }));
-        let m = PinMove::gated(&p, PinGate::At(t(200)), None, fence, t(205));
-        assert_eq!(m.stage, Stage::Fenced { until: t(210) });
-        let m = PinMove::gated(&p, PinGate::At(t(200)), None, fence, t(210));
-        assert_eq!((m.stage, m.backend), (Stage::Settled, BackendId::new(1)));
-        // Without a backend it moves from, nothing can be kept back: refused until known.
-        let m = PinMove::gated(&pin(1, None, Some(100)), not_yet, None, fence, t(50));
-        assert_eq!(m.stage, Stage::Unsure);
-    }
-
-    #[test]
-    fn a_pin_moves_through_its_stages_at_flip_at_and_the_fence() {
-        let p = pin(1, Some(0), Some(100));
-        let t = |s| UNIX_EPOCH + Duration::from_secs(s);
-        assert_eq!(
-            at(&p, None, 50).stage,
-            Stage::BeforeFlip {
-                from: BackendId::new(0),
-                at: t(100)
-            }
-        );
-        assert_eq!(at(&p, None, 50).backend, BackendId::new(0));
-        assert_eq!(at(&p, None, 100).stage, Stage::Fenced { until: t(110) });
-        assert_eq!(at(&p, None, 100).backend, BackendId::new(1));
-        assert_eq!(at(&p, None, 110).stage, Stage::Settled);
-        // With no `from`, the previous table's backend is where it moves from.
-        let q = pin(1, None, Some(100));
-        assert_eq!(at(&q, Some(0), 50).backend, BackendId::new(0));
-        // Neither known: writes wait for the fence to end, from before flipAt on.
-        assert_eq!(at(&q, None, 50).stage, Stage::Waiting { until: t(110) });
-    }
-
-    #[test]
-    fn a_pin_that_does_not_move_is_settled_however_it_is_seen() {
-        // The case that steering and /debug/routes once disagreed on.
-        let own = pin(1, Some(1), Some(100));
-        let m = at(&own, None, 50);
-        assert_eq!(
-            (m.stage, m.from, m.backend),
-            (Stage::Settled, None, BackendId::new(1))
-        );
-        assert_eq!(m.stage.describe(), "settled");
-        let unchanged = pin(1, None, Some(100));
-        assert_eq!(at(&unchanged, Some(1), 50).stage, Stage::Settled);
-        assert_eq!(at(&pin(1, None, None), Some(0), 50).stage, Stage::Settled);
-    }
-}
+#[path = "pin_move_tests.rs"]
+mod tests;

@@ -128,6 +128,23 @@ pub struct Writers {
 }
 
 impl Writers {
+    /// One writer per replica (`urls`) and configmap `cm-0`..`cm-{objects-1}` of namespace team-a:
+    /// each object written through every replica.
+    pub fn through_each(urls: &[String], objects: usize) -> Writers {
+        let n = urls.len() * objects;
+        Writers::start(
+            (0..n)
+                .map(|i| {
+                    let (replica, object) = (i / objects, i % objects);
+                    format!(
+                        "{}/api/v1/namespaces/team-a/configmaps/cm-{object}",
+                        urls[replica]
+                    )
+                })
+                .collect(),
+        )
+    }
+
     /// One writer per URL (an object's URL through one replica); writer `i` says `writer-{i}` in
     /// its User-Agent, which the simulator's write log keeps.
     pub fn start(urls: Vec<String>) -> Writers {

@@ -5,6 +5,7 @@ mod accounting;
 mod current;
 mod moves;
 mod resources;
+mod superseded;
 
 use std::sync::Arc;
 use std::time::SystemTime;
@@ -18,8 +19,8 @@ use crate::cluster::FleetGates;
 use crate::config::{BackendId, RouteTable};
 use crate::metrics::{Metrics, ResourceIndex, Slots, TableLabels};
 use crate::steer::{
-    Class, Clock, Decision, LiveState, PinGate, RolloutState, Rule, Stage, SteerRequest, Steering,
-    previous_backends,
+    Class, Clock, Decision, FleetPin, LiveState, PinGate, RolloutState, Rule, Stage, SteerRequest,
+    Steering, previous_backends,
 };
 use crate::upstream::{BackendPool, Upstreams};
 
@@ -38,7 +39,7 @@ pub(crate) struct Routing {
     pub backends: Vec<Arc<BackendPool>>,
     /// The rollouts' abort windows.
     pub rollouts: RolloutState,
-    /// For each pin with `flipAt`, the backend it had in the previous table, when that differs.
+    /// For each pin with `flipAt`, where its writes went by the previous table as it was replaced.
     pin_previous: Vec<Option<BackendId>>,
     /// Discovery merged across the backends, rebuilt when discovery refreshes.
     discovery: arc_swap::ArcSwapOption<MergedDiscovery>,
@@ -52,6 +53,8 @@ pub(crate) struct Routing {
     /// For each pin that was before its `flipAt` when this table loaded: fired at `flipAt`, to end
     /// the long-running reads it sent to the backend it moves from (a child of its `moved`).
     flipping: Vec<Option<CancellationToken>>,
+    /// Per pin: the pending moves reloads superseded (`/debug/routes`).
+    pub(crate) superseded: Vec<superseded::Superseded>,
     /// Whether the resources the rules name were checked against discovery (once per table).
     resources_checked: std::sync::atomic::AtomicBool,
     /// Backends a request fell back to since this table loaded (they count for readiness).
@@ -123,30 +126,37 @@ impl Routing {
             },
             |p| p.resources.load_full(),
         );
+        // Where the pins' writes go now, by the table replaced (the fleet's moves included).
+        let old_writes: Option<Vec<BackendId>> = previous.map(|p| {
+            (0..p.table().writes.pins.len())
+                .map(|i| p.steering.pin_move(i, now, p).backend)
+                .collect()
+        });
         let pin_previous = previous_backends(
             &table,
-            previous.map(|p| (p.table(), p.pin_previous.as_slice())),
-            now,
+            previous
+                .zip(old_writes.as_deref())
+                .map(|(p, w)| (p.table(), w)),
         );
         let moved: Vec<CancellationToken> = (0..table.writes.pins.len() + 2)
             .map(|_| shutdown.child_token())
             .collect();
         let pin_keys = moves::pin_keys(&table);
-        let flipping = moves::flipping(
-            &table,
-            &pin_keys,
-            &pin_previous,
-            (gates, clock, &metrics),
-            &moved,
-            now,
-        );
-        let routing = Routing {
+        let superseded =
+            superseded::superseded(previous, &table, (&pin_keys, &pin_previous), &metrics, now);
+        let old_keys = previous.map_or(&[][..], |p| p.pin_keys.as_slice());
+        if superseded::new_moves(&table, &pin_keys, old_keys, gates.settle_time(), now) {
+            // The other replicas wait for this one to run the move: say so now.
+            gates.publish_now();
+        }
+        let mut routing = Routing {
             gates: gates.clone(),
             pin_keys,
             discovery: arc_swap::ArcSwapOption::empty(),
             pin_previous,
             moved,
-            flipping,
+            flipping: Vec::new(),
+            superseded,
             resources_checked: std::sync::atomic::AtomicBool::new(false),
             fallen_back_to: (0..n)
                 .map(|_| std::sync::atomic::AtomicBool::new(false))
@@ -161,6 +171,7 @@ impl Routing {
             watches: Slots::new(n),
             decisions: Slots::per_worker(rules * CLASSES),
         };
+        routing.flipping = moves::flipping(&routing, (clock, &routing.metrics), now);
         routing.refresh_discovery(now, merges);
         routing
     }
@@ -273,45 +284,6 @@ impl Routing {
         self.moved[i.min(pins + 1)].clone().cancelled_owned()
     }
 
-    /// After `next` replaced this routing: ends the long-running reads whose pin or default moved,
-    /// and counts the pins that moved.
-    ///
-    /// With several replicas, a pin moved without `flipAt` moves on each replica when that replica
-    /// reads the file: for a moment two replicas send its writes to two versions (the fence holds
-    /// them per replica only), which is warned of.
-    pub(crate) fn end_moved_reads(&self, next: &Routing, several_replicas: bool) {
-        let (old, new) = (self.table(), next.table());
-        for (i, pin) in old.writes.pins.iter().enumerate() {
-            let before = old.backend_name(pin.backend);
-            let moved_to = new.writes.pins.iter().find(|p| p.name == pin.name);
-            let after = moved_to.map(|p| new.backend_name(p.backend));
-            if after != Some(before) {
-                tracing::info!(pin = %pin.name, from = before, to = after.unwrap_or("(removed)"), "pin moved; ending the watches it sent to the old backend");
-                if several_replicas && moved_to.is_some_and(|p| p.flip_at.is_none()) {
-                    tracing::warn!(pin = %pin.name, "pin moved without flipAt while several replicas serve: each moves when it reads the file; give flipAt (a moment all replicas will have read the file by) so they move together");
-                }
-                // A pin with a flip to come is counted when it flips (routing/moves.rs).
-                let j = new.writes.pins.iter().position(|p| p.name == pin.name);
-                if !j.is_some_and(|j| next.flipping.get(j).is_some_and(Option::is_some)) {
-                    self.metrics
-                        .pin_moves
-                        .with_label_values(&[pin.name.as_str()])
-                        .inc();
-                }
-                self.moved[i].cancel();
-            }
-        }
-        if old.backend_name(old.reads.default) != new.backend_name(new.reads.default) {
-            self.moved[old.writes.pins.len()].cancel();
-        }
-        if old.backend_name(old.writes.default) != new.backend_name(new.writes.default) {
-            self.metrics
-                .pin_moves
-                .with_label_values(&["writes.default"])
-                .inc();
-        }
-    }
-
     /// Feeds the outcome of a request into its rollout's abort window; an abort is logged and shown
     /// in `skewgate_rollout_aborted`.
     pub(crate) fn record_outcome(&self, d: &Decision, failed: bool) {
@@ -367,6 +339,20 @@ impl LiveState for Routing {
             Some(Some(key)) => self.gates.gate(key),
             _ => PinGate::AsWritten,
         }
+    }
+
+    fn pin_fleet(&self, pin: usize, now: SystemTime) -> FleetPin {
+        let t = self.table();
+        let Some(p) = t.writes.pins.get(pin) else {
+            return FleetPin::default();
+        };
+        let own = self.pin_keys.get(pin).and_then(Option::as_deref);
+        self.gates.pin_fleet(&p.name, own, now, |name| {
+            t.backends
+                .iter()
+                .position(|b| b.name == name)
+                .map(BackendId::new)
+        })
     }
 
     fn serves(

@@ -8,9 +8,9 @@ use std::time::SystemTime;
 use tokio_util::sync::CancellationToken;
 
 use crate::cluster::{FleetGates, move_key};
-use crate::config::{BackendId, RouteTable};
+use crate::config::RouteTable;
 use crate::metrics::Metrics;
-use crate::steer::{Clock, PinGate, PinMove, Stage};
+use crate::steer::{Clock, PinGate, Stage};
 
 /// Each pin's move (`cluster::move_key`), when it has `flipAt`.
 pub(super) fn pin_keys(table: &RouteTable) -> Vec<Option<String>> {
@@ -25,30 +25,28 @@ pub(super) fn pin_keys(table: &RouteTable) -> Vec<Option<String>> {
         .collect()
 }
 
-/// For each pin before its move, a token fired when the move comes (at `flipAt`, or when the
-/// fleet makes it): a child of the pin's `moved`, ending the reads it sent to the old backend.
+/// For each pin of `routing` before its move, a token fired when the move comes (at `flipAt`, or
+/// when the fleet makes it): a child of the pin's `moved`, ending the reads it sent to the old
+/// backend.
 pub(super) fn flipping(
-    table: &RouteTable,
-    pin_keys: &[Option<String>],
-    pin_previous: &[Option<BackendId>],
-    (gates, clock, metrics): (&Arc<FleetGates>, &Arc<dyn Clock>, &Arc<Metrics>),
-    moved: &[CancellationToken],
+    routing: &super::Routing,
+    (clock, metrics): (&Arc<dyn Clock>, &Arc<Metrics>),
     now: SystemTime,
 ) -> Vec<Option<CancellationToken>> {
+    let table = routing.table();
+    let gates = &routing.gates;
     table
         .writes
         .pins
         .iter()
         .enumerate()
         .map(|(i, pin)| {
-            let key = pin_keys.get(i).cloned().flatten();
-            let gate = key.as_ref().map_or(PinGate::AsWritten, |k| gates.gate(k));
-            let previous = pin_previous.get(i).copied().flatten();
-            let at = PinMove::gated(pin, gate, previous, table.writes.fence, now);
+            let key = routing.pin_keys.get(i).cloned().flatten();
+            let at = routing.steering.pin_move(i, now, routing);
             let Stage::BeforeFlip { at, from } = at.stage else {
                 return None;
             };
-            let flip = moved.get(i)?.child_token();
+            let flip = routing.moved.get(i)?.child_token();
             let flipped = Flipped {
                 key: key.clone().unwrap_or_default(),
                 pin: pin.name.clone(),
@@ -156,11 +154,8 @@ impl super::Routing {
         else {
             return None;
         };
-        let table = self.table();
-        let pin = table.writes.pins.get(i)?;
-        let gate = crate::steer::LiveState::pin_gate(self, i, now);
-        let previous = self.pin_previous.get(i).copied().flatten();
-        let now_moving = PinMove::gated(pin, gate, previous, table.writes.fence, now);
+        self.table().writes.pins.get(i)?;
+        let now_moving = self.steering.pin_move(i, now, self);
         if now_moving.backend == d.backend && matches!(now_moving.stage, Stage::BeforeFlip { .. }) {
             return None;
         }
@@ -169,5 +164,46 @@ impl super::Routing {
             .and_then(|end| end.duration_since(now).ok())
             .unwrap_or_default();
         Some(left.max(std::time::Duration::from_secs(1)))
+    }
+}
+
+impl super::Routing {
+    /// After `next` replaced this routing: ends the long-running reads whose pin or default moved,
+    /// and counts the pins that moved.
+    ///
+    /// With several replicas, a pin moved without `flipAt` moves on each replica when that replica
+    /// reads the file: for a moment two replicas send its writes to two versions (the fence holds
+    /// them per replica only), which is warned of.
+    pub(crate) fn end_moved_reads(&self, next: &super::Routing, several_replicas: bool) {
+        let (old, new) = (self.table(), next.table());
+        for (i, pin) in old.writes.pins.iter().enumerate() {
+            let before = old.backend_name(pin.backend);
+            let moved_to = new.writes.pins.iter().find(|p| p.name == pin.name);
+            let after = moved_to.map(|p| new.backend_name(p.backend));
+            if after != Some(before) {
+                tracing::info!(pin = %pin.name, from = before, to = after.unwrap_or("(removed)"), "pin moved; ending the watches it sent to the old backend");
+                if several_replicas && moved_to.is_some_and(|p| p.flip_at.is_none()) {
+                    tracing::warn!(pin = %pin.name, "pin moved without flipAt while several replicas serve: each moves when it reads the file; give flipAt (a moment all replicas will have read the file by) so they move together");
+                }
+                // A pin with a flip to come is counted when it flips (routing/moves.rs).
+                let j = new.writes.pins.iter().position(|p| p.name == pin.name);
+                if !j.is_some_and(|j| next.flipping.get(j).is_some_and(Option::is_some)) {
+                    self.metrics
+                        .pin_moves
+                        .with_label_values(&[pin.name.as_str()])
+                        .inc();
+                }
+                self.moved[i].cancel();
+            }
+        }
+        if old.backend_name(old.reads.default) != new.backend_name(new.reads.default) {
+            self.moved[old.writes.pins.len()].cancel();
+        }
+        if old.backend_name(old.writes.default) != new.backend_name(new.writes.default) {
+            self.metrics
+                .pin_moves
+                .with_label_values(&["writes.default"])
+                .inc();
+        }
     }
 }
