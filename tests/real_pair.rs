@@ -15,6 +15,7 @@
 //! | `real/controllers.rs` | a real v1.35 kube-controller-manager scales a Deployment through guards on all it updates |
 //! | `real/moves.rs` | a pin moved by `flipAt` under 32 writers: every write 200, no overlap in the audit logs |
 //! | `real/fleet.rs` | two replicas as a fleet, one with its route file 5 s late: the move waits for it, every write 200, no overlap in the audit logs |
+//! | `real/supersede.rs` | two replicas, the pin moved four times, each table 3 s late on the second, which is frozen across two `flipAt`s: moves superseded before they were made, and moves spaced out; no overlap per object in the audit logs, every write 200 or 429 with `Retry-After` |
 //! | `real/cluster.rs` | the endpoints reconciler under deploy/'s RBAC; readiness while the old apiserver stops and returns; `User-Agent: skewgate/<version>` on its own requests |
 
 #[path = "real/clients.rs"]
@@ -38,6 +39,8 @@ mod moves;
 mod process;
 #[path = "real/protobuf.rs"]
 mod protobuf;
+#[path = "real/supersede.rs"]
+mod supersede;
 
 use harness::{missing, start_pair};
 
@@ -93,6 +96,10 @@ fn skewgate_in_front_of_real_apiservers_of_two_versions() {
     }
     if wanted("fleet") {
         fleet::a_fleet_moves_a_pin_when_its_late_replica_runs_the_move(&pair);
+    }
+    if wanted("supersede") {
+        supersede::moves_that_supersede_pending_ones_never_overlap(&pair);
+        supersede::spaced_moves_never_overlap(&pair);
     }
     if wanted("cluster") {
         cluster::the_endpoints_reconciler_writes_under_the_shipped_rbac(&pair);

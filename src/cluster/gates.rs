@@ -84,6 +84,9 @@ pub(crate) struct MoveView<'a> {
     pub(crate) entries: Vec<Option<&'a Value>>,
     /// The entries of the replicas whose Lease has lapsed: a time they said still stands.
     pub(crate) lapsed: Vec<&'a Value>,
+    /// Whether this replica ran a table with the pin before this one: it knows where the pin's
+    /// writes are, and a move no replica ran in time is not made at `flipAt` on its word.
+    pub(crate) remembered: bool,
 }
 
 impl FleetGates {
@@ -312,11 +315,13 @@ impl FleetGates {
 
 /// The time this replica says for move `m`, which no replica has said a time for, if it can say
 /// one. If a live replica ran it in time (by `flipAt + fence`), the move waits for every live
-/// replica to run it, and for every replica to read the time said (`settle`). If none did, the
-/// fleet has no memory of it (all started since with the file as it is, or the file came after
-/// `flipAt + fence` everywhere): it was made at `flipAt`, as the file says and as a single replica
-/// takes it; waiting would send its writes back to the backend they left. `flip_at` is `flipAt` on
-/// this replica's clock.
+/// replica to run it, and for every replica to read the time said (`settle`). If none did and this
+/// replica started with the table (it remembers no table before with the pin), the fleet has no
+/// memory of it (all started since with the file as it is): it was made at `flipAt`, as the file
+/// says and as a single replica takes it; waiting would send its writes back to the backend they
+/// left. A replica that ran a table before knows where the writes are, and waits: the replicas
+/// that ran the move in time may have left it since (a newer table), and no longer say so.
+/// `flip_at` is `flipAt` on this replica's clock.
 fn first_time(
     m: &MoveView<'_>,
     flip_at: SystemTime,
@@ -331,7 +336,7 @@ fn first_time(
         .filter_map(|e| time(e, "readySince"))
         .collect();
     let in_time = since.iter().any(|s| *s <= flip_at + m.fence);
-    if !in_time && now >= flip_at + m.fence {
+    if !in_time && now >= flip_at + m.fence && !m.remembered {
         return Some(flip_at);
     }
     let all_run = !m.entries.is_empty() && m.entries.iter().all(Option::is_some);

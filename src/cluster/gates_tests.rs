@@ -30,6 +30,7 @@ fn update(g: &FleetGates, flip: u64, entries: &[Option<Value>], lapsed: &[Value]
         fence: FENCE,
         entries: entries.iter().map(Option::as_ref).collect(),
         lapsed: lapsed.iter().collect(),
+        remembered: false,
     }];
     g.update(&moves, Vec::new(), at(now), |t| t);
 }
@@ -105,6 +106,7 @@ fn a_replica_whose_clock_is_ahead_judges_flip_at_on_the_apiservers_clock() {
             fence: FENCE,
             entries: entries.iter().map(Option::as_ref).collect(),
             lapsed: Vec::new(),
+            remembered: false,
         }]
     }
     // Ran at 107 (their clock), within flipAt + fence: in time, so the move waits for the
@@ -148,6 +150,7 @@ fn back_to_old(flip: u64, entry: Option<&Value>) -> MoveView<'_> {
         fence: FENCE,
         entries: vec![entry],
         lapsed: Vec::new(),
+        remembered: false,
     }
 }
 
@@ -218,4 +221,27 @@ fn what_a_replica_heard_it_publishes_and_keeps_across_reads() {
     assert_eq!(published.len(), 1, "{published:?}");
     assert_eq!(published[0]["move"], "other");
     assert_eq!(published[0]["at"], stamp(at(150)));
+}
+
+#[test]
+fn a_replica_that_knows_where_the_writes_are_never_makes_a_late_move_at_flip_at_alone() {
+    // Its file came after flipAt + fence; the replica that ran the move in time has left it
+    // since (a newer table) and no longer says so. Made at flipAt, the writes would jump here
+    // alone: it waits for the fleet instead.
+    let g = gates();
+    let late = MoveView {
+        remembered: true,
+        ..back_to_old(100, None)
+    };
+    let mine = json!({"readySince": stamp(at(115))});
+    let moves = [MoveView {
+        entries: vec![Some(&mine), None],
+        ..late
+    }];
+    g.update(&moves, Vec::new(), at(120), |t| t);
+    assert!(
+        matches!(g.gate("k"), PinGate::NotYet { .. }),
+        "{:?}",
+        g.gate("k")
+    );
 }

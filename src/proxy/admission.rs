@@ -106,3 +106,46 @@ fn request_timeout(query: Option<&str>) -> Option<std::time::Duration> {
     let value = skewgate_shared::go_query::first(query?, "timeout")?;
     humantime::parse_duration(&value).ok()
 }
+
+/// A pinned write checked again as it is sent, after its body, the update guard, or a freeze of
+/// the whole process: whether this replica is still in step with the fleet, and whether its pin's
+/// move came since it was decided. Either refuses it (429), unsent.
+pub(super) fn last_look(
+    proxy: &Proxy,
+    routing: &Routing,
+    (decision, object): (&Decision, Option<u64>),
+) -> Result<(), ProxyError> {
+    if object.is_none() {
+        return Ok(());
+    }
+    let now = proxy.settings.clock.now();
+    if let Some(why) = proxy.fleet_gates.out_of_step(now) {
+        return Err(ProxyError::OutOfStep { why });
+    }
+    match routing.moved_since_decided(decision, now) {
+        Some(left) => Err(ProxyError::PinFenced {
+            rule: decision.rule_name(routing.table()).to_owned(),
+            remaining_secs: left.as_secs() + 1,
+        }),
+        None => Ok(()),
+    }
+}
+
+/// A write decided before its pin's move is sent whole (at most the apiserver's 3 MiB): its last
+/// look is then the last moment before the apiserver has all of it, so a freeze of this replica
+/// (SIGSTOP, a paused VM) cannot hold the rest of it past the move while the apiserver waits.
+pub(super) async fn whole_before_the_move(
+    (decision, object): (&Decision, Option<u64>),
+    body: &mut super::request_body::ClientBody,
+) -> Result<(), ProxyError> {
+    if object.is_none() || decision.reason != Reason::BeforeFlip {
+        return Ok(());
+    }
+    let limit = super::guard::MAX_BODY;
+    let whole = body.read_whole(limit).await.map_err(|e| match e {
+        super::request_body::WholeBody::TooLarge => ProxyError::BodyTooLarge { limit },
+        super::request_body::WholeBody::Failed => ProxyError::ClientBody,
+    })?;
+    body.replace(whole);
+    Ok(())
+}

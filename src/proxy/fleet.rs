@@ -87,7 +87,8 @@ impl Proxy {
             .pins
             .iter()
             .zip(&routing.pin_keys)
-            .filter_map(|(p, key)| {
+            .enumerate()
+            .filter_map(|(i, (p, key))| {
                 let key = key.as_deref()?;
                 let flip_at = p.flip_at?;
                 let at = humantime::format_rfc3339_seconds(flip_at).to_string();
@@ -104,6 +105,7 @@ impl Proxy {
                     key,
                     pin: &p.name,
                     to: backend,
+                    remembered: LiveState::pin_previous(&*routing, i).is_some(),
                     flip_at,
                     fence: t.writes.fence,
                     entries,

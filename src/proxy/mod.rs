@@ -294,6 +294,9 @@ impl Proxy {
                     (&self.openapi, &self.fleet_gates),
                 ));
                 self.routing.store(routing.clone());
+                if routing.new_moves {
+                    self.fleet_gates.publish_now();
+                }
                 // A replica that publishes itself serves beside others.
                 old.end_moved_reads(&routing, self.settings.publish.is_some());
                 self.metrics

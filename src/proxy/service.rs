@@ -11,7 +11,7 @@ use http::{Method, Request, Response};
 
 use super::Proxy;
 use super::access_log::AccessRecord;
-use super::admission::{admit_client, admit_write};
+use super::admission::{admit_client, admit_write, last_look, whole_before_the_move};
 use super::body::ProxyBody;
 use super::discovery::{Merge, MergedAnswer, discovery_path, merged_discovery};
 use super::forwarding::{credential_of, prepare_headers, strip_hop_by_hop, upstream_uri};
@@ -289,6 +289,7 @@ fn forward(
         body.check_arrived()
             .await
             .map_err(|_| ProxyError::ClientBody)?;
+        whole_before_the_move((&request.decision, request.object), &mut body).await?;
         let warning = match request.guard {
             Some(g) => {
                 Box::pin(guarded(
@@ -298,7 +299,7 @@ fn forward(
             }
             None => None,
         };
-        last_look(proxy, routing, request)?;
+        last_look(proxy, routing, (&request.decision, request.object))?;
         let deadline = response_deadline(proxy, routing, request);
         let sent = send(endpoint, credential, (head, body), deadline).await;
         let resp = judge(routing, request, backend, sent, &client_fault)?;
@@ -335,26 +336,6 @@ async fn guarded(
         reader: request.reader,
     };
     guard::check(proxy, routing, update, head, body, endpoint, credential).await
-}
-
-/// A pinned write checked again as it is sent, after its body, the update guard, or a freeze of
-/// the whole process: whether this replica is still in step with the fleet, and whether its pin's
-/// move came since it was decided. Either refuses it (429), unsent.
-fn last_look(proxy: &Proxy, routing: &Routing, request: &Decided) -> Result<(), ProxyError> {
-    if request.object.is_none() {
-        return Ok(());
-    }
-    let now = proxy.settings.clock.now();
-    if let Some(why) = proxy.fleet_gates.out_of_step(now) {
-        return Err(ProxyError::OutOfStep { why });
-    }
-    match routing.moved_since_decided(&request.decision, now) {
-        Some(left) => Err(ProxyError::PinFenced {
-            rule: request.decision.rule_name(routing.table()).to_owned(),
-            remaining_secs: left.as_secs() + 1,
-        }),
-        None => Ok(()),
-    }
 }
 
 /// Admission, in order: the client's place among its requests in flight, an endpoint of the

@@ -340,6 +340,19 @@ impl Steering {
         let gate = live.pin_gate(i, now);
         PinMove::gated(pin, gate, fleet.at.or(previous), fence, now)
     }
+
+    /// This table's own move of pin `i` at `now`, from where the fleet's moves put the pin, without
+    /// their fences and the moves of other tables to come: when it flips (`routing/moves.rs`).
+    pub fn own_move(&self, i: usize, now: SystemTime, live: &impl LiveState) -> PinMove {
+        let pin = &self.table.writes.pins[i];
+        let previous = live.pin_previous(i);
+        let fence = self.table.writes.fence;
+        let Some(_) = pin.flip_at else {
+            return PinMove::gated(pin, PinGate::AsWritten, previous, fence, now);
+        };
+        let at = live.pin_fleet(i, now).at;
+        PinMove::gated(pin, live.pin_gate(i, now), at.or(previous), fence, now)
+    }
 }
 
 /// Whether some pin, rollout or guard selects by user or group, or a rollout is sticky by user.

@@ -64,6 +64,20 @@ impl H2 {
         content_type: &str,
         body: String,
     ) -> (u16, String) {
+        let (code, _, body) = self
+            .call_with_headers(method, path, content_type, body)
+            .await;
+        (code, body)
+    }
+
+    /// [`H2::call`], with the answer's headers.
+    pub async fn call_with_headers(
+        &mut self,
+        method: &str,
+        path: &str,
+        content_type: &str,
+        body: String,
+    ) -> (u16, http::HeaderMap, String) {
         let req = http::Request::builder()
             .method(method)
             .uri(format!("https://{}{path}", self.authority))
@@ -71,12 +85,15 @@ impl H2 {
             .body(Full::new(Bytes::from(body)))
             .expect("request");
         let Ok(resp) = self.send.send_request(req).await else {
-            return (0, "the connection failed".to_owned());
+            let failed = "the connection failed".to_owned();
+            return (0, http::HeaderMap::new(), failed);
         };
         let code = resp.status().as_u16();
-        let body = resp.into_body().collect().await.map(|b| b.to_bytes());
+        let (parts, body) = resp.into_parts();
+        let body = body.collect().await.map(|b| b.to_bytes());
         (
             code,
+            parts.headers,
             String::from_utf8_lossy(&body.unwrap_or_default()).into_owned(),
         )
     }

@@ -55,6 +55,9 @@ pub(crate) struct Routing {
     flipping: Vec<Option<CancellationToken>>,
     /// Per pin: the pending moves reloads superseded (`/debug/routes`).
     pub(crate) superseded: Vec<superseded::Superseded>,
+    /// Whether this table has moves the one before did not: the other replicas wait for this one
+    /// to run them, so it publishes itself as soon as the table is in force.
+    pub(crate) new_moves: bool,
     /// Whether the resources the rules name were checked against discovery (once per table).
     resources_checked: std::sync::atomic::AtomicBool,
     /// Backends a request fell back to since this table loaded (they count for readiness).
@@ -145,9 +148,11 @@ impl Routing {
         let superseded =
             superseded::superseded(previous, &table, (&pin_keys, &pin_previous), &metrics, now);
         let old_keys = previous.map_or(&[][..], |p| p.pin_keys.as_slice());
-        if superseded::new_moves(&table, &pin_keys, old_keys, gates.settle_time(), now) {
-            // The other replicas wait for this one to run the move: say so now.
-            gates.publish_now();
+        let new_moves =
+            superseded::new_moves(&table, &pin_keys, old_keys, gates.settle_time(), now);
+        // This replica runs each move from now, whenever it next publishes.
+        for key in pin_keys.iter().flatten() {
+            gates.ready_since(key, now);
         }
         let mut routing = Routing {
             gates: gates.clone(),
@@ -157,6 +162,7 @@ impl Routing {
             moved,
             flipping: Vec::new(),
             superseded,
+            new_moves,
             resources_checked: std::sync::atomic::AtomicBool::new(false),
             fallen_back_to: (0..n)
                 .map(|_| std::sync::atomic::AtomicBool::new(false))

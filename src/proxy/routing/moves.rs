@@ -42,7 +42,7 @@ pub(super) fn flipping(
         .enumerate()
         .map(|(i, pin)| {
             let key = routing.pin_keys.get(i).cloned().flatten();
-            let at = routing.steering.pin_move(i, now, routing);
+            let at = routing.steering.own_move(i, now, routing);
             let Stage::BeforeFlip { at, from } = at.stage else {
                 return None;
             };
