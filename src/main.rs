@@ -17,9 +17,14 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Check { mut paths, routes } => {
+        Command::Check {
+            mut paths,
+            routes,
+            running,
+            lease_renew_interval,
+        } => {
             paths.extend(routes);
-            cli::check::check(&paths)
+            cli::check::check(&paths, running.as_deref(), lease_renew_interval)
         }
         Command::Explain(args) => cli::explain::explain(&args).map(|()| ExitCode::SUCCESS),
         Command::Serve(args) => cli::serve::run(*args),

@@ -7,7 +7,19 @@ use anyhow::Result;
 
 use skewgate::config::{self, RouteTable};
 
-pub fn check(paths: &[PathBuf]) -> Result<ExitCode> {
+pub fn check(
+    paths: &[PathBuf],
+    running: Option<&std::path::Path>,
+    round: std::time::Duration,
+) -> Result<ExitCode> {
+    let running = match running.map(config::load_path) {
+        Some(Ok(t)) => Some(t),
+        Some(Err(errors)) => {
+            eprintln!("--running: {errors}");
+            return Ok(ExitCode::FAILURE);
+        }
+        None => None,
+    };
     let mut files = Vec::new();
     for path in paths {
         if path.is_dir() {
@@ -36,6 +48,11 @@ pub fn check(paths: &[PathBuf]) -> Result<ExitCode> {
             Ok(table) => {
                 for w in &table.warnings {
                     show("warning", w);
+                }
+                let now = std::time::SystemTime::now();
+                let settle = config::fleet_settle(round);
+                for w in config::move_warnings(&table, running.as_ref(), now, settle) {
+                    eprintln!("warning: {}: {w}", file.display());
                 }
                 println!("{}: ok ({})", file.display(), summary(&table));
             }

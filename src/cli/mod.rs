@@ -42,6 +42,13 @@ pub enum Command {
         /// checked with the PATHs).
         #[arg(long)]
         routes: Vec<PathBuf>,
+        /// The route table the replicas run now: warn where a checked table changes a pin whose
+        /// move in it may still be pending (it would be superseded).
+        #[arg(long)]
+        running: Option<PathBuf>,
+        /// The fleet's Lease round, as `serve` takes it: warn of a flipAt closer than four rounds.
+        #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+        lease_renew_interval: std::time::Duration,
     },
     /// Print the RequestInfo, the client, the class, the rule and the backend of one request, and why.
     Explain(ExplainArgs),

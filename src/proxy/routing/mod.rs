@@ -147,9 +147,8 @@ impl Routing {
         let pin_keys = moves::pin_keys(&table);
         let superseded =
             superseded::superseded(previous, &table, (&pin_keys, &pin_previous), &metrics, now);
-        let old_keys = previous.map_or(&[][..], |p| p.pin_keys.as_slice());
-        let new_moves =
-            superseded::new_moves(&table, &pin_keys, old_keys, gates.settle_time(), now);
+        let settle = gates.settle_time();
+        let new_moves = superseded::new_moves(&table, (&pin_keys, previous), settle, now);
         // This replica runs each move from now, whenever it next publishes.
         for key in pin_keys.iter().flatten() {
             gates.ready_since(key, now);

@@ -123,29 +123,22 @@ fn pending_move(old: &Routing, i: usize, key: Option<&str>, now: SystemTime) -> 
     }))
 }
 
-/// The moves of `new` this replica did not run before (`old_keys`) whose `flipAt` is closer than
-/// the fleet can make it (`settle` after the last replica runs it): warned of, and the replica
-/// publishes that it runs them at once rather than at its next renewal.
+/// Whether `new` has moves this replica did not run before (`old`); each whose `flipAt` is closer
+/// than the fleet can make it (`settle` after the last replica runs it) is warned of.
 pub(super) fn new_moves(
     new: &RouteTable,
-    keys: &[Option<String>],
-    old_keys: &[Option<String>],
+    (keys, old): (&[Option<String>], Option<&Routing>),
     settle: Option<Duration>,
     now: SystemTime,
 ) -> bool {
-    let mut any = false;
-    for (pin, key) in new.writes.pins.iter().zip(keys) {
-        let (Some(key), Some(flip_at)) = (key, pin.flip_at) else {
-            continue;
-        };
-        if old_keys.iter().flatten().any(|k| k == key) {
-            continue;
-        }
-        any = true;
-        let Some(settle) = settle else { continue };
-        let ahead = flip_at.duration_since(now).unwrap_or_default();
-        if ahead < settle {
-            tracing::warn!(pin = %pin.name, flip_at = %time(flip_at), ahead = %humantime::format_duration(Duration::from_secs(ahead.as_secs())), settle = %humantime::format_duration(settle), "flipAt is closer than the fleet can make the move: it comes no sooner than four Lease rounds after the last replica runs it");
+    let old_keys = old.map_or(&[][..], |p| p.pin_keys.as_slice());
+    let any = keys
+        .iter()
+        .flatten()
+        .any(|k| !old_keys.iter().flatten().any(|o| o == k));
+    if let Some(settle) = settle {
+        for w in crate::config::close_flips(new, old.map(Routing::table), now, settle) {
+            tracing::warn!("{w}");
         }
     }
     any

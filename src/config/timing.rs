@@ -1,0 +1,150 @@
+//! What `check` can say of a table's pin moves against the clock and the table in force: a
+//! `flipAt` closer than a fleet can make the move, and a move of the running table still to come
+//! that this table would supersede. Warnings only: whether a move was made is the fleet's to know
+//! (`/debug/routes`), not the file's.
+
+use std::time::{Duration, SystemTime};
+
+use super::{Pin, RouteTable};
+
+/// How long after its last replica runs a move a fleet makes it, at the soonest: four Lease
+/// rounds (`cluster::FleetGates`).
+pub fn fleet_settle(round: Duration) -> Duration {
+    round * 4
+}
+
+/// The warnings of `next`'s moves at `now`: each `flipAt` less than `settle` ahead
+/// ([`close_flips`]), and each pin whose move in `running` (the table in force) may still be
+/// pending and that `next` changes.
+pub fn move_warnings(
+    next: &RouteTable,
+    running: Option<&RouteTable>,
+    now: SystemTime,
+    settle: Duration,
+) -> Vec<String> {
+    let mut warnings = close_flips(next, running, now, settle);
+    if let Some(running) = running {
+        warnings.extend(superseded(next, running, now));
+    }
+    warnings
+}
+
+/// Each move of `next` that `running` does not make already, with its `flipAt` less than `settle`
+/// ahead of `now`.
+pub fn close_flips(
+    next: &RouteTable,
+    running: Option<&RouteTable>,
+    now: SystemTime,
+    settle: Duration,
+) -> Vec<String> {
+    let mut warnings = Vec::new();
+    for pin in &next.writes.pins {
+        let Some(flip_at) = pin.flip_at else {
+            continue;
+        };
+        let same_move = running
+            .and_then(|r| r.writes.pins.iter().find(|p| p.name == pin.name))
+            .is_some_and(|p| {
+                p.flip_at == pin.flip_at && backend(running, p) == backend(Some(next), pin)
+            });
+        if let Ok(ahead) = flip_at.duration_since(now)
+            && ahead < settle
+            && !same_move
+        {
+            warnings.push(format!(
+                "pin {}: flipAt is {} from now; a fleet of replicas (--advertise-address) makes a move no sooner than {} (four Lease rounds) after its last replica runs it, so the move comes later than flipAt",
+                pin.name,
+                humantime::format_duration(Duration::from_secs(ahead.as_secs())),
+                humantime::format_duration(settle)
+            ));
+        }
+    }
+    warnings
+}
+
+fn backend<'a>(t: Option<&'a RouteTable>, p: &Pin) -> Option<&'a str> {
+    t.map(|t| t.backend_name(p.backend))
+}
+
+/// The pins of `running` with a move that may still be pending at `now` (its `flipAt` and fence
+/// not both past: a fleet may make it later still) which `next` changes.
+fn superseded(next: &RouteTable, running: &RouteTable, now: SystemTime) -> Vec<String> {
+    running
+        .writes
+        .pins
+        .iter()
+        .filter_map(|old| {
+            let flip_at = old.flip_at?;
+            let moves = old.flip_from.is_none_or(|f| running.backend_name(f) != running.backend_name(old.backend));
+            if !moves || flip_at + running.writes.fence <= now {
+                return None;
+            }
+            let to = running.backend_name(old.backend);
+            let new = next.writes.pins.iter().find(|p| p.name == old.name);
+            let same = new.is_some_and(|p| p.flip_at == old.flip_at && next.backend_name(p.backend) == to);
+            if same {
+                return None;
+            }
+            let at = humantime::format_rfc3339_seconds(flip_at);
+            Some(format!(
+                "pin {}: the running table moves it to {to} at flipAt {at}, which may not have been made yet; this table changes it, and where a replica loads it first the pending move is superseded: abandoned if the fleet had not said its time, made first at that time if it had. This table's move then starts from where the pin's writes are, whatever its `from` says (/debug/routes: superseded, movingFrom)",
+                old.name
+            ))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn table(pin: &str) -> RouteTable {
+        let text = format!(
+            "apiVersion: skewgate.io/v1alpha1\nkind: RouteTable\nbackends:\n  - {{name: old, endpoints: [\"http://127.0.0.1:1\"]}}\n  - {{name: new, endpoints: [\"http://127.0.0.1:2\"]}}\nwrites:\n  default: old\n  pins:\n    - name: team-a\n      namespaces: [team-a]\n{pin}reads:\n  default: old\n"
+        );
+        crate::config::parse_route_table(std::path::Path::new("t.yaml"), &text).expect("table")
+    }
+
+    fn moving(to: &str, from: &str, at: &str) -> RouteTable {
+        table(&format!(
+            "      backend: {to}\n      from: {from}\n      flipAt: \"{at}\"\n"
+        ))
+    }
+
+    fn at(s: &str) -> SystemTime {
+        humantime::parse_rfc3339(s).expect("time")
+    }
+
+    #[test]
+    fn a_flip_at_closer_than_the_fleet_can_make_it_is_said() {
+        let next = moving("new", "old", "2026-11-28T12:00:30Z");
+        let settle = fleet_settle(Duration::from_secs(10));
+        let w = move_warnings(&next, None, at("2026-11-28T12:00:00Z"), settle);
+        assert_eq!(w.len(), 1, "{w:?}");
+        assert!(
+            w[0].contains("flipAt is 30s from now") && w[0].contains("40s"),
+            "{w:?}"
+        );
+        assert!(move_warnings(&next, None, at("2026-11-28T11:59:00Z"), settle).is_empty());
+        // The table in force with that same move: nothing new.
+        let w = move_warnings(&next, Some(&next), at("2026-11-28T12:00:00Z"), settle);
+        assert!(w.is_empty(), "{w:?}");
+    }
+
+    #[test]
+    fn a_table_that_changes_a_pending_move_of_the_running_one_is_warned_of() {
+        let running = moving("new", "old", "2026-11-28T12:01:00Z");
+        let back = moving("old", "new", "2026-11-28T12:05:00Z");
+        let now = at("2026-11-28T12:00:50Z");
+        let settle = Duration::from_secs(40);
+        let w = move_warnings(&back, Some(&running), now, settle);
+        assert_eq!(w.len(), 1, "{w:?}");
+        assert!(
+            w[0].contains("moves it to new at flipAt 2026-11-28T12:01:00Z"),
+            "{w:?}"
+        );
+        // Long past its flipAt and fence: made or not, the fleet knows; the file says nothing.
+        let later = at("2026-11-28T12:03:00Z");
+        assert!(move_warnings(&back, Some(&running), later, settle).is_empty());
+    }
+}

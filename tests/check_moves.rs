@@ -1,0 +1,67 @@
+//! `skewgate check` on pin moves against the clock and the table in force (issue 57): a `flipAt`
+//! closer than a fleet can make the move, and a table that would supersede a move still pending.
+
+use std::process::Command;
+use std::time::{Duration, SystemTime};
+
+fn table(to: &str, from: &str, flip_at: SystemTime) -> String {
+    format!(
+        "apiVersion: skewgate.io/v1alpha1\nkind: RouteTable\nbackends:\n  - {{name: old, endpoints: [\"https://10.0.0.1:6443\"]}}\n  - {{name: new, endpoints: [\"https://10.0.0.2:6443\"]}}\nwrites:\n  default: old\n  pins:\n    - name: team-a\n      namespaces: [team-a]\n      backend: {to}\n      from: {from}\n      flipAt: \"{}\"\nreads:\n  default: old\n",
+        humantime::format_rfc3339_seconds(flip_at)
+    )
+}
+
+fn check(args: &[&str]) -> (bool, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_skewgate"))
+        .arg("check")
+        .args(args)
+        .output()
+        .expect("the binary runs");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn check_warns_of_a_close_flip_at_and_of_a_pending_move_it_would_supersede() {
+    let dir = std::env::temp_dir().join(format!("skewgate-check-moves-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let now = SystemTime::now();
+    let running = dir.join("running.yaml");
+    let next = dir.join("next.yaml");
+    std::fs::write(
+        &running,
+        table("new", "old", now + Duration::from_secs(120)),
+    )
+    .expect("write");
+    std::fs::write(&next, table("old", "new", now + Duration::from_secs(20))).expect("write");
+    let (next_s, running_s) = (next.to_string_lossy(), running.to_string_lossy());
+    // Alone: its flipAt, 20 s ahead, is closer than four rounds of 10 s.
+    let (ok, err) = check(&[&next_s]);
+    assert!(ok, "warnings do not fail a check: {err}");
+    assert!(err.contains("flipAt is 1") && err.contains("40s"), "{err}");
+    assert!(!err.contains("superseded"), "{err}");
+    // With rounds of 2 s, 20 s is enough.
+    let (_, err) = check(&[&next_s, "--lease-renew-interval", "2s"]);
+    assert!(!err.contains("flipAt is"), "{err}");
+    // Against the table in force, whose move to new is still to come: superseded.
+    let (ok, err) = check(&[
+        &next_s,
+        "--running",
+        &running_s,
+        "--lease-renew-interval",
+        "2s",
+    ]);
+    assert!(ok, "{err}");
+    assert!(
+        err.contains("pin team-a: the running table moves it to new") && err.contains("superseded"),
+        "{err}"
+    );
+    // The table in force checked against itself: nothing.
+    let (_, err) = check(&[&running_s, "--running", &running_s]);
+    assert!(!err.contains("warning"), "{err}");
+    // An unreadable table in force is an error.
+    let (ok, err) = check(&[&next_s, "--running", "/nonexistent/routes.yaml"]);
+    assert!(!ok && err.contains("--running"), "{err}");
+}
