@@ -106,6 +106,7 @@ async fn the_status_page_is_served_whole_and_fetches_only_the_admin_listener() {
         "writes",
         "flipAt",
         "writesHeld",
+        "superseded",
         "selectors",
     ];
     has(pin, "pins[]", &pin_fields);

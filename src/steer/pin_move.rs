@@ -209,6 +209,16 @@ impl PinMove {
         })
     }
 
+    /// Where the pin's writes are known to go: not while held for want of knowing where they
+    /// were (`Waiting`), nor while refused with no backend to keep them on.
+    pub fn writes_at(&self) -> Option<BackendId> {
+        match self.stage {
+            Stage::Waiting { .. } => None,
+            Stage::Unsure => self.from,
+            _ => Some(self.backend),
+        }
+    }
+
     /// A move the fleet has not made: its writes stay on `from` while that is safe; without a
     /// `from`, or after `safe_until`, they are refused. Reads stay on `from` if known.
     fn not_yet(
@@ -236,7 +246,7 @@ impl PinMove {
 /// file carries over. A pin's own backend counts: it has no move to make.
 pub(crate) fn previous_backends(
     table: &RouteTable,
-    old: Option<(&RouteTable, &[BackendId])>,
+    old: Option<(&RouteTable, &[Option<BackendId>])>,
 ) -> Vec<Option<BackendId>> {
     table
         .writes
@@ -250,7 +260,7 @@ pub(crate) fn previous_backends(
                 .pins
                 .iter()
                 .position(|p| p.name == pin.name)?;
-            let name = old_table.backend_name(*old_writes.get(i)?);
+            let name = old_table.backend_name((*old_writes.get(i)?)?);
             Some(BackendId::new(
                 table.backends.iter().position(|b| b.name == name)?,
             ))

@@ -77,7 +77,37 @@ async fn a_flip_its_fence_a_schedule_a_guard_and_errors_show_on_the_open_page() 
     a_flip_shows_before_in_and_after_its_fence(&mut page, (&sims, &gate), &clock, flip_at).await;
     an_error_skewgate_answered_shows(&mut page, &gate).await;
     a_guards_refusal_shows(&mut page, (&sims, &gate)).await;
+    let moves = |back_at: SystemTime| {
+        let at = humantime::format_rfc3339_seconds(back_at);
+        table(&format!("backend: old, from: new, flipAt: \"{at}\""))
+    };
+    // An hour past the flip, far ahead of the clock moved by hand.
+    let later = flip_at + Duration::from_secs(3600);
+    a_superseded_move_shows(&mut page, &gate, (moves, later)).await;
     the_page_fits_a_phone(&mut page).await;
+}
+
+/// Pin team-b moves back to old a minute after `now`; a table that moves it a minute later comes
+/// before that: the first move, pending, shows as superseded, abandoned with the writes on new.
+async fn a_superseded_move_shows(
+    page: &mut Browser,
+    gate: &Gate,
+    (moves, now): (impl Fn(SystemTime) -> String, SystemTime),
+) {
+    gate.rewrite(&moves(now + Duration::from_secs(60)));
+    let pending = eventually(10, || async {
+        gate.debug_routes().await["writes"]["pins"][0]["move"] == "before flipAt"
+    })
+    .await;
+    assert!(pending, "skewgate took the move back");
+    gate.rewrite(&moves(now + Duration::from_secs(120)));
+    let superseded = "the move to old at ";
+    let shown = page
+        .shows("#pins", superseded, Duration::from_secs(20))
+        .await;
+    let pins = page.text("#pins").await;
+    assert!(shown.is_some(), "{pins}");
+    assert!(pins.contains("was abandoned, writes kept on new"), "{pins}");
 }
 
 /// What comes next: the schedule's next step, 59 min 50 s on (it began 10 s ago and holds an

@@ -130,9 +130,9 @@ impl Routing {
             |p| p.resources.load_full(),
         );
         // Where the pins' writes go now, by the table replaced (the fleet's moves included).
-        let old_writes: Option<Vec<BackendId>> = previous.map(|p| {
+        let old_writes: Option<Vec<Option<BackendId>>> = previous.map(|p| {
             (0..p.table().writes.pins.len())
-                .map(|i| p.steering.pin_move(i, now, p).backend)
+                .map(|i| p.steering.pin_move(i, now, p).writes_at())
                 .collect()
         });
         let pin_previous = previous_backends(
