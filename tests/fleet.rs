@@ -262,12 +262,15 @@ async fn a_replica_whose_file_is_behind_a_move_the_others_made_takes_no_writes_u
     let patch = |server: &Server| patch(&client, server.addr, "cm");
     create_configmap(&format!("http://{}", a.addr), "default", "cm").await;
     assert!(eventually(10, || async { patch(&b).await.0 == 200 }).await);
-    // A file whose move came a minute ago reaches one replica: no replica ran it in time, so it
-    // was made at its flipAt, and that replica moves. The other, still on its old file, would
-    // write the pin's objects through the old version: it takes no writes until its file comes.
+    // A file whose move came a minute ago, of a pin new to the table, reaches one replica: no
+    // replica ran it in time and none ran a table with the pin (none knows where its writes
+    // are), so it was made at its flipAt, and that replica moves. The other, still on its old
+    // file, would write the pin's objects through the old version: it takes no writes until its
+    // file comes. (A replica that ran a table with the pin waits for the fleet instead:
+    // fleet_superseded.rs, real/supersede.rs.)
     let past = std::time::SystemTime::now() - std::time::Duration::from_secs(60);
     let moved = table(&format!(
-        "      backend: new\n      from: old\n      flipAt: {}\n",
+        "      backend: old\n    - name: team-b\n      namespaces: [team-b]\n      backend: new\n      from: old\n      flipAt: {}\n",
         humantime::format_rfc3339_seconds(past)
     ));
     std::fs::write(&files[0], &moved).expect("routes");

@@ -289,7 +289,7 @@ impl FleetGates {
             fleet.at = backend(&came.to);
             fleet.elsewhere = fleet.at.is_none();
             fleet.from = before.and_then(|b| backend(&b.to));
-            fleet.held_until = Some(came.at + came.fence).filter(|u| now < *u);
+            fleet.held_until = Some(came.fence_ends()).filter(|u| now < *u);
             // A move of another table that came after this table's own: the pin stays there.
             let own_at = own.and_then(|k| line.time_of(k));
             fleet.after_own =

@@ -25,9 +25,14 @@ pub(crate) struct Said {
     pub(crate) fence: Duration,
 }
 
+/// The longest fence a report is taken to say: a report is another process's word, and a time
+/// past what `SystemTime` holds must not end this one.
+const MAX_FENCE: Duration = Duration::from_secs(24 * 3600);
+
 impl Said {
-    fn fence_ends(&self) -> SystemTime {
-        self.at + self.fence
+    /// When its fence ends.
+    pub(crate) fn fence_ends(&self) -> SystemTime {
+        self.at.checked_add(self.fence).unwrap_or(self.at)
     }
 }
 
@@ -117,7 +122,7 @@ pub(crate) fn heard(
                     key: e["move"].as_str()?.to_owned(),
                     to: e["backend"].as_str()?.to_owned(),
                     at: to_mine(at),
-                    fence: Duration::from_millis(e["fenceMs"].as_u64()?),
+                    fence: Duration::from_millis(e["fenceMs"].as_u64()?).min(MAX_FENCE),
                 },
             ))
         })
@@ -180,5 +185,21 @@ mod tests {
         let got = heard(&state, &behind);
         assert_eq!(got, vec![("team-a".to_owned(), said("a", "new", 100))]);
         assert!(heard(&json!({"said": [{"pin": 1}]}), &behind).is_empty());
+    }
+
+    #[test]
+    fn a_report_saying_the_end_of_time_ends_nothing() {
+        let state = json!({"said": [{
+            "pin": "p", "move": "m", "backend": "new",
+            "at": "9999-12-31T23:59:59Z", "fenceMs": u64::MAX,
+        }]});
+        let got = heard(&state, &|t| t);
+        let mut line = Timeline::default();
+        for (_, s) in got {
+            line.add(s);
+        }
+        let far = line.not_before("other").expect("said");
+        assert!(far > at(0));
+        assert!(line.came(at(0)).0.is_none());
     }
 }
