@@ -71,6 +71,12 @@ pub fn fuzz_http2_core(input: &[u8]) {
 pub fn fuzz_protobuf_body(input: &[u8]) {
     protobuf::fuzzing::drive(input);
 }
+/// For the fuzz target over the replicas' reports (`fuzz/fuzz_targets/fleet_reports.rs`): the
+/// first byte a clock offset, the rest a Lease list, read into a replica's gates of a pin's moves.
+#[cfg(feature = "fuzzing")]
+pub fn fuzz_fleet_reports(input: &[u8]) {
+    cluster::fuzzing::drive(input);
+}
 pub mod identity;
 mod keys;
 pub(crate) mod metrics;

@@ -153,7 +153,8 @@ pub(super) fn members(list: &Value, now: SystemTime) -> Vec<Member> {
             Some(Member {
                 address,
                 renewed,
-                live: renewed + holds > now,
+                // A Lease said to hold past what a time can say holds.
+                live: renewed.checked_add(holds).is_none_or(|until| until > now),
                 state,
             })
         })

@@ -225,7 +225,7 @@ impl FleetGates {
         let mut flips = HashMap::new();
         let time = |v: &Value, field: &str| {
             let t = humantime::parse_rfc3339_weak(v[field].as_str()?).ok()?;
-            Some(to_mine(t))
+            crate::config::within_horizon(t).then(|| to_mine(t))
         };
         for m in moves {
             let said = m.entries.iter().flatten().chain(&m.lapsed);

@@ -7,7 +7,7 @@ const ROUND: Duration = Duration::from_secs(10);
 const FENCE: Duration = Duration::from_secs(10);
 
 fn at(secs: u64) -> SystemTime {
-    SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000 + secs)
+    SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000 + secs)
 }
 
 fn stamp(t: SystemTime) -> String {

@@ -13,6 +13,8 @@
 
 mod clock;
 mod fleet;
+#[cfg(any(test, feature = "fuzzing"))]
+pub(crate) mod fuzzing;
 mod gates;
 mod objects;
 mod said;

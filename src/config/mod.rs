@@ -21,7 +21,7 @@ pub(crate) use table::{Abort, BackendId, Endpoint, Pin, Schedule, Selectors};
 pub use table::{Guard, GuardAction, UnknownVersion};
 pub use table::{Percent, RouteTable};
 pub use table::{PinReads, StickyBy};
-pub use timing::{close_flips, fleet_settle, move_warnings};
+pub use timing::{close_flips, fleet_settle, move_warnings, within_horizon};
 pub(crate) use validate::may_meet;
 
 /// Parses and validates the text of one route file; `file` names it in errors.

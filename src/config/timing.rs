@@ -7,6 +7,14 @@ use std::time::{Duration, SystemTime};
 
 use super::{Pin, RouteTable};
 
+/// Whether skewgate takes `t` as a moment at all: from the year 2000 to the year 8900 or so. A
+/// time near either end of what RFC 3339 writes (1970, 9999), moved by a fence or a clock's
+/// offset, could no longer be written, and a move said for then is no move anyway.
+pub fn within_horizon(t: SystemTime) -> bool {
+    let since = t.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
+    (946_684_800..220_000_000_000).contains(&since.as_secs())
+}
+
 /// How long after its last replica runs a move a fleet makes it, at the soonest: four Lease
 /// rounds (`cluster::FleetGates`).
 pub fn fleet_settle(round: Duration) -> Duration {
@@ -146,5 +154,19 @@ mod tests {
         // Long past its flipAt and fence: made or not, the fleet knows; the file says nothing.
         let later = at("2026-11-28T12:03:00Z");
         assert!(move_warnings(&back, Some(&running), later, settle).is_empty());
+    }
+
+    #[test]
+    fn a_flip_at_near_the_end_of_what_rfc_3339_writes_is_refused() {
+        let text = "apiVersion: skewgate.io/v1alpha1\nkind: RouteTable\nbackends:\n  - {name: old, endpoints: [\"http://127.0.0.1:1\"]}\n  - {name: new, endpoints: [\"http://127.0.0.1:2\"]}\nwrites:\n  default: old\n  pins:\n    - {name: a, namespaces: [a], backend: new, flipAt: \"9999-12-31T23:59:59Z\"}\nreads:\n  default: old\n";
+        let errors = crate::config::parse_route_table(std::path::Path::new("t.yaml"), text)
+            .expect_err("refused")
+            .to_string();
+        assert!(
+            errors.contains("flipAt") && errors.contains("out of range"),
+            "{errors}"
+        );
+        assert!(within_horizon(at("2026-11-28T12:00:00Z")));
+        assert!(!within_horizon(SystemTime::UNIX_EPOCH));
     }
 }

@@ -154,7 +154,10 @@ fn heard(
     for m in reports {
         heard.extend(crate::cluster::heard(&m.state, to_mine));
         for e in m.state["pins"].as_array().into_iter().flatten() {
-            let time = |f: &str| humantime::parse_rfc3339_weak(e[f].as_str()?).ok();
+            let time = |f: &str| {
+                let t = humantime::parse_rfc3339_weak(e[f].as_str()?).ok()?;
+                crate::config::within_horizon(t).then_some(t)
+            };
             let (Some(name), Some(to), Some(flip), Some(at)) = (
                 e["name"].as_str(),
                 e["backend"].as_str(),

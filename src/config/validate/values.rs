@@ -151,7 +151,18 @@ impl Validator<'_> {
 
     pub(super) fn timestamp(&mut self, raw: &Text, field: &str) -> Option<SystemTime> {
         match humantime::parse_rfc3339(&raw.value) {
-            Ok(t) => Some(t),
+            Ok(t) if super::super::within_horizon(t) => Some(t),
+            Ok(_) => {
+                self.error(
+                    raw.referenced,
+                    field,
+                    format!(
+                        "{:?} is out of range: write a time between the years 2000 and 8900",
+                        raw.value
+                    ),
+                );
+                None
+            }
             Err(_) => {
                 self.error(
                     raw.referenced,
