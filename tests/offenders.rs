@@ -176,8 +176,14 @@ async fn a_client_sending_oversized_heads_in_a_loop_is_held_back() {
         let (code, _) = raw_h1(gate.server.addr, &big).await;
         assert_eq!(code, 431);
     }
-    // The status page lists them once, counted, though none became a request.
+    // The status page lists them once, counted, though none became a request. Each is recorded
+    // as its connection ends, which may be just after the client read the answer.
+    let counted = eventually(5, || async {
+        gate.debug_recent().await["errors"][0]["times"] == 20
+    })
+    .await;
     let recent = gate.debug_recent().await;
+    assert!(counted, "{recent}");
     let e = &recent["errors"][0];
     assert_eq!(
         (&e["code"], &e["times"]),
