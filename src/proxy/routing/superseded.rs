@@ -91,7 +91,8 @@ fn pending_move(old: &Routing, i: usize, key: Option<&str>, now: SystemTime) -> 
     if old_key == key {
         return None;
     }
-    let moving = old.steering.pin_move(i, now, old);
+    // The table's own move, whatever fence of the fleet's holds the pin meanwhile.
+    let moving = old.steering.own_move(i, now, old);
     let pending = matches!(
         moving.stage,
         Stage::BeforeFlip { .. } | Stage::Waiting { .. } | Stage::Unsure
