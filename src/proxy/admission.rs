@@ -131,14 +131,20 @@ pub(super) fn last_look(
     }
 }
 
-/// A write decided before its pin's move is sent whole (at most the apiserver's 3 MiB): its last
-/// look is then the last moment before the apiserver has all of it, so a freeze of this replica
-/// (SIGSTOP, a paused VM) cannot hold the rest of it past the move while the apiserver waits.
+/// In a fleet, a write decided before its pin's move is sent whole (at most the apiserver's 3 MiB):
+/// its last look is then the last moment before the apiserver has all of it, so a freeze of this
+/// replica (SIGSTOP, a paused VM) cannot hold the rest of it past the move while the apiserver
+/// waits and another replica writes through the new version. A replica alone needs none of it:
+/// its ledger holds the object's writes on the new backend until that one is answered, and the
+/// wait for the body would only widen the moment in which a write decided before `flipAt` meets
+/// its last look after it (and is refused).
 pub(super) async fn whole_before_the_move(
+    proxy: &Proxy,
     (decision, object): (&Decision, Option<u64>),
     body: &mut super::request_body::ClientBody,
 ) -> Result<(), ProxyError> {
-    if object.is_none() || decision.reason != Reason::BeforeFlip {
+    let fleet = proxy.fleet_gates.enabled();
+    if !fleet || object.is_none() || decision.reason != Reason::BeforeFlip {
         return Ok(());
     }
     let limit = super::guard::MAX_BODY;

@@ -289,7 +289,7 @@ fn forward(
         body.check_arrived()
             .await
             .map_err(|_| ProxyError::ClientBody)?;
-        whole_before_the_move((&request.decision, request.object), &mut body).await?;
+        whole_before_the_move(proxy, (&request.decision, request.object), &mut body).await?;
         let warning = match request.guard {
             Some(g) => {
                 Box::pin(guarded(
