@@ -210,18 +210,7 @@ impl FleetGates {
             return;
         };
         let before = self.known.load();
-        let mut lines: HashMap<String, Timeline> = moves
-            .iter()
-            .map(|m| {
-                let line = before.lines.get(m.pin).cloned().unwrap_or_default();
-                (m.pin.to_owned(), line)
-            })
-            .collect();
-        for (pin, said) in heard {
-            if let Some(line) = lines.get_mut(&pin) {
-                line.add(said);
-            }
-        }
+        let mut lines = timelines(&before, moves, heard);
         let mut flips = HashMap::new();
         let time = |v: &Value, field: &str| {
             let t = humantime::parse_rfc3339_weak(v[field].as_str()?).ok()?;
@@ -311,6 +300,27 @@ impl FleetGates {
             .flat_map(|(pin, line)| line.to_json(pin, to_theirs))
             .collect()
     }
+}
+
+/// The timelines of the pins `moves` move: as known `before`, with the moves `heard` of them.
+fn timelines(
+    before: &Known,
+    moves: &[MoveView<'_>],
+    heard: Vec<(String, Said)>,
+) -> HashMap<String, Timeline> {
+    let mut lines: HashMap<String, Timeline> = moves
+        .iter()
+        .map(|m| {
+            let line = before.lines.get(m.pin).cloned().unwrap_or_default();
+            (m.pin.to_owned(), line)
+        })
+        .collect();
+    for (pin, said) in heard {
+        if let Some(line) = lines.get_mut(&pin) {
+            line.add(said);
+        }
+    }
+    lines
 }
 
 /// The time this replica says for move `m`, which no replica has said a time for, if it can say

@@ -122,14 +122,7 @@ fn run(pair: &Pair, plan: &Plan) -> BTreeMap<String, Judged> {
         }
         answers
     });
-    for (who, gate) in [("A", &a), ("B", &b)] {
-        let (_, metrics) = admin_get(gate, "/metrics");
-        let moves = metrics.lines().filter(|l| {
-            l.contains(plan.name)
-                && (l.starts_with("skewgate_pin_moves") || l.starts_with("skewgate_pin_fence"))
-        });
-        println!("{}: {who}: {:?}", plan.name, moves.collect::<Vec<_>>());
-    }
+    print_moves(plan, [("A", &a), ("B", &b)]);
     println!("{}: answers {answers:?}", plan.name);
     assert_eq!(answers.refused_without_retry_after, 0, "{answers:?}");
     assert_eq!(
@@ -140,13 +133,7 @@ fn run(pair: &Pair, plan: &Plan) -> BTreeMap<String, Judged> {
     let judged = judge(pair, plan.name);
     println!("{}: audit {judged:?}", plan.name);
     if judged.values().any(|o| o.overlaps > 0) {
-        for (who, gate) in [("A", &a), ("B", &b)] {
-            for line in crate::harness::logged(gate) {
-                if line.contains("pin") || line.contains("Lease") || line.contains("fleet") {
-                    println!("{who}: {line}");
-                }
-            }
-        }
+        print_logs([("A", &a), ("B", &b)]);
     }
     let overlaps: usize = judged.values().map(|o| o.overlaps).sum();
     let firsts: Vec<_> = judged.values().filter_map(|o| o.first.as_ref()).collect();
@@ -159,6 +146,29 @@ fn run(pair: &Pair, plan: &Plan) -> BTreeMap<String, Judged> {
         "every object written: {judged:?}"
     );
     judged
+}
+
+/// Each replica's counts of the pin's moves, flips and fence ends.
+fn print_moves(plan: &Plan, replicas: [(&str, &crate::process::Serving); 2]) {
+    for (who, gate) in replicas {
+        let (_, metrics) = admin_get(gate, "/metrics");
+        let moves = metrics.lines().filter(|l| {
+            l.contains(plan.name)
+                && (l.starts_with("skewgate_pin_moves") || l.starts_with("skewgate_pin_fence"))
+        });
+        println!("{}: {who}: {:?}", plan.name, moves.collect::<Vec<_>>());
+    }
+}
+
+/// What each replica logged of pins, Leases and the fleet: for a run that overlapped.
+fn print_logs(replicas: [(&str, &crate::process::Serving); 2]) {
+    for (who, gate) in replicas {
+        for line in crate::harness::logged(gate) {
+            if line.contains("pin") || line.contains("Lease") || line.contains("fleet") {
+                println!("{who}: {line}");
+            }
+        }
+    }
 }
 
 /// The pin moved four times, there and back twice: A's file at each step, B's `LATE` after, B
