@@ -81,7 +81,15 @@ where
                 }
             };
             if let Some(stream) = stream {
-                tokio::spawn(pump_request_body(body, stream));
+                // A body already here goes out behind its head at once, before this task yields:
+                // the apiserver never holds a request's head while skewgate waits to send the
+                // rest (a process frozen between the two would have it applied after the freeze).
+                // The rest of a body still coming is pumped by a task of its own.
+                let mut pump = Box::pin(pump_request_body(body, stream));
+                let first = poll_fn(|cx| Poll::Ready(pump.as_mut().poll(cx))).await;
+                if first.is_pending() {
+                    tokio::spawn(pump);
+                }
             }
             return receive(slot, response, &mut deadline).await;
         }
