@@ -110,9 +110,9 @@ impl FleetGates {
     }
 
     /// How long after all replicas run a move the fleet makes it, at the soonest: a publish, a
-    /// read, and as much again.
+    /// read, and as much again (`config::fleet_settle`, which `check` warns by).
     fn settle(round: Duration) -> Duration {
-        round * 4
+        crate::config::fleet_settle(round)
     }
 
     /// The gate of the move `key`.

@@ -50,11 +50,7 @@ pub fn close_flips(
         let Some(flip_at) = pin.flip_at else {
             continue;
         };
-        let same_move = running
-            .and_then(|r| r.writes.pins.iter().find(|p| p.name == pin.name))
-            .is_some_and(|p| {
-                p.flip_at == pin.flip_at && backend(running, p) == backend(Some(next), pin)
-            });
+        let same_move = running.is_some_and(|r| makes_the_move(r, next, pin));
         if let Ok(ahead) = flip_at.duration_since(now)
             && ahead < settle
             && !same_move
@@ -70,8 +66,14 @@ pub fn close_flips(
     warnings
 }
 
-fn backend<'a>(t: Option<&'a RouteTable>, p: &Pin) -> Option<&'a str> {
-    t.map(|t| t.backend_name(p.backend))
+/// Whether `t` makes the move pin `pin` of `of` makes: a pin of its name, to a backend of the same
+/// name, at the same `flipAt`.
+fn makes_the_move(t: &RouteTable, of: &RouteTable, pin: &Pin) -> bool {
+    t.writes.pins.iter().any(|p| {
+        p.name == pin.name
+            && p.flip_at == pin.flip_at
+            && t.backend_name(p.backend) == of.backend_name(pin.backend)
+    })
 }
 
 /// The pins of `running` with a move that may still be pending at `now` (its `flipAt` and fence
@@ -83,16 +85,14 @@ fn superseded(next: &RouteTable, running: &RouteTable, now: SystemTime) -> Vec<S
         .iter()
         .filter_map(|old| {
             let flip_at = old.flip_at?;
-            let moves = old.flip_from.is_none_or(|f| running.backend_name(f) != running.backend_name(old.backend));
+            let moves = old.flip_from != Some(old.backend);
             if !moves || flip_at + running.writes.fence <= now {
                 return None;
             }
-            let to = running.backend_name(old.backend);
-            let new = next.writes.pins.iter().find(|p| p.name == old.name);
-            let same = new.is_some_and(|p| p.flip_at == old.flip_at && next.backend_name(p.backend) == to);
-            if same {
+            if makes_the_move(next, running, old) {
                 return None;
             }
+            let to = running.backend_name(old.backend);
             let at = humantime::format_rfc3339_seconds(flip_at);
             Some(format!(
                 "pin {}: the running table moves it to {to} at flipAt {at}, which may not have been made yet; this table changes it, and where a replica loads it first the pending move is superseded: abandoned if the fleet had not said its time, made first at that time if it had. This table's move then starts from where the pin's writes are, whatever its `from` says (/debug/routes: superseded, movingFrom)",

@@ -143,7 +143,8 @@ fn behind(
 }
 
 /// The moves of pins any replica (live or lapsed) has said a time for: its timelines, and its own
-/// table's moves with their times (`flipsAt`, with this table's fence).
+/// table's moves with their times (`flipsAt`, with this table's fence: all a replica of a build
+/// before the timelines publishes).
 fn heard(
     view: &crate::cluster::FleetView,
     t: &RouteTable,

@@ -327,6 +327,23 @@ impl Steering {
     /// fleet, the moves it has timed come first, then this table's move, from where they put the
     /// pin.
     pub fn pin_move(&self, i: usize, now: SystemTime, live: &impl LiveState) -> PinMove {
+        self.moves(i, now, live, true)
+    }
+
+    /// This table's own move of pin `i` at `now`, from where the fleet's moves put the pin, without
+    /// their fences and the moves of other tables to come: when it flips (`routing/moves.rs`).
+    pub fn own_move(&self, i: usize, now: SystemTime, live: &impl LiveState) -> PinMove {
+        self.moves(i, now, live, false)
+    }
+
+    /// Pin `i`'s move at `now`, the fleet's own moves first when `fleet_first`.
+    fn moves(
+        &self,
+        i: usize,
+        now: SystemTime,
+        live: &impl LiveState,
+        fleet_first: bool,
+    ) -> PinMove {
         let pin = &self.table.writes.pins[i];
         let previous = live.pin_previous(i);
         let fence = self.table.writes.fence;
@@ -334,24 +351,11 @@ impl Steering {
             return PinMove::gated(pin, PinGate::AsWritten, previous, fence, now);
         }
         let fleet = live.pin_fleet(i, now);
-        if let Some(first) = PinMove::fleet_first(pin, &fleet, previous, now) {
+        if fleet_first && let Some(first) = PinMove::fleet_first(pin, &fleet, previous, now) {
             return first;
         }
         let gate = live.pin_gate(i, now);
         PinMove::gated(pin, gate, fleet.at.or(previous), fence, now)
-    }
-
-    /// This table's own move of pin `i` at `now`, from where the fleet's moves put the pin, without
-    /// their fences and the moves of other tables to come: when it flips (`routing/moves.rs`).
-    pub fn own_move(&self, i: usize, now: SystemTime, live: &impl LiveState) -> PinMove {
-        let pin = &self.table.writes.pins[i];
-        let previous = live.pin_previous(i);
-        let fence = self.table.writes.fence;
-        let Some(_) = pin.flip_at else {
-            return PinMove::gated(pin, PinGate::AsWritten, previous, fence, now);
-        };
-        let at = live.pin_fleet(i, now).at;
-        PinMove::gated(pin, live.pin_gate(i, now), at.or(previous), fence, now)
     }
 }
 

@@ -20,7 +20,7 @@ use crate::config::{BackendId, RouteTable};
 use crate::metrics::{Metrics, ResourceIndex, Slots, TableLabels};
 use crate::steer::{
     Class, Clock, Decision, FleetPin, LiveState, PinGate, RolloutState, Rule, Stage, SteerRequest,
-    Steering, previous_backends,
+    Steering,
 };
 use crate::upstream::{BackendPool, Upstreams};
 
@@ -73,6 +73,16 @@ pub(crate) struct Routing {
     decisions: Slots<IntCounter>,
 }
 
+/// The resources Kubernetes ships, with label values of their own.
+fn builtin_resources() -> Arc<ResourceIndex> {
+    let builtin = crate::classify::builtin_resources();
+    Arc::new(
+        ResourceIndex::default()
+            .extended(builtin)
+            .unwrap_or_default(),
+    )
+}
+
 fn class_index(c: Class) -> usize {
     match c {
         Class::Write => 0,
@@ -118,50 +128,20 @@ impl Routing {
         let rules = table.writes.pins.len() + table.reads.rollouts.len() + 2;
         metrics.follow(&table, &TableLabels::of(&table));
         // Built-in resources have label values from the start; discovery adds the rest.
-        let resources = previous.map_or_else(
-            || {
-                let builtin = crate::classify::builtin_resources();
-                Arc::new(
-                    ResourceIndex::default()
-                        .extended(builtin)
-                        .unwrap_or_default(),
-                )
-            },
-            |p| p.resources.load_full(),
-        );
-        // Where the pins' writes go now, by the table replaced (the fleet's moves included).
-        let old_writes: Option<Vec<Option<BackendId>>> = previous.map(|p| {
-            (0..p.table().writes.pins.len())
-                .map(|i| p.steering.pin_move(i, now, p).writes_at())
-                .collect()
-        });
-        let pin_previous = previous_backends(
-            &table,
-            previous
-                .zip(old_writes.as_deref())
-                .map(|(p, w)| (p.table(), w)),
-        );
+        let resources = previous.map_or_else(builtin_resources, |p| p.resources.load_full());
         let moved: Vec<CancellationToken> = (0..table.writes.pins.len() + 2)
             .map(|_| shutdown.child_token())
             .collect();
-        let pin_keys = moves::pin_keys(&table);
-        let superseded =
-            superseded::superseded(previous, &table, (&pin_keys, &pin_previous), &metrics, now);
-        let settle = gates.settle_time();
-        let new_moves = superseded::new_moves(&table, (&pin_keys, previous), settle, now);
-        // This replica runs each move from now, whenever it next publishes.
-        for key in pin_keys.iter().flatten() {
-            gates.ready_since(key, now);
-        }
+        let pins = moves::PinsCarried::over(&table, previous, (gates, &metrics), now);
         let mut routing = Routing {
             gates: gates.clone(),
-            pin_keys,
+            pin_keys: pins.keys,
             discovery: arc_swap::ArcSwapOption::empty(),
-            pin_previous,
+            pin_previous: pins.previous,
             moved,
             flipping: Vec::new(),
-            superseded,
-            new_moves,
+            superseded: pins.superseded,
+            new_moves: pins.new_moves,
             resources_checked: std::sync::atomic::AtomicBool::new(false),
             fallen_back_to: (0..n)
                 .map(|_| std::sync::atomic::AtomicBool::new(false))

@@ -8,12 +8,59 @@ use std::time::SystemTime;
 use tokio_util::sync::CancellationToken;
 
 use crate::cluster::{FleetGates, move_key};
-use crate::config::RouteTable;
+use crate::config::{BackendId, RouteTable};
 use crate::metrics::Metrics;
-use crate::steer::{Clock, PinGate, Stage};
+use crate::steer::{Clock, PinGate, Stage, previous_backends};
+
+/// What a table's pins take over from the routing they replace.
+pub(super) struct PinsCarried {
+    /// Each pin's move key (`pin_keys`).
+    pub(super) keys: Vec<Option<String>>,
+    /// For each pin with `flipAt`, where its writes went by the routing replaced.
+    pub(super) previous: Vec<Option<BackendId>>,
+    /// Each pin's superseded moves.
+    pub(super) superseded: Vec<super::superseded::Superseded>,
+    /// Whether the table has moves the one before did not.
+    pub(super) new_moves: bool,
+}
+
+impl PinsCarried {
+    /// `table`'s pins over `previous` at `now`: where their writes go, what the reload superseded
+    /// (logged and counted), and this replica's readiness for each move stamped.
+    pub(super) fn over(
+        table: &RouteTable,
+        previous: Option<&super::Routing>,
+        (gates, metrics): (&Arc<FleetGates>, &Arc<Metrics>),
+        now: SystemTime,
+    ) -> PinsCarried {
+        // Where the pins' writes go now, by the table replaced (the fleet's moves included).
+        let old_writes: Option<Vec<Option<BackendId>>> = previous.map(|p| {
+            (0..p.table().writes.pins.len())
+                .map(|i| p.steering.pin_move(i, now, p).writes_at())
+                .collect()
+        });
+        let old = previous.zip(old_writes.as_deref());
+        let previous_writes = previous_backends(table, old.map(|(p, w)| (p.table(), w)));
+        let keys = pin_keys(table);
+        let superseded =
+            super::superseded::superseded(previous, table, (&keys, &previous_writes), metrics, now);
+        let settle = gates.settle_time();
+        let new_moves = super::superseded::new_moves(table, (&keys, previous), settle, now);
+        // This replica runs each move from now, whenever it next publishes.
+        for key in keys.iter().flatten() {
+            gates.ready_since(key, now);
+        }
+        PinsCarried {
+            keys,
+            previous: previous_writes,
+            superseded,
+            new_moves,
+        }
+    }
+}
 
 /// Each pin's move (`cluster::move_key`), when it has `flipAt`.
-pub(super) fn pin_keys(table: &RouteTable) -> Vec<Option<String>> {
+fn pin_keys(table: &RouteTable) -> Vec<Option<String>> {
     table
         .writes
         .pins
