@@ -16,6 +16,7 @@
 //! | `real/moves.rs` | a pin moved by `flipAt` under 32 writers: every write 200, no overlap in the audit logs |
 //! | `real/fleet.rs` | two replicas as a fleet, one with its route file 5 s late: the move waits for it, every write 200, no overlap in the audit logs |
 //! | `real/supersede.rs` | two replicas, the pin moved four times, each table 3 s late on the second, which is frozen across two `flipAt`s: moves superseded before they were made, and moves spaced out; no overlap per object in the audit logs, every write 200 or 429 with `Retry-After` |
+//! | `real/fleet_controllers.rs` | a real controller-manager and scheduler (v1.35) through the two replicas of a fleet while their namespace's pin moves four times, each table 3 s late on one: their protobuf updates pass, the Deployment settles, no overlap per object in the audit logs |
 //! | `real/cluster.rs` | the endpoints reconciler under deploy/'s RBAC; readiness while the old apiserver stops and returns; `User-Agent: skewgate/<version>` on its own requests |
 
 #[path = "real/clients.rs"]
@@ -29,6 +30,8 @@ mod controllers;
 mod fields;
 #[path = "real/fleet.rs"]
 mod fleet;
+#[path = "real/fleet_controllers.rs"]
+mod fleet_controllers;
 #[path = "real/h2client.rs"]
 mod h2client;
 #[path = "real/harness.rs"]
@@ -100,6 +103,7 @@ fn skewgate_in_front_of_real_apiservers_of_two_versions() {
     if wanted("supersede") {
         supersede::moves_that_supersede_pending_ones_never_overlap(&pair);
         supersede::spaced_moves_never_overlap(&pair);
+        fleet_controllers::real_components_write_through_superseded_moves(&pair);
     }
     if wanted("cluster") {
         cluster::the_endpoints_reconciler_writes_under_the_shipped_rbac(&pair);

@@ -289,17 +289,42 @@ pub struct Judged {
 
 /// Per configmap of namespace `ns`, its patches as both apiservers' audit logs tell.
 pub fn judge(pair: &Pair, ns: &str) -> BTreeMap<String, Judged> {
+    judge_by(pair, |e| {
+        let patch = e["verb"] == "patch"
+            && e["objectRef"]["namespace"] == ns
+            && e["objectRef"]["resource"] == "configmaps";
+        patch.then(|| {
+            e["objectRef"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned()
+        })
+    })
+}
+
+/// Per object of namespace `ns` (`resource/name`, its subresources with it), its updates and
+/// patches as both apiservers' audit logs tell.
+pub fn judge_writes(pair: &Pair, ns: &str) -> BTreeMap<String, Judged> {
+    judge_by(pair, |e| {
+        let write =
+            (e["verb"] == "update" || e["verb"] == "patch") && e["objectRef"]["namespace"] == ns;
+        let r = &e["objectRef"];
+        let key = format!("{}/{}", r["resource"].as_str()?, r["name"].as_str()?);
+        write.then_some(key)
+    })
+}
+
+/// Per object that `key` names an audit event's object for (`None`: not judged), its writes.
+fn judge_by(
+    pair: &Pair,
+    key: impl Fn(&serde_json::Value) -> Option<String>,
+) -> BTreeMap<String, Judged> {
     let mut per_object: BTreeMap<String, Vec<(String, String, usize)>> = BTreeMap::new();
     for (version, role) in ["old", "new"].iter().enumerate() {
-        let events = pair.audit(role).into_iter().filter(|e| {
-            e["verb"] == "patch"
-                && e["objectRef"]["namespace"] == ns
-                && e["objectRef"]["resource"] == "configmaps"
-        });
-        for e in events {
+        for e in pair.audit(role) {
+            let Some(name) = key(&e) else { continue };
             let field = |f: &str| e[f].as_str().unwrap_or_default().to_owned();
-            let name = e["objectRef"]["name"].as_str().unwrap_or_default();
-            per_object.entry(name.to_owned()).or_default().push((
+            per_object.entry(name).or_default().push((
                 field("requestReceivedTimestamp"),
                 field("stageTimestamp"),
                 version,
