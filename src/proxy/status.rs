@@ -281,7 +281,15 @@ impl ProxyError {
                 .collect(),
             _ => Vec::new(),
         };
-        status_response(code, reason, &message, retry, causes)
+        let close = matches!(self, ProxyError::MalformedHead { .. });
+        let mut resp = status_response(code, reason, &message, retry, causes);
+        if close {
+            // As Go's server does after refusing a head: where the next request would start is
+            // not agreed (a body skewgate would skip, the apiserver would not), so none is read.
+            resp.headers_mut()
+                .insert(header::CONNECTION, HeaderValue::from_static("close"));
+        }
+        resp
     }
 }
 
