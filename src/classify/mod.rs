@@ -6,6 +6,7 @@
 
 mod builtin;
 mod client;
+mod labels;
 mod query;
 mod verb;
 

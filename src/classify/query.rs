@@ -16,7 +16,7 @@ pub(crate) struct ListOptions<'a> {
 /// Reads `watch` and `fieldSelector` from a raw query string, as kube-apiserver's requestinfo.go
 /// does: the pairs as Go's `url.ParseQuery` keeps them (`go_query`), the first value of each
 /// option; `watch` is true unless it is `0` or `false` (any case), and an empty value counts as
-/// true. When an option fails to decode (a selector that does not parse, a `limit` or
+/// true. When an option fails to decode (a field or label selector that does not parse, a `limit` or
 /// `timeoutSeconds` that is not an integer), the apiserver drops them all but `watch`: no name.
 pub(crate) fn list_options(query: Option<&str>) -> ListOptions<'_> {
     let mut options = ListOptions::default();
@@ -24,12 +24,14 @@ pub(crate) fn list_options(query: Option<&str>) -> ListOptions<'_> {
         return options;
     };
     let (mut watch, mut selector, mut limit, mut timeout) = (None, None, None, None);
+    let mut labels = None;
     for (key, value) in go_query::pairs(query) {
         let slot = match &*key {
             "watch" => &mut watch,
             "fieldSelector" => &mut selector,
             "limit" => &mut limit,
             "timeoutSeconds" => &mut timeout,
+            "labelSelector" => &mut labels,
             _ => continue,
         };
         slot.get_or_insert(value);
@@ -41,8 +43,10 @@ pub(crate) fn list_options(query: Option<&str>) -> ListOptions<'_> {
         .iter()
         .flatten()
         .all(|v| go_parse_int(v).is_some());
+    let labels_decode = labels.is_none_or(|l| super::labels::parses(&l));
     if let Some(selector) = selector
         && integers_decode
+        && labels_decode
     {
         // Borrowed from the query when it needed no decoding, to stay allocation-free.
         options.name = match selector {
@@ -223,6 +227,21 @@ mod tests {
             ("fieldSelector=metadata.name=a=b", false, None),
             ("fieldSelector=metadata.name=a\\", false, None),
             ("fieldSelector=metadata.name=x&limit=x", false, None),
+            (
+                "fieldSelector=metadata.name%3Dc1&labelSelector=!!",
+                false,
+                None,
+            ),
+            (
+                "fieldSelector=metadata.name%3Dc1&labelSelector=!!&watch",
+                true,
+                None,
+            ),
+            (
+                "fieldSelector=metadata.name%3Dc1&labelSelector=app%20in%20(a)",
+                false,
+                Some("c1"),
+            ),
             ("fieldSelector=metadata.name=x&limit=x&watch=1", true, None),
             ("fieldSelector=metadata.name=x&limit=", false, None),
             (
