@@ -67,8 +67,15 @@ pub(crate) fn spawn_health_checks<F, D>(
 /// Checks one endpoint and records its state; a failure is logged when it first happens or changes,
 /// not at every check. Returns whether the endpoint has just become ready.
 async fn check_endpoint(backend: &BackendPool, ep: &Arc<EndpointPool>, metrics: &Metrics) -> bool {
+    let heard = ep.heard();
     let (state, why) = check(ep, backend.version).await;
     let was = ep.state();
+    if state == EndpointState::Down && why == super::own::TIMED_OUT && ep.heard() != heard {
+        // No answer in time, but its connections delivered frames meanwhile: a busy apiserver,
+        // not a dead one. Its clients are served as before; the next check asks again.
+        tracing::debug!(backend = %backend.name, endpoint = %ep.endpoint.url, "health check timed out while the endpoint answered other requests");
+        return false;
+    }
     if state == EndpointState::Down {
         if was != EndpointState::Down {
             metrics

@@ -14,6 +14,9 @@ use super::{Credential, EndpointPool, send};
 /// The `User-Agent` of skewgate's own requests.
 const USER_AGENT: &str = concat!("skewgate/", env!("CARGO_PKG_VERSION"));
 
+/// The error of a request of skewgate's own that had no answer in time.
+pub(crate) const TIMED_OUT: &str = "timed out";
+
 /// GETs `path` from the endpoint: its status and body.
 pub(crate) async fn get(ep: &Arc<EndpointPool>, path: &str) -> Result<(StatusCode, Bytes), String> {
     request(ep, Method::GET, path, None).await
@@ -87,5 +90,5 @@ pub(crate) async fn dated(
     };
     tokio::time::timeout(Duration::from_secs(5), exchange)
         .await
-        .map_err(|_| "timed out".to_owned())?
+        .map_err(|_| TIMED_OUT.to_owned())?
 }

@@ -510,7 +510,7 @@ impl EndpointPool {
             let health = async move {
                 loop {
                     tokio::time::sleep(interval).await;
-                    if tokio::time::timeout(timeout, pinger.ping()).await.is_err() {
+                    if !answers(&pinger, timeout).await {
                         return;
                     }
                 }
@@ -523,7 +523,10 @@ impl EndpointPool {
             };
             if let (Some(pool), Some(conn)) = (pool.upgrade(), me.upgrade()) {
                 if dead_by_ping {
-                    tracing::warn!(endpoint = %pool.endpoint.url, "upstream connection did not answer PING; dropping it");
+                    tracing::warn!(endpoint = %pool.endpoint.url, "upstream connection sent nothing, not even its PING's answer; dropping it");
+                    pool.set_failure(Some(format!(
+                        "a connection sent nothing for {timeout:?}, not even the answer to a PING"
+                    )));
                     pool.set_state(EndpointState::Down);
                 }
                 pool.retire(&conn);
@@ -534,6 +537,21 @@ impl EndpointPool {
             settled.notify_one();
         });
         conn
+    }
+
+    /// Frames its connections open now have received: changes while any of them answers.
+    pub(crate) fn heard(&self) -> u64 {
+        self.shards
+            .iter()
+            .flat_map(|shard| {
+                shard
+                    .conns
+                    .load()
+                    .iter()
+                    .map(|c| c.link.pinger().heard())
+                    .collect::<Vec<_>>()
+            })
+            .fold(0, u64::wrapping_add)
     }
 
     /// Takes every connection out of the pool (their open streams finish): new requests connect
@@ -618,6 +636,22 @@ impl ConnectRate {
             return None;
         }
         Some(Duration::from_secs(1).saturating_sub(elapsed))
+    }
+}
+
+/// PINGs a connection: whether it answers, or, while the answer is late, sends anything else. A
+/// busy apiserver's PING answer waits behind its responses (1,600 large LISTs: seconds); a
+/// connection that still delivers frames is alive, and dropping it would add load when the
+/// apiserver can least take it. Only `timeout` of silence is death.
+async fn answers(pinger: &frames::Pinger, timeout: Duration) -> bool {
+    loop {
+        let before = pinger.heard();
+        if tokio::time::timeout(timeout, pinger.ping()).await.is_ok() {
+            return true;
+        }
+        if pinger.heard() == before {
+            return false;
+        }
     }
 }
 

@@ -139,3 +139,79 @@ async fn a_refused_connect_marks_the_endpoint_down_with_its_reason() {
         "{failure}"
     );
 }
+
+/// A raw HTTP/2 server that never answers a PING; while `busy`, it sends a frame every 50 ms (a
+/// WINDOW_UPDATE on the connection, as a stream of responses would keep the connection talking).
+async fn deaf_server(busy: bool) -> SocketAddr {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    tokio::spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let (mut rd, mut wr) = tcp.into_split();
+                // Its SETTINGS, and the acknowledgement of the client's.
+                let hello = [[0u8, 0, 0, 4, 0, 0, 0, 0, 0], [0, 0, 0, 4, 1, 0, 0, 0, 0]].concat();
+                if wr.write_all(&hello).await.is_err() {
+                    return;
+                }
+                tokio::spawn(async move {
+                    let mut sink = [0u8; 4096];
+                    while rd.read(&mut sink).await.is_ok_and(|n| n > 0) {}
+                });
+                loop {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    let update = [0u8, 0, 4, 8, 0, 0, 0, 0, 0, 0, 0, 0, 1];
+                    if busy && wr.write_all(&update).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    addr
+}
+
+fn pinging_pool(addr: SocketAddr) -> Arc<EndpointPool> {
+    let endpoint = Endpoint {
+        url: format!("http://{addr}"),
+        tls: false,
+        host: addr.ip().to_string(),
+        port: addr.port(),
+        server_name: addr.ip().to_string(),
+    };
+    let gauge = || IntGauge::new("g", "g").expect("gauge");
+    let settings = PoolSettings {
+        ping_interval: Duration::from_millis(100),
+        ping_timeout: Duration::from_millis(300),
+        ..PoolSettings::default()
+    };
+    Arc::new(EndpointPool::new(
+        endpoint,
+        settings,
+        [gauge(), gauge(), gauge()],
+    ))
+}
+
+#[tokio::test]
+async fn a_connection_that_answers_anything_survives_its_late_ping_and_a_silent_one_is_dropped() {
+    let busy = pinging_pool(deaf_server(true).await);
+    let silent = pinging_pool(deaf_server(false).await);
+    busy.set_state(EndpointState::Ready);
+    silent.set_state(EndpointState::Ready);
+    let _a = busy.acquire(Credential::FrontProxy).await.expect("slot");
+    let _b = silent.acquire(Credential::FrontProxy).await.expect("slot");
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(
+        busy.connections(),
+        1,
+        "a busy apiserver's connection was dropped"
+    );
+    assert_eq!(busy.state(), EndpointState::Ready);
+    assert_eq!(silent.connections(), 0, "a silent connection was kept");
+    assert_eq!(silent.state(), EndpointState::Down);
+    let why = silent.failure().expect("a reason").why.clone();
+    assert!(why.contains("PING"), "{why}");
+}

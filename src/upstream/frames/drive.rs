@@ -62,6 +62,7 @@ where
         max_streams: AtomicUsize::new(max_streams),
         header_list_limit: AtomicU32::new(u32::MAX),
         pong: tokio::sync::Notify::new(),
+        heard: std::sync::atomic::AtomicU64::new(0),
     });
     // Static, as the pool's: a request's `:authority` is cloned without a write (`interned`).
     let made = crate::upstream::interned::interned(authority.as_str());
@@ -208,6 +209,9 @@ impl<T: AsyncRead + AsyncWrite + Unpin> Wire<T> {
         state: &mut State,
         went_away: &mut bool,
     ) -> Result<(), Failure> {
+        shared
+            .heard
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         match state.conn.recv(frame) {
             // `Open` is the server's: a client's HEADERS is on a stream it opened.
             Event::Done | Event::Open(_) => {}

@@ -35,6 +35,7 @@ pub(crate) fn answer_frames(input: &[u8]) {
         max_streams: AtomicUsize::new(100),
         header_list_limit: AtomicU32::new(u32::MAX),
         pong: tokio::sync::Notify::new(),
+        heard: std::sync::atomic::AtomicU64::new(0),
     };
     let mut state = shared.lock();
     for i in 0..10 {

@@ -64,6 +64,9 @@ struct Shared {
     header_list_limit: AtomicU32,
     /// Notified when the apiserver acknowledges skewgate's PING.
     pong: tokio::sync::Notify,
+    /// Frames received from the apiserver: one that answers anything is alive, even when its
+    /// PING's answer waits behind a backlog of responses.
+    heard: std::sync::atomic::AtomicU64,
 }
 
 impl Shared {
@@ -165,6 +168,11 @@ pub(crate) struct Pinger {
 }
 
 impl Pinger {
+    /// Frames received from the apiserver so far.
+    pub(crate) fn heard(&self) -> u64 {
+        self.shared.heard.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     /// Sends a PING; resolves when the apiserver answers it.
     pub(crate) async fn ping(&self) {
         let pong = self.shared.pong.notified();
