@@ -63,7 +63,6 @@ impl<S> Store<S> {
         self.slab.iter().map(|(key, _)| key).collect()
     }
 
-    #[cfg(any(test, feature = "fuzzing"))]
     pub(crate) fn len(&self) -> usize {
         self.slab.len()
     }

@@ -112,7 +112,8 @@ fn check(state: &State) {
     let queued: usize = state.streams.iter().map(|(_, s)| s.queued_len).sum();
     assert_eq!(queued, state.queued_total);
     for (_, s) in state.streams.iter() {
-        assert!(s.send_window.size() <= Window::MAX || state.conn.error.is_some());
+        let window = s.send_window.size(state.send_initial);
+        assert!(window <= Window::MAX || state.conn.error.is_some());
         assert!(s.recv_window.size() <= i64::from(limits.stream_window));
         assert!(s.held <= limits.stream_window as usize, "{} held", s.held);
     }

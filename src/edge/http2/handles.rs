@@ -124,18 +124,19 @@ impl Responder {
     /// that what a client does not read stays upstream, within the response budget.
     pub(super) fn poll_room(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), h2::Error>> {
         let mut state = self.shared.lock();
-        let failed = state.failed.clone();
+        let (failed, initial) = (state.failed.clone(), state.send_initial);
         let Some(s) = state.streams.get_mut(self.key) else {
             return Poll::Ready(Err(h2::Error::from(Reason::CANCEL)));
         };
         if let Some(why) = s.failure.as_ref().or(failed.as_ref()) {
             return Poll::Ready(Err(why.to_error()));
         }
-        if s.send_window.size() > s.queued_len as i64 {
+        if s.send_window.size(initial) > s.queued_len as i64 {
             self.shut = false;
             return Poll::Ready(Ok(()));
         }
         store_waker(&mut s.writer, cx);
+        state.block(self.key);
         Poll::Pending
     }
 
@@ -182,6 +183,7 @@ impl Responder {
     /// Queues the response's head, its body to follow. False when the stream is reset.
     pub(super) fn send_head(&mut self, head: http::response::Parts) -> bool {
         let mut state = self.shared.lock();
+        let initial = state.send_initial;
         let Some(s) = state.streams.get_mut(self.key) else {
             return false;
         };
@@ -189,7 +191,7 @@ impl Responder {
             return false;
         }
         // A client whose window is shut already is sent nothing of the body until it opens.
-        self.shut = s.send_window.is_shut();
+        self.shut = s.send_window.is_shut(initial);
         let frame = Headers::new(s.id, Pseudo::response(head.status), head.headers);
         state.push(frame.into());
         true
@@ -207,6 +209,7 @@ impl Responder {
         let mut state = self.shared.lock();
         let failed = state.failed.clone();
         let (limit, connection_window) = (state.limits.send_buffer, state.conn.send_window);
+        let initial = state.send_initial;
         let Some(s) = state.streams.get_mut(self.key) else {
             return Poll::Ready(Err(h2::Error::from(Reason::CANCEL)));
         };
@@ -217,15 +220,16 @@ impl Responder {
         // does not read holds one chunk here, and the apiserver's stream window upstream.
         let room = s
             .send_window
-            .size()
+            .size(initial)
             .min(connection_window.size())
             .min(limit as i64);
         if s.queued_len > 0 && s.queued_len as i64 >= room && end.is_none() {
             store_waker(&mut s.writer, cx);
+            state.block(self.key);
             return Poll::Pending;
         }
         let data = chunk.take().unwrap_or_default();
-        self.shut = s.send_window.size() <= (s.queued_len + data.len()) as i64;
+        self.shut = s.send_window.size(initial) <= (s.queued_len + data.len()) as i64;
         state.queue_data(self.key, data, end);
         Poll::Ready(Ok(()))
     }

@@ -31,6 +31,7 @@ mod handles;
 mod recv;
 mod request;
 mod send;
+mod send_window;
 mod state;
 mod stream;
 mod streams;

@@ -7,7 +7,7 @@ use h2::frame::{Data, Headers, Pseudo, Reset, StreamId, WindowUpdate};
 use http::{HeaderMap, StatusCode};
 
 use super::request::{self, Malformed};
-use super::state::{Opened, State, Stream};
+use super::state::{Opened, SendWindow, State, Stream};
 use crate::http2core::{Ends, Gone, Window};
 use crate::upstream::frames::{Chunks, Failure, wake};
 
@@ -109,7 +109,8 @@ impl State {
                 released: 0,
                 content_length,
                 reader: None,
-                send_window: self.conn.peer_initial_window.window(),
+                send_window: SendWindow::default(),
+                in_blocked: false,
                 queued: Chunks::default(),
                 queued_len: 0,
                 end_queued: None,

@@ -2,46 +2,79 @@
 //! windows the client grants (WINDOW_UPDATE, SETTINGS_INITIAL_WINDOW_SIZE) and its frame size.
 
 use bytes::Bytes;
+use h2::Reason;
 use h2::frame::{Data, Frame, Headers, StreamId};
 use http::HeaderMap;
 
 use super::state::{State, count_queued};
+use crate::http2core::Window;
 use crate::upstream::frames::wake;
 
 impl State {
     /// WINDOW_UPDATE from the client: more room for responses.
     pub(super) fn on_window_update(&mut self, id: StreamId, increment: u32) {
+        let initial = self.send_initial;
         let Some((key, s)) = self.stream(id) else {
             return;
         };
         if s.failure.is_some() {
             return;
         }
-        let was_shut = s.send_window.size() <= s.queued_len as i64;
-        if let Err(reason) = s.send_window.widen(increment) {
+        let was_shut = s.send_window.size(initial) <= s.queued_len as i64;
+        if let Err(reason) = s.send_window.widen(initial, increment) {
             return self.reset_for(key, reason);
         }
+        let offset = s.send_window.offset();
         // A pipe waiting for room takes from the apiserver's answer again (`poll_room`).
-        if was_shut && s.send_window.size() > s.queued_len as i64 {
+        if was_shut && s.send_window.size(initial) > s.queued_len as i64 {
             wake(&mut s.writer);
         }
+        self.send_peak = self.send_peak.max(offset);
         self.schedule(key);
     }
 
     /// The client's new SETTINGS_INITIAL_WINDOW_SIZE: every open stream's window moves by the
-    /// difference (RFC 9113, 6.9.2).
+    /// difference (RFC 9113, 6.9.2), at once (`SendWindow`); one taken past 2^31-1 is the
+    /// connection's FLOW_CONTROL_ERROR. The streams are looked at one by one only when the
+    /// largest window could pass it, and only those waiting for room are woken when it grows.
     pub(super) fn on_initial_window(&mut self, delta: i64) {
-        let keys = self.streams.keys();
-        for key in keys {
-            if let Some(s) = self.streams.get_mut(key) {
-                if let Err(reason) = s.send_window.shift(delta) {
-                    return self.go_away(reason);
-                }
-                if delta > 0 {
+        let initial = self.send_initial + delta;
+        if delta > 0 && initial + self.send_peak > Window::MAX {
+            let largest = self
+                .streams
+                .iter()
+                .map(|(_, s)| s.send_window.offset())
+                .max();
+            self.send_peak = largest.unwrap_or(0);
+            if initial + self.send_peak > Window::MAX {
+                return self.go_away(Reason::FLOW_CONTROL_ERROR);
+            }
+        }
+        self.send_initial = initial;
+        if delta > 0 {
+            for key in std::mem::take(&mut self.blocked) {
+                if let Some(s) = self.streams.get_mut(key) {
+                    s.in_blocked = false;
                     wake(&mut s.writer);
                 }
+                self.schedule(key);
             }
-            self.schedule(key);
+        }
+    }
+
+    /// Stream `key` waits for room in its own window: woken when a SETTINGS widens it.
+    pub(super) fn block(&mut self, key: usize) {
+        if let Some(s) = self.streams.get_mut(key)
+            && !s.in_blocked
+        {
+            s.in_blocked = true;
+            self.blocked.push(key);
+        }
+        // Streams gone since they were listed leave their keys: none is kept past twice the
+        // streams held.
+        if self.blocked.len() > 2 * self.streams.len() + 64 {
+            let held = self.streams.iter().filter(|(_, s)| s.in_blocked);
+            self.blocked = held.map(|(key, _)| key).collect();
         }
     }
 
@@ -50,7 +83,8 @@ impl State {
         if let Some(s) = self.streams.get_mut(key)
             && !s.in_ready
             && s.failure.is_none()
-            && (s.end_queued.is_some() || (!s.queued.is_empty() && !s.send_window.is_shut()))
+            && (s.end_queued.is_some()
+                || (!s.queued.is_empty() && !s.send_window.is_shut(self.send_initial)))
         {
             s.in_ready = true;
             self.ready.push_back(key);
@@ -137,17 +171,19 @@ impl State {
                 None => Taken::Nothing,
             };
         };
+        let initial = self.send_initial;
         let room = s
             .send_window
-            .size()
+            .size(initial)
             .min(self.conn.send_window.size())
             .min(self.conn.max_frame as i64);
         if room <= 0 {
             s.queued.push_front(chunk);
             // Shut by the stream's own window, it waits out of turn for its WINDOW_UPDATE.
-            return if self.conn.send_window.is_shut() && !s.send_window.is_shut() {
+            return if self.conn.send_window.is_shut() && !s.send_window.is_shut(initial) {
                 Taken::ConnectionWindowShut
             } else {
+                self.block(key);
                 Taken::Nothing
             };
         }

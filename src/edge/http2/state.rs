@@ -14,6 +14,7 @@ use h2::frame::{Frame, Reset, StreamId};
 use http::{HeaderMap, Request};
 
 use super::Limits;
+pub(super) use super::send_window::SendWindow;
 use crate::http2core::{Bounds, Conn, Ends, Gone, Role, Store, StreamState, Window};
 use crate::upstream::ResponseBudget;
 use crate::upstream::frames::{Chunks, Failure, wake};
@@ -47,8 +48,11 @@ pub(super) struct Stream {
     pub(super) content_length: Option<u64>,
     pub(super) reader: Option<Waker>,
     // The response, as skewgate sends it.
-    /// How much more skewgate may send on the stream, as the client granted it.
-    pub(super) send_window: Window,
+    /// How much more skewgate may send on the stream, as the client granted it, beside its
+    /// initial window (`State::send_initial`).
+    pub(super) send_window: SendWindow,
+    /// In `State::blocked`.
+    pub(super) in_blocked: bool,
     /// Response data queued and not yet written.
     pub(super) queued: Chunks,
     pub(super) queued_len: usize,
@@ -77,6 +81,14 @@ pub(super) struct State {
     pub(super) conn: Conn<()>,
     /// Streams with data queued and room in their own window, in turn.
     pub(super) ready: VecDeque<usize>,
+    /// The client's SETTINGS_INITIAL_WINDOW_SIZE now: each stream's window is this and its own
+    /// offset (`SendWindow`).
+    pub(super) send_initial: i64,
+    /// At least the largest stream window's offset: a SETTINGS that would take it past 2^31-1
+    /// looks at the streams' windows one by one.
+    pub(super) send_peak: i64,
+    /// Streams whose response waits for room in their own window: woken when it grows.
+    pub(super) blocked: Vec<usize>,
     pub(super) limits: Limits,
     /// Streams open (not closed both ways, not reset), against the stream limit.
     pub(super) open: u32,
@@ -114,6 +126,9 @@ impl State {
             streams: Store::default(),
             conn,
             ready: VecDeque::new(),
+            send_initial: i64::from(h2::frame::DEFAULT_INITIAL_WINDOW_SIZE),
+            send_peak: 0,
+            blocked: Vec::new(),
             open: 0,
             failed: None,
             budget: None,

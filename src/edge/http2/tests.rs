@@ -33,9 +33,14 @@ fn connection_with_a_request(window: u32) -> (Arc<Shared>, usize) {
 
 /// A GET of `path` on stream 1, read through the connection's core: the request opened, if taken.
 fn open_get(state: &mut State, path: &str) -> Option<super::state::Opened> {
+    open_get_on(state, 1, path)
+}
+
+/// A GET of `path` on stream `id`.
+fn open_get_on(state: &mut State, id: u32, path: &str) -> Option<super::state::Opened> {
     let uri: Uri = format!("http://skewgate.test{path}").parse().expect("uri");
     let mut head = Headers::new(
-        StreamId::from(1),
+        StreamId::from(id),
         Pseudo::request(Method::GET, uri, None),
         HeaderMap::new(),
     );
@@ -212,4 +217,52 @@ fn what_a_response_holds_unwritten_is_counted_in_the_response_budget_until_writt
     drop(respond);
     drop(other);
     assert_eq!(budget.held(), 0, "dropped with the connection");
+}
+
+/// A SETTINGS_INITIAL_WINDOW_SIZE read through the connection's core and applied.
+fn initial_window(state: &mut State, size: u32) {
+    let mut settings = h2::frame::Settings::default();
+    settings.set_initial_window_size(Some(size));
+    if let Event::Settings(_, Some(delta)) = state.conn.recv(settings.into()) {
+        state.on_initial_window(delta);
+    }
+}
+
+#[test]
+fn a_settings_moves_every_streams_window_and_touches_only_the_streams_waiting_for_room() {
+    let mut limits = limits();
+    limits.max_concurrent_streams = 1_000;
+    let mut state = State::new(limits, Waker::noop().clone());
+    let keys: Vec<usize> = (0..1_000)
+        .map(|n| {
+            let opened = open_get_on(&mut state, 2 * n + 1, "/api/v1/pods?watch=1");
+            opened.expect("opened").key
+        })
+        .collect();
+    let shared = Shared::new(state);
+    // One stream waits for room: the client's window is shut under its chunk.
+    let mut respond = Responder::new(shared.clone(), keys[7]);
+    assert!(respond.send_head(http::Response::new(()).into_parts().0));
+    let mut cx = Context::from_waker(Waker::noop());
+    let mut chunk = Some(Bytes::from(vec![b'x'; 70_000]));
+    assert!(respond.poll_send(&mut cx, &mut chunk, None).is_ready());
+    assert!(respond.poll_room(&mut cx).is_pending());
+    let mut state = shared.lock();
+    // A client alternating its initial window: each SETTINGS is the same work, whatever the
+    // streams open, as only the waiting stream is listed.
+    for size in [0, 1 << 20, 0, 1 << 20] {
+        initial_window(&mut state, size);
+        assert!(state.blocked.len() <= 1, "{}", state.blocked.len());
+    }
+    let initial = state.send_initial;
+    for key in &keys {
+        let s = state.streams.get_mut(*key).expect("stream");
+        assert_eq!(s.send_window.size(initial), 1 << 20);
+    }
+    assert!(state.conn.error.is_none());
+    // A window taken past 2^31-1 by a SETTINGS is the connection's FLOW_CONTROL_ERROR.
+    let big = u32::try_from(crate::http2core::Window::MAX - (2 << 20)).expect("31 bits");
+    state.on_window_update(StreamId::from(1), big);
+    initial_window(&mut state, 4 << 20);
+    assert_eq!(state.conn.error, Some(h2::Reason::FLOW_CONTROL_ERROR));
 }
