@@ -287,3 +287,86 @@ async fn a_backlog_of_requests_each_reset_at_once_is_cut_off_and_reaches_the_api
         "{reached} of 1,000 requests reset in the same read reached the apiserver"
     );
 }
+
+/// A connection from `from` that begins a header block of ~100 KB (one header's value of 112 KB
+/// begun: HEADERS and six CONTINUATION frames, none with END_HEADERS) and waits.
+async fn unfinished_block(to: std::net::SocketAddr, from: std::net::Ipv4Addr) -> TcpStream {
+    let socket = tokio::net::TcpSocket::new_v4().expect("socket");
+    socket
+        .bind(std::net::SocketAddr::from((from, 0)))
+        .expect("bind a loopback source address");
+    let mut conn = socket.connect(to).await.expect("connect");
+    let mut bytes = PREFACE.to_vec();
+    bytes.extend(frame(SETTINGS, 0, 0, &[]));
+    // :method GET, :scheme http, then a literal `x-big` whose value (114,688 bytes) is to come.
+    let mut block = vec![0x82, 0x86, 0x00, 5];
+    block.extend_from_slice(b"x-big");
+    let len = 7 * 16_384u32;
+    block.push(0x7f);
+    let mut rest = len - 127;
+    while rest >= 128 {
+        block.push(u8::try_from(rest % 128).expect("7 bits") | 0x80);
+        rest /= 128;
+    }
+    block.push(u8::try_from(rest).expect("7 bits"));
+    bytes.extend(frame(HEADERS, 0, 1, &block));
+    for _ in 0..6 {
+        bytes.extend(frame(CONTINUATION, 0, 1, &vec![b'a'; 16_384]));
+    }
+    conn.write_all(&bytes).await.expect("write");
+    conn
+}
+
+/// How a connection that waits ended within `secs`: its GOAWAY's code, if any. Nothing is sent
+/// (not even a SETTINGS acknowledgement: within a header block any other frame is an error).
+async fn goaway_within(conn: &mut TcpStream, secs: u64) -> Option<u32> {
+    let until = tokio::time::Instant::now() + Duration::from_secs(secs);
+    loop {
+        match tokio::time::timeout_at(until, read_frame(conn))
+            .await
+            .ok()?
+        {
+            Some(f) if f.kind == GOAWAY => return Some(code(&f.payload, 4)),
+            Some(_) => {}
+            None => return None,
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn header_blocks_never_ended_are_held_within_one_bound_for_the_process() {
+    let sims = sims().await;
+    let gate = gate_without_hold_back(&sims).await;
+    let addr = gate.server.addr;
+    // 200 connections, each from its own address, each with ~112 KB of a header block begun: at
+    // the default bound (16 MiB of 128 KiB blocks) 128 are held, the rest ended at once.
+    let mut conns = Vec::new();
+    for n in 0..200u8 {
+        conns.push(unfinished_block(addr, std::net::Ipv4Addr::new(127, 0, 3, 1 + n)).await);
+    }
+    let waits = conns.into_iter().map(|mut conn| {
+        tokio::spawn(async move {
+            let seen = goaway_within(&mut conn, 2).await;
+            (conn, seen)
+        })
+    });
+    let (mut conns, mut calmed) = (Vec::new(), 0);
+    for wait in waits.collect::<Vec<_>>() {
+        let (conn, seen) = wait.await.expect("task");
+        calmed += usize::from(seen == Some(ENHANCE_YOUR_CALM));
+        conns.push(conn);
+    }
+    assert!(
+        (72..=80).contains(&calmed),
+        "{calmed} of 200 ended: the bound holds 128 blocks"
+    );
+    // A client with a head sent whole is served meanwhile.
+    let mut ok = connect(addr).await;
+    answered(&mut ok, 1).await;
+    // The blocks held are given back with their connections: one more is held again.
+    drop(conns);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let mut again = unfinished_block(addr, std::net::Ipv4Addr::new(127, 0, 5, 1)).await;
+    assert_eq!(goaway_within(&mut again, 1).await, None);
+    drop(again);
+}

@@ -69,6 +69,8 @@ pub(super) struct Wire<I> {
     pub(super) codec: Codec<I, Bytes>,
     /// What the client did wrong in the last turn, for the connection's owner.
     pub(super) faults: super::ClientFaults,
+    /// A header block in progress, charged against the process's bound (`blocks.rs`).
+    pub(super) block: super::blocks::Charge,
 }
 
 /// How a turn of the connection left it.
@@ -94,6 +96,15 @@ impl<I: AsyncRead + AsyncWrite + Unpin> Wire<I> {
         let mut state = shared.lock();
         state.conn.quiet = true;
         let result = self.exchange(cx, &mut state, opened);
+        let head_bound = state.limits.max_header_list_size as usize;
+        if !self
+            .block
+            .follow(self.codec.header_block_in_progress(), head_bound)
+        {
+            tracing::debug!("HTTP/2 client connection: header blocks in progress at their bound");
+            state.go_away(Reason::ENHANCE_YOUR_CALM);
+            let _ = self.write(cx, &mut state);
+        }
         state.conn.quiet = false;
         self.faults = super::ClientFaults {
             resets: state.conn.faults(),

@@ -24,6 +24,7 @@
 //! - here: the connection's task: its woken streams polled by it, the connection driven only when
 //!   it was woken for it, keep-alive PINGs (`KeepAlive`), and a graceful GOAWAY.
 
+mod blocks;
 mod conn;
 #[cfg(any(test, feature = "fuzzing"))]
 pub(crate) mod fuzzing;
@@ -147,6 +148,7 @@ where
     let mut wire = conn::Wire {
         codec,
         faults: ClientFaults::default(),
+        block: Default::default(),
     };
     let mut control = Control {
         shutdown,

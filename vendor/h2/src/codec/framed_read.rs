@@ -153,6 +153,12 @@ impl<T> FramedRead<T> {
         }
     }
 
+    /// skewgate patch: whether a header block awaits its CONTINUATION frames.
+    #[cfg_attr(not(feature = "frame-codec"), allow(dead_code))]
+    pub fn header_block_in_progress(&self) -> bool {
+        self.decoder.partial.is_some()
+    }
+
     pub fn get_ref(&self) -> &T {
         self.inner.get_ref()
     }

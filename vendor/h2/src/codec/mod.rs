@@ -62,6 +62,13 @@ where
         self.inner.release_buffer_while_idle();
         self.inner.get_mut().release_buffer_when_flushed();
     }
+
+    /// skewgate patch: whether a header block was begun (HEADERS without END_HEADERS) and its
+    /// CONTINUATION frames are still awaited: what it decoded so far is held meanwhile.
+    #[cfg_attr(not(feature = "frame-codec"), allow(dead_code))]
+    pub fn header_block_in_progress(&self) -> bool {
+        self.inner.header_block_in_progress()
+    }
 }
 
 impl<T, B> Codec<T, B> {
