@@ -31,7 +31,7 @@ fn run(h2spec: &std::path::Path, port: u16, tls: bool) -> (usize, Vec<String>) {
     let mut command = Command::new(h2spec);
     command
         .args(["-h", "127.0.0.1", "-p", &port.to_string(), "-P", "/version"])
-        .args(["-o", "5", "-j"])
+        .arg("-j")
         .arg(&report);
     if tls {
         command.args(["-t", "-k"]);
@@ -88,12 +88,9 @@ async fn h2spec_passes(settings: ProxySettings) {
         return;
     };
     let tls = settings.tls.is_some();
-    // h2spec sends a malformed request or breaks the protocol on most of its connections, dozens a
-    // second from one address: the hold-back of offenders would make its later cases wait.
-    let settings = ProxySettings {
-        hold_back_offenders: false,
-        ..settings
-    };
+    // With the default flags: h2spec breaks the protocol on most of its connections, dozens a
+    // second from one address, and is held back for it; a client known only by its address is
+    // served at once on probation, so its cases are answered within h2spec's own 2 s timeout.
     let sims = sims().await;
     let text = routes(&sims, "writes:\n  default: old\nreads:\n  default: old\n");
     let gate = gate_with(&text, settings).await;

@@ -213,7 +213,10 @@ impl Connection {
             is_h2,
         } = self;
         let client = ClientKey::of(identity.as_deref().map(|c| &c.identity), remote).hash();
-        let by_address = !is_h2 && identity.is_none();
+        // A client known only by its address is served at once, on probation, whatever its
+        // protocol: the address may be many clients (SNAT, a node's host network), and holding its
+        // HTTP/2 connections held every neighbour's for one offender's faults.
+        let by_address = identity.is_none();
         let verified = identity.clone();
         let probation = hold_if_held_back(&proxy, client, remote, by_address).await;
         let protocol = if is_h2 { "http2" } else { "http1" };

@@ -11,9 +11,10 @@
 //! earns a strike, and its next connections wait before they are served: 1 s after the first
 //! strike, doubling with each further strike up to 16 s, all forgotten a minute after the last hold
 //! ended. A client known only by its address is many clients at once behind SNAT, an L4 balancer
-//! or a node's host network: its HTTP/1.1 connections are served at once, on probation, and only a
-//! malformed head waits out the hold for its 400 (`probation_if_held_back`), so that its
-//! neighbours keep their service while the offender's requests still cost it the hold. Its connections already served and every other client go on as before; a client that
+//! or a node's host network: its connections, HTTP/1.1 and HTTP/2, are served at once, on
+//! probation, and only a malformed head or a request failed by its fault waits out the hold for its
+//! answer (`wait_out_probation`), so that its neighbours keep their service while the offender's
+//! requests still cost it the hold. Its connections already served and every other client go on as before; a client that
 //! waits for its answers, as all do, then costs next to nothing. No well-behaved client comes near
 //! either trigger.
 
