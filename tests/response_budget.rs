@@ -14,7 +14,7 @@ use std::net::{Ipv4Addr, SocketAddr};
 use std::time::Duration;
 
 use common::*;
-use frames::{END_HEADERS, END_STREAM, HEADERS, PREFACE, SETTINGS, frame, get};
+use frames::{END_HEADERS, END_STREAM, HEADERS, PREFACE, SETTINGS, WINDOW_UPDATE, frame, get};
 use tokio::io::AsyncWriteExt;
 
 const DEFAULTS: &str = "writes:\n  default: old\nreads:\n  default: old\n";
@@ -22,9 +22,16 @@ const DEFAULTS: &str = "writes:\n  default: old\nreads:\n  default: old\n";
 /// The bound the test sets: 32 MiB.
 const LIMIT: usize = 32 << 20;
 
-/// A client on source address `from` that opens one HTTP/2 connection with a window of 0 and asks
-/// for `lists` LISTs on it, reading nothing.
-async fn non_reader(to: SocketAddr, from: Ipv4Addr, lists: u32) -> tokio::net::TcpStream {
+/// A client on source address `from` that opens one HTTP/2 connection and asks for `lists` LISTs
+/// on it, reading nothing: with its windows shut (`open` false: SETTINGS_INITIAL_WINDOW_SIZE 0),
+/// or opened to 2^31-1 (the stream windows by SETTINGS, the connection's by WINDOW_UPDATE), so
+/// that only its socket, never read, holds skewgate back.
+async fn non_reader(
+    to: SocketAddr,
+    from: Ipv4Addr,
+    lists: u32,
+    open: bool,
+) -> tokio::net::TcpStream {
     let socket = tokio::net::TcpSocket::new_v4().expect("socket");
     socket.set_recv_buffer_size(4096).expect("receive buffer");
     socket
@@ -32,8 +39,13 @@ async fn non_reader(to: SocketAddr, from: Ipv4Addr, lists: u32) -> tokio::net::T
         .expect("bind a loopback source address");
     let mut conn = socket.connect(to).await.expect("connect");
     let mut hello = PREFACE.to_vec();
-    // SETTINGS_INITIAL_WINDOW_SIZE 0: no response data may be sent to it.
-    hello.extend(frame(SETTINGS, 0, 0, &[0, 4, 0, 0, 0, 0]));
+    if open {
+        hello.extend(frame(SETTINGS, 0, 0, &[0, 4, 0x7f, 0xff, 0xff, 0xff]));
+        let more = (i32::MAX as u32 - 65_535).to_be_bytes();
+        hello.extend(frame(WINDOW_UPDATE, 0, 0, &more));
+    } else {
+        hello.extend(frame(SETTINGS, 0, 0, &[0, 4, 0, 0, 0, 0]));
+    }
     for n in 0..lists {
         let path = "/api/v1/namespaces/default/configmaps";
         hello.extend(frame(
@@ -74,6 +86,19 @@ async fn scrape(admin: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sixteen_addresses_with_a_hundred_unread_lists_each_stay_within_the_bound() {
+    unread_lists_stay_within_the_bound(16, false).await;
+}
+
+/// The same with the clients' windows opened wide: skewgate may send all it has, and only the
+/// sockets, never read, hold it. Each stream once held about 51 KiB whatever the bound (6.2 times
+/// it with 4,000 streams): a stream whose client took all it held was given a small window
+/// whether or not the budget had room.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clients_with_windows_opened_wide_that_never_read_stay_within_the_bound() {
+    unread_lists_stay_within_the_bound(24, true).await;
+}
+
+async fn unread_lists_stay_within_the_bound(addresses: u8, open: bool) {
     let sims = sims().await;
     // 20 x 20 KB: each LIST is 400 KB, more than an upstream stream's window of 256 KiB.
     big_configmaps(&sims, 20, 20_000).await;
@@ -95,14 +120,19 @@ async fn sixteen_addresses_with_a_hundred_unread_lists_each_stay_within_the_boun
     let before = rss(pid);
 
     let mut clients = Vec::new();
-    for n in 0..16u8 {
-        clients.push(non_reader(addr, Ipv4Addr::new(127, 0, 1, n + 1), 100).await);
+    for n in 0..addresses {
+        clients.push(non_reader(addr, Ipv4Addr::new(127, 0, 1, n + 1), 100, open).await);
     }
     // Every LIST is on its way upstream, then what skewgate holds is sampled for a while.
     let admin = gate.admin.clone();
-    let all_sent = eventually(30, || {
+    let sent = eventually(30, || {
         let admin = admin.clone();
-        async move { metric(&scrape(&admin).await, "skewgate_upstream_streams{") >= 1600.0 }
+        let all = f64::from(addresses) * 100.0;
+        async move {
+            let text = scrape(&admin).await;
+            metric(&text, "skewgate_upstream_streams{") >= all
+                || metric(&text, "skewgate_response_buffer_cut_connections_total") >= 1.0
+        }
     })
     .await;
     let (mut most, mut most_open) = (0.0f64, 0.0f64);
@@ -117,8 +147,9 @@ async fn sixteen_addresses_with_a_hundred_unread_lists_each_stay_within_the_boun
     let text = scrape(&gate.admin).await;
     let shrinks = metric(&text, "skewgate_response_window_shrinks_total");
     let cut = metric(&text, "skewgate_response_buffer_resets_total");
+    let evicted = metric(&text, "skewgate_response_buffer_cut_connections_total");
     eprintln!(
-        "all sent: {all_sent}; buffered at most {most} of {LIMIT} (windows open {most_open}); RSS {before} -> {peak_rss} (+{} MiB); shrinks {shrinks}; cut {cut}",
+        "sent: {sent}; buffered at most {most} of {LIMIT} (windows open {most_open}); RSS {before} -> {peak_rss} (+{} MiB); shrinks {shrinks}; cut {cut}; connections cut {evicted}",
         (peak_rss.saturating_sub(before)) >> 20
     );
 
@@ -131,7 +162,8 @@ async fn sixteen_addresses_with_a_hundred_unread_lists_each_stay_within_the_boun
     .expect("body");
     assert_eq!(read.len(), whole);
 
-    assert!(all_sent, "not every LIST was sent upstream");
+    // Every LIST went upstream, or the budget, spent, cut the connections that took nothing.
+    assert!(sent, "not every LIST was sent upstream");
     assert!(most <= LIMIT as f64, "buffered {most} > {LIMIT}");
     // The process as a whole: without the bound it grew by 696 MiB here, with it by 55.
     let grew = peak_rss.saturating_sub(before);

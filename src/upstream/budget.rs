@@ -14,6 +14,11 @@
 //!   still comes for a stream holding `SMALL_WINDOW` unread (sent before the apiserver saw the
 //!   SETTINGS) resets that stream (CANCEL) instead: its client sees its response cut.
 //!
+//! The small window given on demand is given only while the budget has room for it: a stream
+//! that finds it spent waits, and the client connection that has taken nothing for longest is cut
+//! to make room (`stalls.rs`). So what is held and promised stays within the bound whatever the
+//! number of connections and streams, and a client that reads still gets its response.
+//!
 //! A window smaller than the one before holds once the apiserver acknowledged it, a larger one at
 //! once. Streams whose clients read hold little and go on at every level. What an HTTP/2 client's
 //! streams hold unwritten (the chunk a stream took before its client's window shut) is counted
@@ -65,6 +70,10 @@ pub struct ResponseBudget {
     resets: IntCounter,
     /// `skewgate_response_window_shrinks_total`: small windows announced to apiservers.
     shrinks: IntCounter,
+    /// `skewgate_response_buffer_cut_connections_total`: client connections cut to make room.
+    cuts: IntCounter,
+    /// The connections holding what their clients do not take, and the streams waiting for room.
+    stalls: super::stalls::Stalls,
 }
 
 impl ResponseBudget {
@@ -101,6 +110,11 @@ impl ResponseBudget {
                 "skewgate_response_window_shrinks_total",
                 "Times an upstream connection announced the small stream window because the buffered response data passed half its bound.",
             ),
+            cuts: counter(
+                "skewgate_response_buffer_cut_connections_total",
+                "Client connections cut because the buffered response data was at its bound, a reader waited for room, and they had taken nothing of what they held for longest.",
+            ),
+            stalls: super::stalls::Stalls::default(),
         }
     }
 
@@ -112,6 +126,7 @@ impl ResponseBudget {
             Box::new(self.limit_gauge.clone()),
             Box::new(self.resets.clone()),
             Box::new(self.shrinks.clone()),
+            Box::new(self.cuts.clone()),
         ]
     }
 
@@ -126,11 +141,39 @@ impl ResponseBudget {
 
     pub(crate) fn sub(&self, n: usize) {
         self.held.sub(i64::try_from(n).unwrap_or(i64::MAX));
+        self.wake_waiting();
     }
 
     /// What the windows open may still bring moved by `delta`.
     pub(crate) fn promise(&self, delta: i64) {
         self.promised.add(delta);
+        if delta < 0 {
+            self.wake_waiting();
+        }
+    }
+
+    /// Streams waiting for room are woken once there is room for one small window.
+    fn wake_waiting(&self) {
+        if self.stalls.any_waiting() && self.has_room(SMALL_WINDOW as usize) {
+            self.stalls.room();
+        }
+    }
+
+    /// Whether `more` fits beside what is held and promised.
+    pub(crate) fn has_room(&self, more: usize) -> bool {
+        self.held()
+            .saturating_add(self.promised())
+            .saturating_add(more)
+            <= self.limit
+    }
+
+    /// The stalled connections and the streams waiting for room (`stalls.rs`).
+    pub(crate) fn stalls(&self) -> &super::stalls::Stalls {
+        &self.stalls
+    }
+
+    pub(crate) fn count_cut(&self) {
+        self.cuts.inc();
     }
 
     /// Bytes promised now.

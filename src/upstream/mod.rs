@@ -11,6 +11,7 @@ mod own;
 mod pool;
 mod send;
 mod settings;
+pub(crate) mod stalls;
 pub(crate) mod worker;
 
 use std::collections::HashMap;

@@ -71,6 +71,8 @@ pub(super) struct Wire<I> {
     pub(super) faults: super::ClientFaults,
     /// A header block in progress, charged against the process's bound (`blocks.rs`).
     pub(super) block: super::blocks::Charge,
+    /// Holding response data its client does not take, as the response budget knows it.
+    pub(super) stall: super::stall::Stalled,
 }
 
 /// How a turn of the connection left it.
@@ -94,6 +96,16 @@ impl<I: AsyncRead + AsyncWrite + Unpin> Wire<I> {
         opened: &mut dyn FnMut(Opened),
     ) -> Turn {
         let mut state = shared.lock();
+        if self.stall.is_cut() {
+            tracing::debug!(
+                "HTTP/2 client connection cut: the response budget is spent and it took nothing for longest"
+            );
+            state.fail(crate::upstream::frames::Failure::Closed(
+                io::ErrorKind::ConnectionAborted,
+                "the response budget is spent and the client took nothing",
+            ));
+            return Turn::Failed(h2::Error::from(Reason::ENHANCE_YOUR_CALM));
+        }
         state.conn.quiet = true;
         let result = self.exchange(cx, &mut state, opened);
         let head_bound = state.limits.max_header_list_size as usize;
@@ -112,12 +124,18 @@ impl<I: AsyncRead + AsyncWrite + Unpin> Wire<I> {
         };
         state.release_if_idle();
         let (finished, error) = (state.finished(), state.conn.error);
+        let (holding, written) = (state.queued_total > 0, state.written);
+        let budget = state.budget.clone();
         drop(state);
         let flushed = match self.codec.flush(cx) {
             Poll::Ready(Err(e)) => return Turn::Failed(e.into()),
             Poll::Ready(Ok(())) => true,
             Poll::Pending => false,
         };
+        if let Some(budget) = budget {
+            self.stall
+                .follow(&budget, holding && !flushed, written, cx.waker());
+        }
         match result {
             Err(e) => Turn::Failed(e),
             Ok(false) => Turn::Done,

@@ -31,6 +31,7 @@ pub(crate) fn serve_frames(input: &[u8]) {
         codec,
         faults: Default::default(),
         block: Default::default(),
+        stall: Default::default(),
     };
     // Each turn reads at most a batch of frames: the input ends in a bounded number of them.
     for _ in 0..input.len() / 9 + 2 {

@@ -33,6 +33,7 @@ mod recv;
 mod request;
 mod send;
 mod send_window;
+mod stall;
 mod state;
 mod stream;
 mod streams;
@@ -149,6 +150,7 @@ where
         codec,
         faults: ClientFaults::default(),
         block: Default::default(),
+        stall: Default::default(),
     };
     let mut control = Control {
         shutdown,

@@ -204,6 +204,7 @@ impl State {
         if last {
             s.end_queued = None;
         }
+        self.written += 1;
         let mut frame = Data::new(s.id, chunk);
         frame.set_end_stream(last);
         // The pipe may take more now (it checks how much).

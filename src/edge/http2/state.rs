@@ -99,6 +99,8 @@ pub(super) struct State {
     /// of those here.
     pub(super) budget: Option<Arc<ResponseBudget>>,
     pub(super) queued_total: usize,
+    /// DATA frames handed to the codec so far: the client takes what it is sent.
+    pub(super) written: u64,
     /// The client answered skewgate's keep-alive PING.
     pub(super) ponged: bool,
     /// Heads over the header-list bound answered 431 since the connection's owner last looked.
@@ -133,6 +135,7 @@ impl State {
             failed: None,
             budget: None,
             queued_total: 0,
+            written: 0,
             ponged: false,
             heads_too_large: 0,
             pong_waker: None,

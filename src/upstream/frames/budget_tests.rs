@@ -62,7 +62,7 @@ async fn under_pressure_new_streams_get_the_small_window_and_older_ones_once_ack
 }
 
 #[tokio::test]
-async fn over_the_bound_only_a_client_that_asks_is_given_a_window_and_a_non_reader_is_cut() {
+async fn over_the_bound_a_client_that_asks_waits_for_room_and_a_non_reader_is_cut() {
     // The peer does not acknowledge skewgate's SETTINGS here: A keeps the window it opened with.
     let budget = Arc::new(ResponseBudget::new(STREAM_WINDOW as usize));
     let (link, mut peer, _) = connect_with(Settings::default(), budget.clone()).await;
@@ -82,7 +82,21 @@ async fn over_the_bound_only_a_client_that_asks_is_given_a_window_and_a_non_read
     let (_, mut a_body) = a.await.expect("head");
     let (_, _b_body) = b.await.expect("head");
     let (_, mut c_body) = c.await.expect("head");
-    // C's client asks for data: C is given the small window. B's asks nothing and gets nothing.
+    // C's client asks for data, but A's window holds the whole budget: C waits for room.
+    let asked = std::future::poll_fn(|cx| std::task::Poll::Ready(c_body.poll_frame(cx))).await;
+    assert!(asked.is_pending());
+    assert!(budget.stalls().any_waiting(), "C waits for room");
+    // A's client reads nothing: over the bound, its first chunk is held and its second cuts it.
+    peer.data(a_id, &CHUNK, false).await;
+    peer.data(a_id, &CHUNK, false).await;
+    expect_reset(&mut peer, a_id, Reason::CANCEL).await;
+    let error = body_frame(&mut a_body)
+        .await
+        .expect("an end")
+        .expect_err("cut");
+    assert_eq!(error.reason(), Some(Reason::CANCEL));
+    // A's share is back: C, asking again, is given the small window. B asks nothing and gets
+    // nothing.
     let asked = std::future::poll_fn(|cx| std::task::Poll::Ready(c_body.poll_frame(cx))).await;
     assert!(asked.is_pending());
     match peer.next_on_stream().await {
@@ -96,16 +110,6 @@ async fn over_the_bound_only_a_client_that_asks_is_given_a_window_and_a_non_read
     body_frame(&mut c_body).await.expect("data").expect("ok");
     peer.data(b_id, b"x", false).await;
     expect_reset(&mut peer, b_id, Reason::FLOW_CONTROL_ERROR).await;
-    // A's client reads nothing: over the bound, its first chunk is held and its second cuts it.
-    peer.data(a_id, &CHUNK, false).await;
-    peer.data(a_id, &CHUNK, false).await;
-    expect_reset(&mut peer, a_id, Reason::CANCEL).await;
-    holds(&budget, 0).await;
-    let error = body_frame(&mut a_body)
-        .await
-        .expect("an end")
-        .expect_err("cut");
-    assert_eq!(error.reason(), Some(Reason::CANCEL));
 }
 
 /// The next frame on a stream is RST_STREAM of `id` with `reason` (C's window given back as its

@@ -338,7 +338,7 @@ impl RecvBody {
         store_waker(&mut s.recv_task, cx);
         // Nothing held: a stream the budget shut is given a small window (`budget.rs`).
         if s.recv_window.is_shut() {
-            state.demand(handle.key);
+            state.demand(handle.key, cx.waker());
         }
         Poll::Pending
     }

@@ -104,9 +104,10 @@ impl State {
     }
 
     /// Stream `key`'s client took all the stream held and asks for more: a stream shut by a
-    /// smaller window (the budget under pressure or over) is given the small window, so that
-    /// clients that read go on at every level (`budget.rs`).
-    pub(super) fn demand(&mut self, key: usize) {
+    /// smaller window (the budget under pressure or over) is given the small window if the budget
+    /// has room for it, so that clients that read go on at every level (`budget.rs`); else
+    /// `waker` waits for room, and the connection stalled longest may be cut (`stalls.rs`).
+    pub(super) fn demand(&mut self, key: usize, waker: &std::task::Waker) {
         let Some(s) = self.streams.get_mut(key) else {
             return;
         };
@@ -115,6 +116,13 @@ impl State {
             || s.failure.is_some()
             || !s.data.is_empty()
         {
+            return;
+        }
+        if !self.budget.has_room(SMALL_WINDOW as usize) {
+            let now = crate::proxy::clock::now();
+            if self.budget.stalls().wait(waker, now) {
+                self.budget.count_cut();
+            }
             return;
         }
         let grant = i64::from(SMALL_WINDOW) - s.recv_window.size();
