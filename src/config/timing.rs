@@ -51,6 +51,17 @@ pub fn close_flips(
             continue;
         };
         let same_move = running.is_some_and(|r| makes_the_move(r, next, pin));
+        if let Ok(ago) = now.duration_since(flip_at)
+            && !same_move
+        {
+            warnings.push(format!(
+                "pin {}: flipAt is {} in the past: the move is taken as made already, and the pin's writes go to {} as soon as the table loads, with no fence; set a flipAt ahead if the move is still to come",
+                pin.name,
+                humantime::format_duration(Duration::from_secs(ago.as_secs())),
+                next.backend_name(pin.backend)
+            ));
+            continue;
+        }
         if let Ok(ahead) = flip_at.duration_since(now)
             && ahead < settle
             && !same_move

@@ -327,6 +327,9 @@ impl Validator<'_> {
                     format!("from names the pin's own backend {:?}: a pin moves from another backend; leave from out if it does not move", from.value),
                 );
             }
+            if selectors.is_match_all() {
+                self.warn(pin.referenced, &path, format!("pin {name:?} has no selector (namespaces, resources, verbs, users, groups, clients): it takes every write, and the reads that follow it, so writes.default and the pins after it never decide; give it a selector, or set writes.default instead"));
+            }
             if let Some(first) = out.iter().find(|o: &&Pin| o.selectors.covers(&selectors)) {
                 self.warn(pin.referenced, &path, format!("never decides: pin {:?} before it covers every object this one names, and the first pin that matches decides; put this one first, or narrow that one", first.name));
             }

@@ -125,13 +125,16 @@ impl Responder {
     pub(super) fn poll_room(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), h2::Error>> {
         let mut state = self.shared.lock();
         let (failed, initial) = (state.failed.clone(), state.send_initial);
+        let spent = state.budget_spent();
         let Some(s) = state.streams.get_mut(self.key) else {
             return Poll::Ready(Err(h2::Error::from(Reason::CANCEL)));
         };
         if let Some(why) = s.failure.as_ref().or(failed.as_ref()) {
             return Poll::Ready(Err(why.to_error()));
         }
-        if s.send_window.size(initial) > s.queued_len as i64 {
+        // While the response budget is spent, a stream takes more only once its client took
+        // what it holds: room freed goes to clients that read (`upstream/stalls.rs`).
+        if s.send_window.size(initial) > s.queued_len as i64 && !(spent && s.queued_len > 0) {
             self.shut = false;
             return Poll::Ready(Ok(()));
         }
@@ -209,7 +212,7 @@ impl Responder {
         let mut state = self.shared.lock();
         let failed = state.failed.clone();
         let (limit, connection_window) = (state.limits.send_buffer, state.conn.send_window);
-        let initial = state.send_initial;
+        let (initial, spent) = (state.send_initial, state.budget_spent());
         let Some(s) = state.streams.get_mut(self.key) else {
             return Poll::Ready(Err(h2::Error::from(Reason::CANCEL)));
         };
@@ -229,7 +232,8 @@ impl Responder {
             return Poll::Pending;
         }
         let data = chunk.take().unwrap_or_default();
-        self.shut = s.send_window.size(initial) <= (s.queued_len + data.len()) as i64;
+        self.shut = s.send_window.size(initial) <= (s.queued_len + data.len()) as i64
+            || (spent && !data.is_empty());
         state.queue_data(self.key, data, end);
         Poll::Ready(Ok(()))
     }

@@ -288,6 +288,12 @@ impl State {
         self.conn.remember(StreamId::from(id), gone);
     }
 
+    /// Whether the response budget is spent: a stream then takes more only once its client took
+    /// what it holds.
+    pub(super) fn budget_spent(&self) -> bool {
+        self.budget.as_deref().is_some_and(ResponseBudget::is_spent)
+    }
+
     /// Response data queued (`delta` > 0) or written or dropped (< 0), counted in the budget.
     pub(super) fn count_queued(&mut self, delta: isize) {
         count_queued(&mut self.queued_total, self.budget.as_deref(), delta);
