@@ -348,3 +348,62 @@ async fn writes_held_through_a_fence_are_given_their_whole_time_once_sent() {
         .filter(|r| r.verb == "patch");
     assert!(patched.into_iter().all(|r| r.version == NEW));
 }
+
+/// A reload that moves a pin at a `flipAt` to come leaves the pin's watches on the version it moves
+/// from open until then: its reads go there until the move (`/debug/routes` says "before
+/// flipAt"), and a watch ended at the reload only made its client list again from the same
+/// version. They end at `flipAt`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_with_a_flip_at_to_come_ends_the_pins_watches_at_flip_at_not_at_the_reload() {
+    let sims = sims().await;
+    let t0 = humantime::parse_rfc3339("2030-01-01T00:00:00Z").expect("time");
+    let clock = Arc::new(ManualClock::new(t0));
+    let file = temp_dir("flip-reload-watch").join("routes.yaml");
+    std::fs::write(&file, table(&sims, "      backend: old\n")).expect("routes");
+    let gate = gate_on(
+        &file,
+        ProxySettings {
+            clock: clock.clone(),
+            ..ProxySettings::default()
+        },
+    )
+    .await;
+    let client = h2();
+    let base = gate.url();
+    let pinned = watch_configmaps(&client, &base, "team-a")
+        .await
+        .expect("watch");
+    assert_eq!(served_by(&pinned), OLD);
+    let mut pinned = pinned.bytes_stream();
+    let flip_at = t0 + Duration::from_secs(60);
+    let pin = format!(
+        "      backend: new\n      flipAt: {}\n",
+        humantime::format_rfc3339_seconds(flip_at)
+    );
+    gate.rewrite(&table(&sims, &pin));
+    let loaded = eventually(10, || async {
+        metric(
+            &gate.metrics().await,
+            "skewgate_config_reloads_total{result=\"success\"}",
+        ) >= 2.0
+    })
+    .await;
+    assert!(loaded);
+    assert!(
+        tokio::time::timeout(Duration::from_millis(800), pinned.next())
+            .await
+            .is_err(),
+        "the pin's watch ended at the reload, before its flipAt"
+    );
+    clock.set(flip_at + Duration::from_secs(1));
+    let ended = tokio::time::timeout(Duration::from_secs(5), async {
+        while let Some(chunk) = pinned.next().await {
+            assert!(chunk.is_ok(), "ended cleanly");
+        }
+    })
+    .await;
+    assert!(
+        ended.is_ok(),
+        "the pin's watch on the old version ended at flipAt"
+    );
+}

@@ -52,7 +52,7 @@ pub(crate) struct Routing {
     moved: Vec<CancellationToken>,
     /// For each pin that was before its `flipAt` when this table loaded: fired at `flipAt`, to end
     /// the long-running reads it sent to the backend it moves from (a child of its `moved`).
-    flipping: Vec<Option<CancellationToken>>,
+    flipping: Vec<Option<moves::Flipping>>,
     /// Per pin: the pending moves reloads superseded (`/debug/routes`).
     pub(crate) superseded: Vec<superseded::Superseded>,
     /// Whether this table has moves the one before did not: the other replicas wait for this one
@@ -258,7 +258,7 @@ impl Routing {
             && let Some(Some(flip)) = self.flipping.get(i)
             && d.backend != self.table().writes.pins[i].backend
         {
-            return flip.clone().cancelled_owned();
+            return flip.token.clone().cancelled_owned();
         }
         let pins = self.table().writes.pins.len();
         let i = match d.rule {

@@ -72,6 +72,12 @@ fn pin_keys(table: &RouteTable) -> Vec<Option<String>> {
         .collect()
 }
 
+/// A pin's move to come: the token fired when it comes, and where its reads go until then.
+pub(super) struct Flipping {
+    pub(super) token: CancellationToken,
+    pub(super) from: crate::config::BackendId,
+}
+
 /// For each pin of `routing` before its move, a token fired when the move comes (at `flipAt`, or
 /// when the fleet makes it): a child of the pin's `moved`, ending the reads it sent to the old
 /// backend.
@@ -79,7 +85,7 @@ pub(super) fn flipping(
     routing: &super::Routing,
     (clock, metrics): (&Arc<dyn Clock>, &Arc<Metrics>),
     now: SystemTime,
-) -> Vec<Option<CancellationToken>> {
+) -> Vec<Option<Flipping>> {
     let table = routing.table();
     let gates = &routing.gates;
     table
@@ -111,7 +117,7 @@ pub(super) fn flipping(
                     flipped.announce(at, &*clock).await;
                 }
             });
-            Some(flip)
+            Some(Flipping { token: flip, from })
         })
         .collect()
 }
@@ -228,19 +234,38 @@ impl super::Routing {
             let moved_to = new.writes.pins.iter().find(|p| p.name == pin.name);
             let after = moved_to.map(|p| new.backend_name(p.backend));
             if after != Some(before) {
-                tracing::info!(pin = %pin.name, from = before, to = after.unwrap_or("(removed)"), "pin moved; ending the watches it sent to the old backend");
                 if several_replicas && moved_to.is_some_and(|p| p.flip_at.is_none()) {
                     tracing::warn!(pin = %pin.name, "pin moved without flipAt while several replicas serve: each moves when it reads the file; give flipAt (a moment all replicas will have read the file by) so they move together");
                 }
                 // A pin with a flip to come is counted when it flips (routing/moves.rs).
                 let j = new.writes.pins.iter().position(|p| p.name == pin.name);
-                if !j.is_some_and(|j| next.flipping.get(j).is_some_and(Option::is_some)) {
+                let flip = j
+                    .and_then(|j| next.flipping.get(j))
+                    .and_then(Option::as_ref);
+                if flip.is_none() {
                     self.metrics
                         .pin_moves
                         .with_label_values(&[pin.name.as_str()])
                         .inc();
                 }
-                self.moved[i].cancel();
+                match flip {
+                    // Its reads stay where they were until the move: the watches they hold end
+                    // when it comes, not at the reload.
+                    Some(f) if new.backend_name(f.from) == before => {
+                        tracing::info!(pin = %pin.name, from = before, to = after.unwrap_or("(removed)"), "pin moves at its flipAt; the watches it sent to the old backend end then");
+                        let (came, moved) = (f.token.clone(), self.moved[i].clone());
+                        tokio::spawn(async move {
+                            tokio::select! {
+                                () = came.cancelled() => moved.cancel(),
+                                () = moved.cancelled() => {}
+                            }
+                        });
+                    }
+                    _ => {
+                        tracing::info!(pin = %pin.name, from = before, to = after.unwrap_or("(removed)"), "pin moved; ending the watches it sent to the old backend");
+                        self.moved[i].cancel();
+                    }
+                }
             }
         }
         if old.backend_name(old.reads.default) != new.backend_name(new.reads.default) {
