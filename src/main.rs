@@ -18,14 +18,11 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Check {
-            mut paths,
+            paths,
             routes,
             running,
             lease_renew_interval,
-        } => {
-            paths.extend(routes);
-            cli::check::check(&paths, running.as_deref(), lease_renew_interval)
-        }
+        } => cli::check::check(&paths, &routes, running.as_deref(), lease_renew_interval),
         Command::Explain(args) => cli::explain::explain(&args).map(|()| ExitCode::SUCCESS),
         Command::Serve(args) => cli::serve::run(*args),
         Command::Skew(args) => cli::skew::run(&args),

@@ -524,3 +524,40 @@ fn explain_says_which_encoding_the_guard_would_judge() {
         "{said}"
     );
 }
+
+/// `serve --dry-run` refuses what `serve` could never make ready: an https endpoint with no
+/// upstream TLS to dial it. It said ok, and `serve` then reported the endpoint never ready.
+#[test]
+fn serve_dry_run_refuses_https_endpoints_without_upstream_tls() {
+    let routes = temp_file(
+        "https.yaml",
+        "apiVersion: skewgate.io/v1alpha1\nkind: RouteTable\nbackends:\n  - {name: a, endpoints: [\"https://10.0.0.1:6443\"]}\nwrites:\n  default: a\nreads:\n  default: a\n",
+    );
+    let routes = routes.to_string_lossy();
+    let out = skewgate(&["serve", "--routes", &routes, "--dry-run"]);
+    let said = text(&out.stderr);
+    assert!(!out.status.success(), "{said}");
+    assert!(
+        said.contains("--upstream-ca-file") && said.contains("https://10.0.0.1:6443 (a)"),
+        "{said}"
+    );
+}
+
+/// `check --routes DIR` reads the directory as `serve --routes DIR` does: one route file, or the
+/// error `serve` gives. `check DIR` (a PATH) checks each file in it, as before.
+#[test]
+fn check_routes_reads_a_directory_as_serve_reads_it() {
+    let dir = std::env::temp_dir().join(format!("skewgate-cli-dir-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let table = std::fs::read_to_string("routes/demo.yaml").expect("demo routes");
+    for name in ["a.yaml", "b.yaml"] {
+        std::fs::write(dir.join(name), &table).expect("write");
+    }
+    let dir = dir.to_string_lossy();
+    let out = skewgate(&["check", "--routes", &dir]);
+    let said = text(&out.stderr);
+    assert!(!out.status.success(), "{said}");
+    assert!(said.contains("holds 2 route files"), "{said}");
+    let out = skewgate(&["check", &dir]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+}

@@ -7,8 +7,11 @@ use anyhow::Result;
 
 use skewgate::config::{self, RouteTable};
 
+/// Checks `paths` (route files, or directories of them, each file checked) and `routes` (read as
+/// `serve --routes` reads them: a directory holds one route file).
 pub fn check(
     paths: &[PathBuf],
+    routes: &[PathBuf],
     running: Option<&std::path::Path>,
     round: std::time::Duration,
 ) -> Result<ExitCode> {
@@ -21,6 +24,22 @@ pub fn check(
         None => None,
     };
     let mut files = Vec::new();
+    for path in routes {
+        if !path.is_dir() {
+            files.push(path.clone());
+            continue;
+        }
+        match config::route_files_in(path) {
+            Ok(found) if found.len() == 1 => files.extend(found),
+            // What `serve --routes` says of it: none, or more than one.
+            _ => {
+                if let Err(errors) = config::load_path(path) {
+                    eprintln!("{errors}");
+                }
+                return Ok(ExitCode::FAILURE);
+            }
+        }
+    }
     for path in paths {
         if path.is_dir() {
             match config::route_files_in(path) {

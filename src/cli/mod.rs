@@ -38,8 +38,8 @@ pub enum Command {
         /// Route files, or directories of *.yaml route files.
         #[arg(required_unless_present = "routes")]
         paths: Vec<PathBuf>,
-        /// A route file or directory, as `serve`, `explain` and `skew` spell it (repeatable;
-        /// checked with the PATHs).
+        /// A route file or directory, as `serve`, `explain` and `skew` spell it and read it (a
+        /// directory holds one route file; repeatable; checked with the PATHs).
         #[arg(long)]
         routes: Vec<PathBuf>,
         /// The route table the replicas run now: warn where a checked table changes a pin whose

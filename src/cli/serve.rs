@@ -139,6 +139,25 @@ fn publish(args: &ServeArgs) -> Result<Option<PublishSettings>> {
 /// `--dry-run`: the flags and files were loaded above; the route table is loaded here.
 fn dry_run(opts: &ServeOptions) -> Result<ExitCode> {
     let table = skewgate::config::load_path(&opts.routes).map_err(|e| anyhow::anyhow!("{e}"))?;
+    // What `serve` would report as never ready: an https endpoint with no upstream TLS to dial it.
+    if opts.settings.pool.tls.is_none() {
+        let https: Vec<String> = table
+            .backends
+            .iter()
+            .flat_map(|b| {
+                b.endpoints
+                    .iter()
+                    .filter(|e| e.tls)
+                    .map(move |e| format!("{} ({})", e.url, b.name))
+            })
+            .collect();
+        if !https.is_empty() {
+            bail!(
+                "https endpoints need --upstream-ca-file (and --proxy-client-cert-file and --proxy-client-key-file, the front-proxy client certificate the apiservers trust): {}",
+                https.join(", ")
+            );
+        }
+    }
     println!(
         "ok: would serve {} on {} (admin {}), {} with {} backends; TLS {}; upstream TLS {}",
         opts.routes.display(),
