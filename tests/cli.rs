@@ -561,3 +561,29 @@ fn check_routes_reads_a_directory_as_serve_reads_it() {
     let out = skewgate(&["check", &dir]);
     assert!(out.status.success(), "{}", text(&out.stderr));
 }
+
+/// An unknown field in a flow mapping (`- {name: p, nmspaces: [x], backend: a}`, as the shipped
+/// files write pins) leaves the values checked too, as in block style: every mistake in one run.
+#[test]
+fn check_reports_the_values_beside_an_unknown_field_in_a_flow_mapping() {
+    let head = "apiVersion: skewgate.io/v1alpha1\nkind: RouteTable\nbackends:\n  - {name: a, endpoints: [\"https://10.0.0.1:6443\"]}\n  - {name: b, endpoints: [\"https://10.0.0.2:6443\"]}\nwrites:\n  default: nowhere\n  pins:\n";
+    let flow = format!(
+        "{head}    - {{name: p, nmspaces: [x, y], backend: a}}\nreads:\n  default: a\n  rollouts:\n    - {{name: r, to: b, percent: 250}}\n"
+    );
+    let block = format!(
+        "{head}    - name: p\n      nmspaces: [x, y]\n      backend: a\nreads:\n  default: a\n  rollouts:\n    - name: r\n      to: b\n      percent: 250\n"
+    );
+    for (name, body) in [("flow.yaml", flow), ("block.yaml", block)] {
+        let file = temp_file(name, &body);
+        let out = skewgate(&["check", &file.to_string_lossy()]);
+        let said = text(&out.stderr);
+        for expected in [
+            "unknown field `nmspaces`",
+            "unknown backend \"nowhere\"",
+            "250 is not a percent",
+            "3 errors",
+        ] {
+            assert!(said.contains(expected), "{name}: {expected}: {said}");
+        }
+    }
+}

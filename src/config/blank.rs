@@ -1,11 +1,13 @@
-//! A route file with some of its block-style keys blanked out: each key and its value replaced by
-//! spaces, and the lines of a value that spans lines emptied, so that every other line and column
-//! stays where it was (and what is reported about it stays true).
+//! A route file with some of its keys blanked out: each key and its value replaced by spaces (in a
+//! flow mapping `{a: 1, b: 2}`, with its comma), and the lines of a value that spans lines emptied,
+//! so that every other line and column stays where it was (and what is reported about it stays
+//! true).
 
 use super::tree::At;
 
 /// `text` without the keys at `keys` (1-based line and column of each key), or `None` when one is
-/// not where a block mapping's key is (a flow mapping `{a: 1, b: 2}`, or a place not in the text).
+/// not where a mapping's key is, or is a flow mapping's whose value goes on past its line, or is
+/// not in the text.
 pub(super) fn without(text: &str, keys: &[At]) -> Option<String> {
     let mut lines: Vec<String> = text.lines().map(str::to_owned).collect();
     for key in keys {
@@ -17,7 +19,8 @@ pub(super) fn without(text: &str, keys: &[At]) -> Option<String> {
         // Only blanks and list dashes before the key: a block mapping's key.
         let before = first.get(..column)?;
         if !before.chars().all(|c| c == ' ' || c == '-') {
-            return None;
+            lines[line] = in_flow(first, column)?;
+            continue;
         }
         let kept = before.to_owned();
         let width = first.chars().count() - before.chars().count();
@@ -37,6 +40,53 @@ pub(super) fn without(text: &str, keys: &[At]) -> Option<String> {
     if text.ends_with('\n') {
         out.push('\n');
     }
+    Some(out)
+}
+
+/// `line` with the entry whose key is at byte `column` of a flow mapping blanked out, with the
+/// comma that parts it from the next entry (or, for the last, from the one before), when the entry
+/// ends on the line: `{a: 1, bad: [x], b: 2}` becomes `{a: 1,           b: 2}`.
+fn in_flow(line: &str, column: usize) -> Option<String> {
+    let bytes = line.as_bytes();
+    // What comes before the key on its line: `{` or `,` (and blanks), as in a flow mapping.
+    let opener = line.get(..column)?.trim_end().bytes().last()?;
+    if opener != b'{' && opener != b',' {
+        return None;
+    }
+    let (mut depth, mut quote, mut end) = (0usize, None, None);
+    for (i, &b) in bytes.iter().enumerate().skip(column) {
+        match (quote, b) {
+            (Some(q), _) if b == q => quote = None,
+            (Some(_), _) => {}
+            (None, b'"' | b'\'') => quote = Some(b),
+            (None, b'[' | b'{') => depth += 1,
+            (None, b']' | b'}') if depth > 0 => depth -= 1,
+            (None, b',') if depth > 0 => {}
+            (None, b',' | b'}' | b']') => {
+                end = Some((i, b));
+                break;
+            }
+            _ => {}
+        }
+    }
+    let (from, to) = match end? {
+        // Followed by another entry: the entry and its comma.
+        (i, b',') => (column, i + 1),
+        // The last entry: the comma before it (if any) and the entry.
+        (i, _) => {
+            let before = line.get(..column)?.trim_end();
+            let from = if before.ends_with(',') {
+                before.len() - 1
+            } else {
+                column
+            };
+            (from, i)
+        }
+    };
+    let mut out = String::with_capacity(line.len());
+    out.push_str(line.get(..from)?);
+    out.push_str(&" ".repeat(line.get(from..to)?.chars().count()));
+    out.push_str(line.get(to..)?);
     Some(out)
 }
 
@@ -64,8 +114,21 @@ mod tests {
     }
 
     #[test]
-    fn a_key_in_a_flow_mapping_or_out_of_the_text_is_left_alone() {
-        assert!(without("a: {x: 1, bad: 2}\n", &[at(1, 11)]).is_none());
+    fn a_key_in_a_flow_mapping_goes_with_its_comma() {
+        let out = without("a: {x: 1, bad: 2}\n", &[at(1, 11)]).expect("blanked");
+        assert_eq!(out, "a: {x: 1        }\n");
+        let out = without("- {name: p, nmspaces: [x, y], backend: a}\n", &[at(1, 13)]);
+        assert_eq!(
+            out.expect("blanked"),
+            "- {name: p,                   backend: a}\n"
+        );
+        let out = without("a: {bad: \"x,}\"}\n", &[at(1, 5)]).expect("blanked");
+        assert_eq!(out, "a: {          }\n");
+    }
+
+    #[test]
+    fn a_key_whose_value_goes_on_or_out_of_the_text_is_left_alone() {
+        assert!(without("a: {x: 1, bad: [2,\n 3]}\n", &[at(1, 11)]).is_none());
         assert!(without("a: 1\n", &[at(9, 1)]).is_none());
         assert!(without("a: 1\n", &[at(0, 0)]).is_none());
     }
