@@ -319,9 +319,9 @@ fn explain_shows_each_rule_considered_the_sticky_key_and_the_step() {
         "explain",
         "--routes",
         "routes/example.yaml",
-        "--user",
+        "--as",
         "system:node:n1",
-        "--group",
+        "--as-group",
         "system:nodes",
         "--user-agent",
         "kubelet/v1.30.2 (linux/amd64) kubernetes/abc",
@@ -393,6 +393,7 @@ fn explain_says_why_a_create_is_steered_as_a_read_and_refuses_unknown_methods() 
 #[test]
 fn demo_explains_itself_and_removes_its_directory_on_stop() {
     use std::io::{BufRead, BufReader};
+    let ports = format!("{},{}", free_port(), free_port());
     let mut child = Command::new(env!("CARGO_BIN_EXE_skewgate"))
         .args([
             "demo",
@@ -400,6 +401,8 @@ fn demo_explains_itself_and_removes_its_directory_on_stop() {
             "127.0.0.1:0",
             "--admin-listen",
             "127.0.0.1:0",
+            "--sim-ports",
+            &ports,
         ])
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .stdout(std::process::Stdio::piped())
@@ -418,6 +421,11 @@ fn demo_explains_itself_and_removes_its_directory_on_stop() {
         }
     }
     let dir = dir.unwrap_or_else(|| panic!("no end of the guide:\n{guide}"));
+    let (p29, p30) = ports.split_once(',').expect("two ports");
+    assert!(
+        guide.contains(&format!("127.0.0.1:{p29}")) && guide.contains(&format!("127.0.0.1:{p30}")),
+        "the simulators moved to --sim-ports: {guide}"
+    );
     assert!(dir.join("routes.yaml").exists(), "{}", dir.display());
     assert!(guide.contains("ends when the team-a pin moves"), "{guide}");
     let killed = Command::new("kill")
@@ -586,4 +594,28 @@ fn check_reports_the_values_beside_an_unknown_field_in_a_flow_mapping() {
             assert!(said.contains(expected), "{name}: {expected}: {said}");
         }
     }
+}
+
+/// A port on loopback free a moment ago.
+fn free_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    l.local_addr().expect("addr").port()
+}
+
+/// A demo whose admin port is taken says which flag moves it, and stops.
+#[test]
+fn demo_on_a_busy_port_says_how_to_move_it() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let admin = taken.local_addr().expect("addr").to_string();
+    let ports = format!("{},{}", free_port(), free_port());
+    let out = Command::new(env!("CARGO_BIN_EXE_skewgate"))
+        .args(["demo", "--listen", "127.0.0.1:0", "--admin-listen", &admin])
+        .args(["--sim-ports", &ports])
+        .output()
+        .expect("demo runs");
+    let said = text(&out.stderr);
+    assert!(!out.status.success(), "{said}");
+    assert!(said.contains("--admin-listen"), "{said}");
+    let out = skewgate(&["demo", "--sim-ports", "1"]);
+    assert!(text(&out.stderr).contains("--sim-ports gives 1 ports for 2 endpoints"));
 }

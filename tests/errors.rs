@@ -169,6 +169,30 @@ async fn metrics_move_with_the_requests_made() {
     let debug: Value = gate.debug_routes().await;
     assert_eq!(debug["writes"]["pins"][0]["name"], "team-a");
     assert_eq!(debug["backends"][0]["endpoints"][0]["state"], "ready");
+    // Its keys are camelCase, as Kubernetes' own JSON is (`discovery_error` was the one apart).
+    assert!(
+        debug["backends"][0].get("discoveryError").is_some(),
+        "{debug}"
+    );
+    let mut keys = Vec::new();
+    snake_keys(&debug, &mut keys);
+    assert!(keys.is_empty(), "{keys:?}");
+}
+
+/// The keys of `v`, at any depth, with an underscore in them.
+fn snake_keys(v: &Value, out: &mut Vec<String>) {
+    match v {
+        Value::Object(map) => {
+            for (k, v) in map {
+                if k.contains('_') {
+                    out.push(k.clone());
+                }
+                snake_keys(v, out);
+            }
+        }
+        Value::Array(items) => items.iter().for_each(|v| snake_keys(v, out)),
+        _ => {}
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

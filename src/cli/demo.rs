@@ -67,6 +67,12 @@ pub fn run(args: DemoArgs) -> Result<ExitCode> {
     };
     std::fs::write(&routes, &text)?;
     let table = config::load_file(&routes).map_err(|e| anyhow!("{e}"))?;
+    let table = if args.sim_ports.is_empty() {
+        table
+    } else {
+        std::fs::write(&routes, moved_ports(&text, &table, &args.sim_ports)?)?;
+        config::load_file(&routes).map_err(|e| anyhow!("{e}"))?
+    };
     let kubeconfig = dir.join("kubeconfig");
     let manifest = dir.join("team-a.yaml");
     std::fs::write(&manifest, MANIFEST)?;
@@ -94,7 +100,7 @@ pub fn run(args: DemoArgs) -> Result<ExitCode> {
                 let handle = sim::start(SimConfig::new(&git), store.clone(), addr)
                     .await
                     .with_context(|| {
-                        format!("cannot start the simulated {git} apiserver on {addr}")
+                        format!("cannot start the simulated {git} apiserver on {addr} (is another demo running? --sim-ports moves the simulators)")
                     })?;
                 println!(
                     "simulated apiserver {git:<8} for backend {:<8} on {}",
@@ -115,13 +121,46 @@ pub fn run(args: DemoArgs) -> Result<ExitCode> {
                 ..ProxySettings::default()
             },
         })
-        .await?;
+        .await
+        .with_context(|| {
+            format!(
+                "cannot serve on {} and {} (admin) (is another demo running? --listen and --admin-listen move them)",
+                args.listen, args.admin_listen
+            )
+        })?;
         print_guide(&server, &routes, &kubeconfig, &manifest);
         signals.wait().await;
         server.shutdown().await;
         drop(sims);
         Ok(ExitCode::SUCCESS)
     })
+}
+
+/// `text` with the port of each http:// endpoint of `table`, in order, replaced by `ports`'.
+fn moved_ports(text: &str, table: &config::RouteTable, ports: &[u16]) -> Result<String> {
+    let endpoints: Vec<_> = table
+        .backends
+        .iter()
+        .flat_map(|b| b.endpoints.iter())
+        .collect();
+    if endpoints.len() != ports.len() {
+        bail!(
+            "--sim-ports gives {} ports for {} endpoints ({})",
+            ports.len(),
+            endpoints.len(),
+            endpoints
+                .iter()
+                .map(|e| e.url.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
+    let mut text = text.to_owned();
+    for (ep, port) in endpoints.iter().zip(ports) {
+        let moved = format!("http://{}:{port}", ep.host);
+        text = text.replacen(&ep.url, &moved, 1);
+    }
+    Ok(text)
 }
 
 fn kubeconfig_text(listen: SocketAddr) -> String {
@@ -165,7 +204,8 @@ Try, in another terminal:
   {k} get configmaps -A -w
   {k} get configmaps -n team-a -w             # ends when the team-a pin moves (edit the routes below):
                                               # a watch keeps a cache of the version that served it, so
-                                              # skewgate ends it and the client lists again from the new one
+                                              # skewgate ends it: kubectl exits (run it again: it reads the
+                                              # new version); an informer lists again from the new one
   {k} get --raw /version                      # /version is in no namespace: reads.default (1.29) answers
   {k} api-resources | grep widgets            # discovery merged across versions: widgets only 1.30 serves
   {k} get widgets -A                          # sent to 1.30, the one version that serves it

@@ -284,11 +284,13 @@ pub struct ExplainArgs {
     /// The route file (or a directory holding one).
     #[arg(long)]
     pub routes: PathBuf,
-    /// The authenticated user name.
-    #[arg(long, default_value = "")]
+    /// The authenticated user name, as kubectl's `--as` names it (`--user` is kept as an alias;
+    /// kubectl's `--user` names a kubeconfig entry).
+    #[arg(long = "as", alias = "user", default_value = "")]
     pub user: String,
-    /// A group of the user; repeat for several.
-    #[arg(long = "group")]
+    /// A group of the user, as kubectl's `--as-group`; repeat for several (`--group` is kept as an
+    /// alias).
+    #[arg(long = "as-group", alias = "group")]
     pub groups: Vec<String>,
     /// The request's User-Agent.
     #[arg(long)]
@@ -323,6 +325,10 @@ pub struct DemoArgs {
     /// of its http:// endpoints.
     #[arg(long)]
     pub routes: Option<PathBuf>,
+    /// The simulators' ports, one per endpoint in the route file's order (the embedded file's:
+    /// 18129 for 1.29, 18130 for 1.30), e.g. `--sim-ports 28129,28130`.
+    #[arg(long, value_delimiter = ',')]
+    pub sim_ports: Vec<u16>,
     /// Logging.
     #[command(flatten)]
     pub log: logging::LogArgs,

@@ -166,7 +166,7 @@ fn backends(routing: &Routing, now: SystemTime) -> Vec<Value> {
                 "version": b.version.map(|(a, b)| format!("v{a}.{b}")),
                 "endpoints": endpoints,
                 "served": b.served.load().as_ref().map(|s| s.len()),
-                "discovery_error": b.discovery_error(),
+                "discoveryError": b.discovery_error(),
                 "usedBy": used_by,
             })
         })
