@@ -9,7 +9,7 @@
 //!
 //! | file | checks |
 //! |---|---|
-//! | `real/clients.rs` | certificate, token and anonymous clients reach each version as themselves; discovery lists a kind only the new version adds to a shared group/version |
+//! | `real/clients.rs` | certificate, token and anonymous clients reach each version as themselves; discovery lists a kind only the new version adds to a shared group/version; collection GETs with tricky list options named by skewgate as the apiserver's audit log names them |
 //! | `real/fields.rs` | `skew` reports no false difference and finds the real one; the guard on a pod's status and main object; a pin keeps the field a status write through the old version wipes |
 //! | `real/protobuf.rs` | skewgate reads the apiserver's protobuf as its JSON; the guard judges v1.35's protobuf encoding of a pod's status as its JSON (reject, preserve, warn; kubelet and controller-manager clients), in both directions, and passes one with nothing to lose |
 //! | `real/controllers.rs` | a real v1.35 kube-controller-manager scales a Deployment through guards on all it updates |
@@ -75,6 +75,7 @@ fn skewgate_in_front_of_real_apiservers_of_two_versions() {
         clients::token_clients_are_routed_as_their_service_account(&pair);
         clients::discovery_lists_what_only_the_new_version_adds_to_a_shared_group_version(&pair);
         clients::a_watch_without_a_version_ends_through_skewgate_as_it_ends_straight(&pair);
+        clients::the_apiserver_names_collection_requests_as_skewgate_does(&pair);
     }
     if wanted("fields")
         && let Some(field) = fields::skew_reports_only_real_differences(&pair)
