@@ -125,21 +125,24 @@ impl Responder {
     pub(super) fn poll_room(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), h2::Error>> {
         let mut state = self.shared.lock();
         let (failed, initial) = (state.failed.clone(), state.send_initial);
-        let spent = state.budget_spent();
+        let held = state.held_back_by_budget();
         let Some(s) = state.streams.get_mut(self.key) else {
             return Poll::Ready(Err(h2::Error::from(Reason::CANCEL)));
         };
         if let Some(why) = s.failure.as_ref().or(failed.as_ref()) {
             return Poll::Ready(Err(why.to_error()));
         }
-        // While the response budget is spent, a stream takes more only once its client took
-        // what it holds: room freed goes to clients that read (`upstream/stalls.rs`).
-        if s.send_window.size(initial) > s.queued_len as i64 && !(spent && s.queued_len > 0) {
+        let room = s.send_window.size(initial) > s.queued_len as i64;
+        if room && !held {
             self.shut = false;
             return Poll::Ready(Ok(()));
         }
         store_waker(&mut s.writer, cx);
-        state.block(self.key);
+        if room {
+            state.hold_back(self.key);
+        } else {
+            state.block(self.key);
+        }
         Poll::Pending
     }
 
@@ -186,7 +189,7 @@ impl Responder {
     /// Queues the response's head, its body to follow. False when the stream is reset.
     pub(super) fn send_head(&mut self, head: http::response::Parts) -> bool {
         let mut state = self.shared.lock();
-        let initial = state.send_initial;
+        let (initial, held) = (state.send_initial, state.held_back_by_budget());
         let Some(s) = state.streams.get_mut(self.key) else {
             return false;
         };
@@ -194,7 +197,7 @@ impl Responder {
             return false;
         }
         // A client whose window is shut already is sent nothing of the body until it opens.
-        self.shut = s.send_window.is_shut(initial);
+        self.shut = s.send_window.is_shut(initial) || held;
         let frame = Headers::new(s.id, Pseudo::response(head.status), head.headers);
         state.push(frame.into());
         true

@@ -111,6 +111,7 @@ impl State {
                 reader: None,
                 send_window: SendWindow::default(),
                 in_blocked: false,
+                in_held_back: false,
                 queued: Chunks::default(),
                 queued_len: 0,
                 end_queued: None,

@@ -209,6 +209,9 @@ impl State {
         frame.set_end_stream(last);
         // The pipe may take more now (it checks how much).
         wake(&mut s.writer);
+        if self.queued_total == 0 && !self.held_back.is_empty() {
+            self.release_held_back();
+        }
         Taken::Frame(frame.into())
     }
 }

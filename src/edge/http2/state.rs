@@ -53,6 +53,8 @@ pub(super) struct Stream {
     pub(super) send_window: SendWindow,
     /// In `State::blocked`.
     pub(super) in_blocked: bool,
+    /// In `State::held_back`.
+    pub(super) in_held_back: bool,
     /// Response data queued and not yet written.
     pub(super) queued: Chunks,
     pub(super) queued_len: usize,
@@ -89,6 +91,9 @@ pub(super) struct State {
     pub(super) send_peak: i64,
     /// Streams whose response waits for room in their own window: woken when it grows.
     pub(super) blocked: Vec<usize>,
+    /// Streams that wait, held back by the spent response budget, for the connection's data to
+    /// be written.
+    pub(super) held_back: Vec<usize>,
     pub(super) limits: Limits,
     /// Streams open (not closed both ways, not reset), against the stream limit.
     pub(super) open: u32,
@@ -131,6 +136,7 @@ impl State {
             send_initial: i64::from(h2::frame::DEFAULT_INITIAL_WINDOW_SIZE),
             send_peak: 0,
             blocked: Vec::new(),
+            held_back: Vec::new(),
             open: 0,
             failed: None,
             budget: None,
@@ -292,6 +298,38 @@ impl State {
     /// what it holds.
     pub(super) fn budget_spent(&self) -> bool {
         self.budget.as_deref().is_some_and(ResponseBudget::is_spent)
+    }
+
+    /// Whether the connection's streams take nothing more from the apiservers now: the response
+    /// budget is spent and the client has not taken all the connection holds for it. Room freed
+    /// goes to clients that read (`upstream/stalls.rs`); the streams held back go on once the
+    /// connection's data is written (`hold_back`).
+    pub(super) fn held_back_by_budget(&self) -> bool {
+        self.queued_total > 0 && self.budget_spent()
+    }
+
+    /// Stream `key` waits, held back by the budget, for the connection's data to be written.
+    pub(super) fn hold_back(&mut self, key: usize) {
+        if let Some(s) = self.streams.get_mut(key)
+            && !s.in_held_back
+        {
+            s.in_held_back = true;
+            self.held_back.push(key);
+        }
+        if self.held_back.len() > 2 * self.streams.len() + 64 {
+            let held = self.streams.iter().filter(|(_, s)| s.in_held_back);
+            self.held_back = held.map(|(key, _)| key).collect();
+        }
+    }
+
+    /// The connection's data is all written: the streams held back by the budget go on.
+    pub(super) fn release_held_back(&mut self) {
+        for key in std::mem::take(&mut self.held_back) {
+            if let Some(s) = self.streams.get_mut(key) {
+                s.in_held_back = false;
+                wake(&mut s.writer);
+            }
+        }
     }
 
     /// Response data queued (`delta` > 0) or written or dropped (< 0), counted in the budget.

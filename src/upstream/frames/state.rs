@@ -136,7 +136,12 @@ impl State {
         s.released = s.released.saturating_add(len as u32);
         if i64::from(s.released) >= target / 2 {
             let credit = s.recv_window.size() + s.data.len() as i64;
-            let grant = (target - credit).min(i64::from(std::mem::take(&mut s.released)));
+            let grant = (target - credit).min(i64::from(s.released));
+            // Only what the response budget has room for: it is a bound for the process.
+            if grant > 0 && !self.budget.has_room(grant as usize) {
+                return;
+            }
+            s.released = 0;
             if grant > 0 {
                 s.recv_window.grant(grant as usize);
                 let id = s.id;
