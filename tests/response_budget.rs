@@ -164,7 +164,11 @@ async fn unread_lists_stay_within_the_bound(addresses: u8, open: bool) {
 
     // Every LIST went upstream, or the budget, spent, cut the connections that took nothing.
     assert!(sent, "not every LIST was sent upstream");
-    assert!(most <= LIMIT as f64, "buffered {most} > {LIMIT}");
+    // Within a frame of the bound: the apiserver's DATA in flight when its window closed.
+    assert!(
+        most <= (LIMIT + (16 << 10)) as f64,
+        "buffered {most} > {LIMIT}"
+    );
     // The process as a whole: without the bound it grew by 696 MiB here, with it by 55.
     let grew = peak_rss.saturating_sub(before);
     assert!(grew < 4 * LIMIT, "RSS grew by {} MiB", grew >> 20);

@@ -48,6 +48,8 @@ pub(crate) struct Stalls {
     waiting: Mutex<Vec<Waker>>,
     any_waiting: AtomicBool,
     last_cut: AtomicU64,
+    /// A timer is set to wake the waiters when a cut may be made.
+    timer: Arc<AtomicBool>,
 }
 
 impl Default for Stalls {
@@ -58,6 +60,7 @@ impl Default for Stalls {
             waiting: Mutex::new(Vec::new()),
             any_waiting: AtomicBool::new(false),
             last_cut: AtomicU64::new(0),
+            timer: Arc::new(AtomicBool::new(false)),
         }
     }
 }
@@ -110,11 +113,16 @@ impl Stalls {
     }
 
     /// Cuts the connection stalled longest, if it has been for `MIN_STALL` and none was cut in
-    /// the last `EVICT_EVERY`.
+    /// the last `EVICT_EVERY`; when it is not time yet, the waiters are woken to ask again when
+    /// it is (nothing else may wake them: room comes only from a cut).
     fn cut_oldest(&self, now: Instant) -> bool {
         let now_ms = self.millis(now);
         let last = self.last_cut.load(Ordering::Relaxed);
-        if last != 0 && now_ms.saturating_sub(last) < EVICT_EVERY.as_millis() as u64 {
+        let since_cut = now_ms.saturating_sub(last);
+        if last != 0 && since_cut < EVICT_EVERY.as_millis() as u64 {
+            self.ask_again_in(Duration::from_millis(
+                EVICT_EVERY.as_millis() as u64 - since_cut,
+            ));
             return false;
         }
         let oldest = {
@@ -129,13 +137,37 @@ impl Stalls {
             return false;
         };
         let since = stall.since.load(Ordering::Relaxed);
-        if now_ms.saturating_sub(since) < MIN_STALL.as_millis() as u64 {
+        let stalled = now_ms.saturating_sub(since);
+        if stalled < MIN_STALL.as_millis() as u64 {
+            self.ask_again_in(Duration::from_millis(
+                MIN_STALL.as_millis() as u64 - stalled,
+            ));
             return false;
         }
         self.last_cut.store(now_ms.max(1), Ordering::Relaxed);
         stall.cut.store(true, Ordering::Release);
         lock(&stall.waker).wake_by_ref();
         true
+    }
+
+    /// The streams waiting are woken after `after`, once (a timer already set does it).
+    fn ask_again_in(&self, after: Duration) {
+        if self.timer.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            self.timer.store(false, Ordering::Release);
+            return;
+        };
+        let woken = lock(&self.waiting).clone();
+        let timer = self.timer.clone();
+        runtime.spawn(async move {
+            tokio::time::sleep(after).await;
+            timer.store(false, Ordering::Release);
+            for w in woken {
+                w.wake();
+            }
+        });
     }
 
     /// Room came back: every stream waiting is woken to ask again.

@@ -73,6 +73,8 @@ pub(super) struct Wire<I> {
     pub(super) block: super::blocks::Charge,
     /// Holding response data its client does not take, as the response budget knows it.
     pub(super) stall: super::stall::Stalled,
+    /// The socket took less than the codec had for it in the last flush.
+    pub(super) unflushed: bool,
 }
 
 /// How a turn of the connection left it.
@@ -135,6 +137,15 @@ impl<I: AsyncRead + AsyncWrite + Unpin> Wire<I> {
         if let Some(budget) = budget {
             self.stall
                 .follow(&budget, holding && !flushed, written, cx.waker());
+        }
+        // Told to the streams only when it changes (a lock more, then).
+        if self.unflushed == flushed {
+            self.unflushed = !flushed;
+            let mut state = shared.lock();
+            state.unflushed = !flushed;
+            if flushed && state.queued_total == 0 {
+                state.release_held_back();
+            }
         }
         match result {
             Err(e) => Turn::Failed(e),

@@ -32,6 +32,7 @@ pub(crate) fn serve_frames(input: &[u8]) {
         faults: Default::default(),
         block: Default::default(),
         stall: Default::default(),
+        unflushed: false,
     };
     // Each turn reads at most a batch of frames: the input ends in a bounded number of them.
     for _ in 0..input.len() / 9 + 2 {

@@ -151,6 +151,7 @@ where
         faults: ClientFaults::default(),
         block: Default::default(),
         stall: Default::default(),
+        unflushed: false,
     };
     let mut control = Control {
         shutdown,

@@ -94,6 +94,8 @@ pub(super) struct State {
     /// Streams that wait, held back by the spent response budget, for the connection's data to
     /// be written.
     pub(super) held_back: Vec<usize>,
+    /// The socket did not take all the codec had for it at the connection's last turn.
+    pub(super) unflushed: bool,
     pub(super) limits: Limits,
     /// Streams open (not closed both ways, not reset), against the stream limit.
     pub(super) open: u32,
@@ -137,6 +139,7 @@ impl State {
             send_peak: 0,
             blocked: Vec::new(),
             held_back: Vec::new(),
+            unflushed: false,
             open: 0,
             failed: None,
             budget: None,
@@ -305,7 +308,7 @@ impl State {
     /// goes to clients that read (`upstream/stalls.rs`); the streams held back go on once the
     /// connection's data is written (`hold_back`).
     pub(super) fn held_back_by_budget(&self) -> bool {
-        self.queued_total > 0 && self.budget_spent()
+        (self.queued_total > 0 || self.unflushed) && self.budget_spent()
     }
 
     /// Stream `key` waits, held back by the budget, for the connection's data to be written.
