@@ -239,14 +239,8 @@ async fn watches_sent_to_the_old_version_before_flip_at_end_at_flip_at() {
         "open until flipAt"
     );
     clock.set(flip_at + Duration::from_secs(1));
-    let ended = tokio::time::timeout(Duration::from_secs(5), async {
-        while let Some(chunk) = pinned.next().await {
-            assert!(chunk.is_ok(), "ended cleanly");
-        }
-    })
-    .await;
     assert!(
-        ended.is_ok(),
+        ends_cleanly_within(&mut pinned, 5).await,
         "the pin's watch on the old version ended at flipAt"
     );
     assert!(
@@ -396,14 +390,23 @@ async fn a_reload_with_a_flip_at_to_come_ends_the_pins_watches_at_flip_at_not_at
         "the pin's watch ended at the reload, before its flipAt"
     );
     clock.set(flip_at + Duration::from_secs(1));
-    let ended = tokio::time::timeout(Duration::from_secs(5), async {
-        while let Some(chunk) = pinned.next().await {
-            assert!(chunk.is_ok(), "ended cleanly");
-        }
-    })
-    .await;
     assert!(
-        ended.is_ok(),
+        ends_cleanly_within(&mut pinned, 5).await,
         "the pin's watch on the old version ended at flipAt"
     );
+}
+
+/// Whether a watch's body ends within `secs`, each chunk before its end whole.
+async fn ends_cleanly_within(
+    body: &mut (impl futures_util::Stream<Item = reqwest::Result<bytes::Bytes>> + Unpin),
+    secs: u64,
+) -> bool {
+    let drained = async {
+        while let Some(chunk) = body.next().await {
+            assert!(chunk.is_ok(), "ended cleanly");
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(secs), drained)
+        .await
+        .is_ok()
 }

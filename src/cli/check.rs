@@ -23,40 +23,9 @@ pub fn check(
         }
         None => None,
     };
-    let mut files = Vec::new();
-    for path in routes {
-        if !path.is_dir() {
-            files.push(path.clone());
-            continue;
-        }
-        match config::route_files_in(path) {
-            Ok(found) if found.len() == 1 => files.extend(found),
-            // What `serve --routes` says of it: none, or more than one.
-            _ => {
-                if let Err(errors) = config::load_path(path) {
-                    eprintln!("{errors}");
-                }
-                return Ok(ExitCode::FAILURE);
-            }
-        }
-    }
-    for path in paths {
-        if path.is_dir() {
-            match config::route_files_in(path) {
-                Ok(found) if found.is_empty() => {
-                    eprintln!("{}: no *.yaml or *.yml route file here", path.display());
-                    return Ok(ExitCode::FAILURE);
-                }
-                Ok(found) => files.extend(found),
-                Err(errors) => {
-                    eprintln!("{errors}");
-                    return Ok(ExitCode::FAILURE);
-                }
-            }
-        } else {
-            files.push(path.clone());
-        }
-    }
+    let Some(files) = files_to_check(paths, routes) else {
+        return Ok(ExitCode::FAILURE);
+    };
     let mut failed = false;
     for file in &files {
         let source = std::fs::read_to_string(file).ok();
@@ -116,4 +85,45 @@ fn summary(t: &RouteTable) -> String {
 /// `1 pin`, `2 pins`.
 fn count(n: usize, what: &str) -> String {
     format!("{n} {what}{}", if n == 1 { "" } else { "s" })
+}
+
+/// The files `paths` (files, or directories of them, each file checked) and `routes` (read as
+/// `serve --routes` reads them: a directory holds one route file) name; `None` once a directory
+/// was refused, its error printed.
+fn files_to_check(paths: &[PathBuf], routes: &[PathBuf]) -> Option<Vec<PathBuf>> {
+    let mut files = Vec::new();
+    for path in routes {
+        if !path.is_dir() {
+            files.push(path.clone());
+            continue;
+        }
+        match config::route_files_in(path) {
+            Ok(found) if found.len() == 1 => files.extend(found),
+            // What `serve --routes` says of it: none, or more than one.
+            _ => {
+                if let Err(errors) = config::load_path(path) {
+                    eprintln!("{errors}");
+                }
+                return None;
+            }
+        }
+    }
+    for path in paths {
+        if path.is_dir() {
+            match config::route_files_in(path) {
+                Ok(found) if found.is_empty() => {
+                    eprintln!("{}: no *.yaml or *.yml route file here", path.display());
+                    return None;
+                }
+                Ok(found) => files.extend(found),
+                Err(errors) => {
+                    eprintln!("{errors}");
+                    return None;
+                }
+            }
+        } else {
+            files.push(path.clone());
+        }
+    }
+    Some(files)
 }

@@ -191,11 +191,6 @@ impl ResponseBudget {
         self.held() + self.promised() + more < entry
     }
 
-    /// Whether what is held and promised is at the bound (`over`, for the edge).
-    pub(crate) fn is_spent(&self) -> bool {
-        self.over()
-    }
-
     /// Whether what is held and promised is at the bound.
     pub(crate) fn over(&self) -> bool {
         self.held().saturating_add(self.promised()) >= self.limit

@@ -49,6 +49,10 @@ async fn server(streams: u32) -> (SocketAddr, Arc<AtomicUsize>) {
 }
 
 fn pool(addr: SocketAddr) -> Arc<EndpointPool> {
+    pool_with(addr, PoolSettings::default())
+}
+
+fn pool_with(addr: SocketAddr, settings: PoolSettings) -> Arc<EndpointPool> {
     let endpoint = Endpoint {
         url: format!("http://{addr}"),
         tls: false,
@@ -59,7 +63,7 @@ fn pool(addr: SocketAddr) -> Arc<EndpointPool> {
     let gauge = || IntGauge::new("g", "g").expect("gauge");
     Arc::new(EndpointPool::new(
         endpoint,
-        PoolSettings::default(),
+        settings,
         [gauge(), gauge(), gauge()],
     ))
 }
@@ -175,24 +179,12 @@ async fn deaf_server(busy: bool) -> SocketAddr {
 }
 
 fn pinging_pool(addr: SocketAddr) -> Arc<EndpointPool> {
-    let endpoint = Endpoint {
-        url: format!("http://{addr}"),
-        tls: false,
-        host: addr.ip().to_string(),
-        port: addr.port(),
-        server_name: addr.ip().to_string(),
-    };
-    let gauge = || IntGauge::new("g", "g").expect("gauge");
     let settings = PoolSettings {
         ping_interval: Duration::from_millis(100),
         ping_timeout: Duration::from_millis(300),
         ..PoolSettings::default()
     };
-    Arc::new(EndpointPool::new(
-        endpoint,
-        settings,
-        [gauge(), gauge(), gauge()],
-    ))
+    pool_with(addr, settings)
 }
 
 #[tokio::test]

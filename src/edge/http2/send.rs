@@ -64,18 +64,9 @@ impl State {
 
     /// Stream `key` waits for room in its own window: woken when a SETTINGS widens it.
     pub(super) fn block(&mut self, key: usize) {
-        if let Some(s) = self.streams.get_mut(key)
-            && !s.in_blocked
-        {
-            s.in_blocked = true;
-            self.blocked.push(key);
-        }
-        // Streams gone since they were listed leave their keys: none is kept past twice the
-        // streams held.
-        if self.blocked.len() > 2 * self.streams.len() + 64 {
-            let held = self.streams.iter().filter(|(_, s)| s.in_blocked);
-            self.blocked = held.map(|(key, _)| key).collect();
-        }
+        list_once(&mut self.streams, &mut self.blocked, key, |s| {
+            &mut s.in_blocked
+        });
     }
 
     /// Puts stream `key` in the queue of streams with data to write, if it has some and room.
@@ -222,4 +213,27 @@ enum Taken {
     /// Nothing now (reset, or its own window shut, or all written).
     Nothing,
     ConnectionWindowShut,
+}
+
+/// Lists stream `key` in `list` once (`flag` says it is listed). Streams gone since they were
+/// listed leave their keys: none is kept past twice the streams held.
+pub(super) fn list_once(
+    streams: &mut crate::http2core::Store<super::state::Stream>,
+    list: &mut Vec<usize>,
+    key: usize,
+    flag: fn(&mut super::state::Stream) -> &mut bool,
+) {
+    if let Some(s) = streams.get_mut(key) {
+        let listed = flag(s);
+        if !*listed {
+            *listed = true;
+            list.push(key);
+        }
+    }
+    if list.len() > 2 * streams.len() + 64 {
+        *list = streams
+            .iter_mut()
+            .filter_map(|(key, s)| (*flag(s)).then_some(key))
+            .collect();
+    }
 }

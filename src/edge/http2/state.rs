@@ -300,7 +300,7 @@ impl State {
     /// Whether the response budget is spent: a stream then takes more only once its client took
     /// what it holds.
     pub(super) fn budget_spent(&self) -> bool {
-        self.budget.as_deref().is_some_and(ResponseBudget::is_spent)
+        self.budget.as_deref().is_some_and(ResponseBudget::over)
     }
 
     /// Whether the connection's streams take nothing more from the apiservers now: the response
@@ -313,16 +313,8 @@ impl State {
 
     /// Stream `key` waits, held back by the budget, for the connection's data to be written.
     pub(super) fn hold_back(&mut self, key: usize) {
-        if let Some(s) = self.streams.get_mut(key)
-            && !s.in_held_back
-        {
-            s.in_held_back = true;
-            self.held_back.push(key);
-        }
-        if self.held_back.len() > 2 * self.streams.len() + 64 {
-            let held = self.streams.iter().filter(|(_, s)| s.in_held_back);
-            self.held_back = held.map(|(key, _)| key).collect();
-        }
+        let list = &mut self.held_back;
+        super::send::list_once(&mut self.streams, list, key, |s| &mut s.in_held_back);
     }
 
     /// The connection's data is all written: the streams held back by the budget go on.
