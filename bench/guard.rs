@@ -18,7 +18,7 @@ mod targets;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use skewgate::edge::{ServeOptions, Server};
+use skewgate::app::{ServeOptions, Server};
 use skewgate::proxy::ProxySettings;
 use skewgate_sim::{self as sim, SimConfig, Store};
 
@@ -87,6 +87,7 @@ async fn main() {
         admin_listen: loopback,
         reload_poll: Duration::from_secs(5),
         settings: ProxySettings::default(),
+        edge: Default::default(),
     })
     .await
     .expect("skewgate");

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use skewgate::edge::{ServeOptions, Server};
+use skewgate::app::{ServeOptions, Server};
 use skewgate::proxy::ProxySettings;
 use skewgate_sim::{self as sim, SimConfig, Store};
 
@@ -118,6 +118,7 @@ async fn main() {
         admin_listen: loopback,
         reload_poll: Duration::from_millis(100),
         settings: ProxySettings::default(),
+        edge: Default::default(),
     })
     .await
     .expect("skewgate");

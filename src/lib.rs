@@ -49,6 +49,7 @@ macro_rules! forward_async_write {
 }
 
 pub(crate) mod admin;
+pub mod app;
 pub mod classify;
 pub mod cluster;
 pub mod config;
@@ -82,6 +83,7 @@ mod keys;
 pub(crate) mod metrics;
 pub mod protobuf;
 pub mod proxy;
+mod runtime;
 pub mod skew;
 pub mod steer;
 pub mod upstream;

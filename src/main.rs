@@ -10,7 +10,7 @@ use cli::{Cli, Command};
 
 // mimalloc: per-thread free lists without locks, used by every request on its worker thread. In an
 // A/B under h2c load (h2load, 200,000 GETs) it took skewgate from 10.0-10.9 to 9.6 us of CPU per
-// request against glibc's malloc. Freed memory is given back per worker (`proxy::capacity`).
+// request against glibc's malloc. Freed memory is given back per worker (`edge::capacity`).
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

@@ -9,7 +9,7 @@ use std::net::SocketAddr;
 
 use common::*;
 use serde_json::Value;
-use skewgate::edge::Server;
+use skewgate::app::Server;
 
 async fn fleet(server: &Server) -> Value {
     let url = format!("http://{}/debug/fleet", server.admin_addr);

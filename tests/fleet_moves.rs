@@ -204,8 +204,8 @@ type Freeze = (Duration, Duration);
 /// The replicas of the three-replica test: A (its clock 5 s ahead) and B (each table 30 s late)
 /// in this process, C a process of its own, to be frozen.
 struct Three {
-    a: skewgate::edge::Server,
-    b: skewgate::edge::Server,
+    a: skewgate::app::Server,
+    b: skewgate::app::Server,
     c: process::Serving,
 }
 
@@ -220,7 +220,9 @@ impl Three {
             let a = publishing_replica_with(&files[0], addr(0), ahead).await;
             (a, publishing_replica(&files[1], addr(1)).await)
         } else {
-            let b = gate_on(&files[1], Default::default()).await.server;
+            let b = gate_on(&files[1], skewgate::proxy::ProxySettings::default())
+                .await
+                .server;
             (gate_on(&files[0], ahead).await.server, b)
         };
         let mut args = vec!["--reload-poll", "200ms", "--no-access-log"];

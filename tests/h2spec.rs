@@ -12,8 +12,8 @@ use std::path::PathBuf;
 use std::process::Command;
 
 use common::*;
+use skewgate::edge::EdgeSettings;
 use skewgate::identity::{ServingTls, TlsFiles};
-use skewgate::proxy::ProxySettings;
 
 /// Where h2spec is, if anywhere.
 fn h2spec() -> Option<PathBuf> {
@@ -82,7 +82,7 @@ fn assert_all_pass(over: &str, (run, failed): (usize, Vec<String>)) {
 
 /// h2spec against skewgate served with `settings` (over TLS when they have it), the simulators
 /// behind it; its failures asserted none.
-async fn h2spec_passes(settings: ProxySettings) {
+async fn h2spec_passes(settings: EdgeSettings) {
     let Some(h2spec) = h2spec() else {
         eprintln!("skipped: no h2spec at $H2SPEC or ../shared/tools/h2spec");
         return;
@@ -103,7 +103,7 @@ async fn h2spec_passes(settings: ProxySettings) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn h2spec_passes_over_h2c() {
-    h2spec_passes(ProxySettings::default()).await;
+    h2spec_passes(EdgeSettings::default()).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -115,9 +115,9 @@ async fn h2spec_passes_over_tls() {
         client_ca: Some(p.ca.cert_file.clone()),
     })
     .expect("serving TLS");
-    h2spec_passes(ProxySettings {
+    h2spec_passes(EdgeSettings {
         tls: Some(tls),
-        ..ProxySettings::default()
+        ..EdgeSettings::default()
     })
     .await;
 }

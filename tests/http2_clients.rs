@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use common::*;
 use frames::*;
+use skewgate::edge::EdgeSettings;
 use skewgate::proxy::ProxySettings;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
@@ -85,11 +86,14 @@ async fn raw_client(addr: std::net::SocketAddr, answer_pings: bool, secs: u64) -
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_that_stops_answering_pings_is_closed_and_one_that_answers_is_served_on() {
     let sims = sims().await;
-    let settings = ProxySettings {
-        client_ping_every: Duration::from_millis(200),
-        client_ping_timeout: Duration::from_secs(1),
-        ..ProxySettings::default()
-    };
+    let settings = (
+        ProxySettings::default(),
+        EdgeSettings {
+            client_ping_every: Duration::from_millis(200),
+            client_ping_timeout: Duration::from_secs(1),
+            ..EdgeSettings::default()
+        },
+    );
     let text = routes(&sims, "writes:\n  default: old\nreads:\n  default: old\n");
     let gate = gate_with(&text, settings).await;
     let addr = gate.server.addr;

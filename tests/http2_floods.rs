@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use common::*;
 use frames::*;
+use skewgate::edge::EdgeSettings;
 use skewgate::proxy::ProxySettings;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
@@ -54,10 +55,13 @@ async fn next_on(conn: &mut TcpStream, id: u32, others: &mut usize) -> Option<Se
 }
 
 async fn gate_without_hold_back(sims: &Sims) -> Gate {
-    let settings = ProxySettings {
-        hold_back_offenders: false,
-        ..ProxySettings::default()
-    };
+    let settings = (
+        ProxySettings::default(),
+        EdgeSettings {
+            hold_back_offenders: false,
+            ..EdgeSettings::default()
+        },
+    );
     gate_with(&routes(sims, DEFAULTS), settings).await
 }
 

@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use common::*;
 use frames::*;
+use skewgate::edge::EdgeSettings;
 use skewgate::proxy::ProxySettings;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
@@ -139,10 +140,13 @@ async fn a_request_body_past_its_window_or_its_length_is_reset_and_the_connectio
 async fn a_client_that_makes_skewgate_reset_too_many_streams_is_sent_goaway() {
     let sims = sims().await;
     let text = routes(&sims, "writes:\n  default: old\nreads:\n  default: old\n");
-    let settings = ProxySettings {
-        hold_back_offenders: false,
-        ..ProxySettings::default()
-    };
+    let settings = (
+        ProxySettings::default(),
+        EdgeSettings {
+            hold_back_offenders: false,
+            ..EdgeSettings::default()
+        },
+    );
     let gate = gate_with(&text, settings).await;
     let mut conn = connect(gate.server.addr).await;
     // Requests without `:path`, each malformed (RFC 9113, 8.3.1): 1,024 are reset, the next one
@@ -191,10 +195,13 @@ async fn a_connection_window_past_its_largest_is_a_connection_error() {
 async fn a_client_that_floods_pings_and_reads_nothing_is_not_read_either_and_others_are_served() {
     let sims = sims().await;
     let text = routes(&sims, "writes:\n  default: old\nreads:\n  default: old\n");
-    let settings = ProxySettings {
-        workers: 1,
-        ..ProxySettings::default()
-    };
+    let settings = (
+        ProxySettings::default(),
+        EdgeSettings {
+            workers: 1,
+            ..EdgeSettings::default()
+        },
+    );
     let gate = gate_with(&text, settings).await;
     let mut flood = connect(gate.server.addr).await;
     // PINGs, written until skewgate stops reading them: it must, as their PONGs go unread. 64 MiB

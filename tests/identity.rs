@@ -12,7 +12,7 @@ use std::sync::Arc;
 use common::*;
 use pki::{Ca, Pki, pki};
 use serde_json::Value;
-use skewgate::proxy::ProxySettings;
+use skewgate::edge::EdgeSettings;
 use skewgate_sim::{self as sim, SimConfig, SimHandle, Store};
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
@@ -55,7 +55,7 @@ async fn tls_sims(p: &Pki) -> (Store, SimHandle, SimHandle) {
 
 /// skewgate with `settings` in front of two TLS simulators that require the front-proxy
 /// certificate, with the test's route table. The simulators live as long as the returned value.
-async fn tls_gate(p: &Pki, settings: ProxySettings) -> (Gate, (SimHandle, SimHandle)) {
+async fn tls_gate(p: &Pki, settings: impl Into<Tuning>) -> (Gate, (SimHandle, SimHandle)) {
     let (_store, old, new) = tls_sims(p).await;
     let routes = temp_dir("tls-routes").join("routes.yaml");
     std::fs::write(&routes, table(&old, &new)).expect("routes");
@@ -264,13 +264,14 @@ async fn kubectl_with_a_client_certificate_works_through_tls() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_clients_are_refused_and_counted_without_slowing_others() {
     let p = pki();
-    let (gate, _sims) = tls_gate(
-        &p,
-        ProxySettings {
+    let (gate, _sims) = tls_gate(&p, {
+        let (proxy, edge) = pki::settings(&p, true);
+        let edge = EdgeSettings {
             handshake_timeout: std::time::Duration::from_millis(300),
-            ..pki::settings(&p, true)
-        },
-    )
+            ..edge
+        };
+        (proxy, edge)
+    })
     .await;
     let addr = gate.server.addr;
     // A client that connects and never completes a handshake is cut off at the timeout...
@@ -406,7 +407,7 @@ async fn a_renewed_front_proxy_certificate_is_used_without_a_restart() {
         .evil_ca
         .issue(&p.dir, "fp-rotating", "front-proxy-client", &[], &[]);
     let mut settings = pki::settings(&p, true);
-    settings.pool.tls = Some(
+    settings.0.pool.tls = Some(
         skewgate::identity::UpstreamTls::load(skewgate::identity::UpstreamTlsFiles {
             ca: Some(p.ca.cert_file.clone()),
             client_cert: Some((rotating.cert_file.clone(), rotating.key_file.clone())),

@@ -8,6 +8,7 @@ mod pki;
 use std::time::Duration;
 
 use common::*;
+use skewgate::edge::EdgeSettings;
 use skewgate::proxy::ProxySettings;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -60,10 +61,14 @@ async fn a_client_that_sends_no_request_is_closed_after_the_first_request_timeou
     let sims = sims().await;
     let routes_file = temp_dir("idle").join("routes.yaml");
     std::fs::write(&routes_file, routes(&sims, DEFAULTS)).expect("routes");
-    let settings = ProxySettings {
-        first_request_timeout: Duration::from_millis(300),
-        ..pki::settings(&p, true)
-    };
+    let (proxy, edge) = pki::settings(&p, true);
+    let settings = (
+        proxy,
+        EdgeSettings {
+            first_request_timeout: Duration::from_millis(300),
+            ..edge
+        },
+    );
     let gate = gate_on(&routes_file, settings).await;
 
     // After a completed TLS handshake.
@@ -140,10 +145,13 @@ async fn clients_that_do_not_read_never_stall_others_on_the_shared_connection() 
     let routes_file = temp_dir("nonreader").join("routes.yaml");
     std::fs::write(&routes_file, routes(&sims, DEFAULTS)).expect("routes");
     // One worker: every client shares its upstream connection.
-    let settings = ProxySettings {
-        workers: 1,
-        ..ProxySettings::default()
-    };
+    let settings = (
+        ProxySettings::default(),
+        EdgeSettings {
+            workers: 1,
+            ..EdgeSettings::default()
+        },
+    );
     let gate = gate_on(&routes_file, settings).await;
     let mut attackers = Vec::new();
     let mut h1_attackers = Vec::new();
@@ -367,10 +375,13 @@ async fn headers_larger_than_the_apiserver_accepts_are_431_and_cut_off_no_one() 
     };
     let routes_file = temp_dir("headers").join("routes.yaml");
     std::fs::write(&routes_file, routes(&sims, DEFAULTS)).expect("routes");
-    let settings = ProxySettings {
-        workers: 1,
-        ..ProxySettings::default()
-    };
+    let settings = (
+        ProxySettings::default(),
+        EdgeSettings {
+            workers: 1,
+            ..EdgeSettings::default()
+        },
+    );
     let gate = gate_on(&routes_file, settings).await;
     // A watch on the worker's upstream connection.
     let watch = h2()

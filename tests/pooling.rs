@@ -138,14 +138,19 @@ async fn idle_upstream_connections_are_closed_but_one_per_worker_stays_warm() {
         .store(300, std::sync::atomic::Ordering::Relaxed);
     let routes_file = temp_dir("idle-upstream").join("routes.yaml");
     std::fs::write(&routes_file, routes(&sims, DEFAULT_OLD)).expect("routes");
-    let settings = skewgate::proxy::ProxySettings {
-        workers: 1,
-        pool: skewgate::upstream::PoolSettings {
-            idle_timeout: Duration::from_millis(400),
+    let settings = (
+        skewgate::proxy::ProxySettings {
+            pool: skewgate::upstream::PoolSettings {
+                idle_timeout: Duration::from_millis(400),
+                ..Default::default()
+            },
             ..Default::default()
         },
-        ..Default::default()
-    };
+        skewgate::edge::EdgeSettings {
+            workers: 1,
+            ..skewgate::edge::EdgeSettings::default()
+        },
+    );
     let gate = gate_on(&routes_file, settings).await;
     let burst: Vec<_> = (0..10)
         .map(|i| {
@@ -206,10 +211,13 @@ async fn client_connections_are_spread_evenly_over_the_workers() {
     let sims = sims().await;
     let routes_file = temp_dir("spread").join("routes.yaml");
     std::fs::write(&routes_file, routes(&sims, DEFAULT_OLD)).expect("routes");
-    let settings = skewgate::proxy::ProxySettings {
-        workers: 2,
-        ..Default::default()
-    };
+    let settings = (
+        skewgate::proxy::ProxySettings::default(),
+        skewgate::edge::EdgeSettings {
+            workers: 2,
+            ..skewgate::edge::EdgeSettings::default()
+        },
+    );
     let gate = gate_on(&routes_file, settings).await;
     let mut open = Vec::new();
     for _ in 0..16 {

@@ -175,10 +175,13 @@ fn http1_framing_through_the_proxy() {
             common::routes(&sims, "writes:\n  default: old\nreads:\n  default: old\n"),
         )
         .expect("routes");
-        let settings = skewgate::proxy::ProxySettings {
-            hold_back_offenders: false,
-            ..Default::default()
-        };
+        let settings = (
+            skewgate::proxy::ProxySettings::default(),
+            skewgate::edge::EdgeSettings {
+                hold_back_offenders: false,
+                ..skewgate::edge::EdgeSettings::default()
+            },
+        );
         let gate = common::gate_on(&routes, settings).await;
         let addr = gate.server.addr;
         let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig {

@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use common::*;
+use skewgate::edge::EdgeSettings;
 use skewgate::proxy::ProxySettings;
 
 /// A TCP load balancer: each new connection goes to the next of `up`, round robin.
@@ -40,9 +41,14 @@ async fn gets_served(gate: &Gate) -> f64 {
 async fn spread(chance: f64) -> (f64, f64) {
     let sims = sims().await;
     let text = routes(&sims, "writes:\n  default: old\nreads:\n  default: old\n");
-    let settings = || ProxySettings {
-        goaway_chance: chance,
-        ..ProxySettings::default()
+    let settings = || {
+        (
+            ProxySettings::default(),
+            EdgeSettings {
+                goaway_chance: chance,
+                ..EdgeSettings::default()
+            },
+        )
     };
     let dir = temp_dir("rebalance");
     let file = dir.join("routes.yaml");

@@ -186,7 +186,7 @@ async fn skewgate_skew_live_offline_and_debug_skew_agree() {
             .is_some_and(|p| p.contains("resources: [configmaps, deployments.apps, pods]"))
     );
     // The admin listener shows the same, from the running backends.
-    let gate = gate_on(&routes_file, Default::default()).await;
+    let gate = gate_on(&routes_file, skewgate::proxy::ProxySettings::default()).await;
     let shown = eventually(10, || async {
         gate.debug_skew().await["report"] == live["report"]
     })

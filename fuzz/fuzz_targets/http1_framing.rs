@@ -13,7 +13,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 struct Bed {
     runtime: tokio::runtime::Runtime,
     addr: SocketAddr,
-    _server: skewgate::edge::Server,
+    _server: skewgate::app::Server,
     _sim: skewgate_sim::SimHandle,
 }
 
@@ -38,14 +38,15 @@ fn bed() -> &'static Bed {
                 ),
             )
             .expect("routes");
-            let server = skewgate::edge::Server::start(skewgate::edge::ServeOptions {
+            let server = skewgate::app::Server::start(skewgate::app::ServeOptions {
                 routes,
                 listen: any,
                 admin_listen: any,
                 reload_poll: Duration::from_secs(60),
-                settings: skewgate::proxy::ProxySettings {
+                settings: skewgate::proxy::ProxySettings::default(),
+                edge: skewgate::edge::EdgeSettings {
                     first_request_timeout: Duration::from_secs(2),
-                    ..Default::default()
+                    ..skewgate::edge::EdgeSettings::default()
                 },
             })
             .await

@@ -15,6 +15,7 @@ use std::borrow::Cow;
 pub use builtin::{BUILTIN_RESOURCES, builtin_resources};
 pub use client::Client;
 pub(crate) use client::ClientVersion;
+pub(crate) use query::escapes_are_whole;
 pub(crate) use verb::Verb;
 
 /// The apiserver's view of one request: what it does (verb) to what (group, version, resource,

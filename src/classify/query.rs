@@ -151,6 +151,20 @@ fn valid_path_segment_name(name: &str) -> bool {
     name != "." && name != ".." && !name.contains(['/', '%'])
 }
 
+/// Whether each `%` of `path` starts an escape of two hex digits (Go's `unescape` in path mode).
+pub(crate) fn escapes_are_whole(path: &str) -> bool {
+    let bytes = path.as_bytes();
+    let mut i = 0;
+    while let Some(at) = bytes[i..].iter().position(|&b| b == b'%') {
+        let start = i + at;
+        match bytes.get(start + 1..start + 3) {
+            Some([a, b]) if a.is_ascii_hexdigit() && b.is_ascii_hexdigit() => i = start + 3,
+            _ => return false,
+        }
+    }
+    true
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -8,8 +8,9 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, anyhow, bail};
 
+use skewgate::app::{ServeOptions, Server};
 use skewgate::config;
-use skewgate::edge::{ServeOptions, Server};
+use skewgate::edge::EdgeSettings;
 use skewgate::proxy::ProxySettings;
 use skewgate_sim::{self as sim, SimConfig, Store};
 
@@ -116,9 +117,12 @@ pub fn run(args: DemoArgs) -> Result<ExitCode> {
             admin_listen: args.admin_listen,
             reload_poll: Duration::from_secs(2),
             settings: ProxySettings {
-                shutdown_grace: Duration::from_secs(2),
                 access_log: args.log.access_log(),
                 ..ProxySettings::default()
+            },
+            edge: EdgeSettings {
+                shutdown_grace: Duration::from_secs(2),
+                ..EdgeSettings::default()
             },
         })
         .await

@@ -5,8 +5,9 @@ use std::sync::Arc;
 
 use anyhow::{Result, bail};
 
+use skewgate::app::{ServeOptions, Server};
 use skewgate::cluster::PublishSettings;
-use skewgate::edge::{ServeOptions, Server};
+use skewgate::edge::EdgeSettings;
 use skewgate::identity::{IdentityHeaders, ServingTls, TlsFiles, UpstreamTls, UpstreamTlsFiles};
 use skewgate::proxy::ProxySettings;
 use skewgate::upstream::{PoolSettings, ResponseBudget};
@@ -30,7 +31,7 @@ pub fn run(args: ServeArgs) -> Result<ExitCode> {
     }
     runtime()?.block_on(async move {
         let signals = Signals::listen();
-        let cleartext = opts.settings.tls.is_none();
+        let cleartext = opts.edge.tls.is_none();
         let server = Server::start(opts).await?;
         if cleartext {
             tracing::warn!("clients connect in cleartext: give --tls-cert-file and --tls-private-key-file, or put a TLS-terminating sidecar in front");
@@ -85,16 +86,10 @@ fn options(args: ServeArgs) -> Result<ServeOptions> {
         admin_listen: args.admin_listen,
         reload_poll: args.reload_poll,
         settings: ProxySettings {
-            shutdown_grace: args.shutdown_grace,
-            workers: args.workers.unwrap_or(ProxySettings::default().workers),
             max_requests_per_client: args.max_requests_per_client,
             client_queue_wait: args.client_queue_wait,
-            max_client_connections: args.max_client_connections,
-            hold_back_offenders: args.hold_back_offenders,
-            goaway_chance: args.goaway_chance,
             access_log: args.log.access_log(),
             publish,
-            tls,
             identity_headers: std::sync::Arc::new(identity_headers),
             pool: PoolSettings {
                 ping_interval: args.upstream_ping_interval,
@@ -105,6 +100,15 @@ fn options(args: ServeArgs) -> Result<ServeOptions> {
                 ..PoolSettings::default()
             },
             ..ProxySettings::default()
+        },
+        edge: EdgeSettings {
+            tls,
+            shutdown_grace: args.shutdown_grace,
+            workers: args.workers.unwrap_or(EdgeSettings::default().workers),
+            max_client_connections: args.max_client_connections,
+            hold_back_offenders: args.hold_back_offenders,
+            goaway_chance: args.goaway_chance,
+            ..EdgeSettings::default()
         },
     })
 }
@@ -165,7 +169,7 @@ fn dry_run(opts: &ServeOptions) -> Result<ExitCode> {
         opts.admin_listen,
         table.name.as_deref().unwrap_or("an unnamed route table"),
         table.backends.len(),
-        if opts.settings.tls.is_some() {
+        if opts.edge.tls.is_some() {
             "on"
         } else {
             "off (cleartext)"

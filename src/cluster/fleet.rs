@@ -12,6 +12,9 @@ use serde_json::{Value, json};
 
 use crate::upstream::{EndpointPool, own_dated};
 
+/// The label that marks a skewgate replica's Lease.
+pub(super) const LEASE_LABEL: &str = "skewgate.io/endpoint";
+
 /// The Lease annotation a replica's report is published in (as a JSON string).
 pub(super) const STATE_ANNOTATION: &str = "skewgate.io/state";
 
@@ -140,7 +143,7 @@ pub(super) fn members(list: &Value, now: SystemTime) -> Vec<Member> {
         .as_array()
         .into_iter()
         .flatten()
-        .filter(|l| l["metadata"]["labels"][super::objects::LEASE_LABEL] == "true")
+        .filter(|l| l["metadata"]["labels"][LEASE_LABEL] == "true")
         .filter_map(|l| {
             let spec = &l["spec"];
             let address: SocketAddr = spec["holderIdentity"].as_str()?.parse().ok()?;
@@ -216,7 +219,7 @@ impl super::Presence {
         state
     }
 
-    fn offset(&self) -> Option<super::clock::Offset> {
+    fn offset(&self) -> Option<super::offset::Offset> {
         self.offset
             .lock()
             .unwrap_or_else(|e| e.into_inner())

@@ -11,12 +11,12 @@
 //! privilege: deploy/kubeadm/rbac.yaml), and a failure is logged and counted, never in the way of
 //! serving.
 
-mod clock;
 mod fleet;
 #[cfg(any(test, feature = "fuzzing"))]
 pub(crate) mod fuzzing;
 mod gates;
 mod objects;
+mod offset;
 mod said;
 
 pub(crate) use fleet::{FleetView, Hooks, Member, OnView, Report};
@@ -100,7 +100,7 @@ pub(crate) struct Presence {
     fleet: Mutex<FleetView>,
     /// The proxy's clock (what `flipAt` is judged by), and its offset from the apiservers'.
     clock: Arc<dyn Clock>,
-    offset: Mutex<clock::OffsetEstimate>,
+    offset: Mutex<offset::OffsetEstimate>,
 }
 
 impl Presence {
@@ -120,7 +120,7 @@ impl Presence {
             last_error: Mutex::new(None),
             fleet: Mutex::new(FleetView::default()),
             clock,
-            offset: Mutex::new(clock::OffsetEstimate::default()),
+            offset: Mutex::new(offset::OffsetEstimate::default()),
         });
         let me = presence.clone();
         tokio::spawn(async move {

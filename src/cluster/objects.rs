@@ -6,8 +6,7 @@ use std::time::{Duration, SystemTime};
 
 use serde_json::{Value, json};
 
-/// The label that marks a skewgate replica's Lease.
-pub(super) const LEASE_LABEL: &str = "skewgate.io/endpoint";
+use super::fleet::LEASE_LABEL;
 
 /// What the endpoints should name: the live replicas, and the port of the Service's endpoints.
 pub(super) struct Desired {

@@ -19,8 +19,8 @@ use tokio::sync::OwnedSemaphorePermit;
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 use tokio_util::sync::CancellationToken;
 
+use super::capacity::ConnectionSlots;
 use crate::metrics::Metrics;
-use crate::proxy::capacity::ConnectionSlots;
 
 /// The workers' connection counts and the inboxes through which they hand connections over.
 pub(crate) struct Balance {

@@ -1,5 +1,5 @@
 //! How a client connection ends, and what it is held to for it: no first request in time, too many
-//! resets, or an error of the client's (counted against it, `proxy::offenders`); and the heads
+//! resets, or an error of the client's (counted against it, `offenders`); and the heads
 //! answered 431 before they were read whole, which never became requests, kept for the status
 //! page (`proxy::recent`).
 
@@ -9,12 +9,11 @@ use std::pin::Pin;
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
+use super::Edge;
+use super::offenders::{cut_off_for_resets, is_client_fault, note_client_fault};
 use super::resets::ResetBudget;
 use super::signals::unless;
-use crate::identity::VerifiedClient;
-use crate::proxy::Proxy;
-use crate::proxy::limits::ClientKey;
-use crate::proxy::offenders::{cut_off_for_resets, is_client_fault, note_client_fault};
+use crate::identity::{ClientKey, VerifiedClient};
 
 /// A connection being served, either protocol.
 pub(super) type Served<'a> =
@@ -31,20 +30,12 @@ pub(super) struct Client<'a> {
 impl Client<'_> {
     /// Keeps `times` heads over `bound` (bytes, and the protocol) that the connection answered 431
     /// before they were read whole.
-    pub(super) fn heads_too_large(
-        &self,
-        proxy: &Proxy,
-        times: usize,
-        bound: (usize, &'static str),
-    ) {
+    pub(super) fn heads_too_large(&self, edge: &Edge, times: usize, bound: (usize, &'static str)) {
         if times == 0 {
             return;
         }
         let who = ClientKey::of(self.verified.map(|c| &c.identity), self.remote);
-        let now = proxy.settings.clock.now();
-        proxy
-            .recent
-            .heads_too_large(now, who.to_string(), times, bound);
+        edge.proxy.heads_too_large(who, times, bound);
     }
 }
 
@@ -57,7 +48,7 @@ enum Ended {
 /// Runs a served connection until it ends, sends no first request in time, or resets too many of
 /// its streams; says how it ended. `head_limit` is the longest HTTP/1.1 head it reads.
 pub(super) async fn run_to_end(
-    proxy: &Proxy,
+    edge: &Edge,
     client: Client<'_>,
     served: Served<'_>,
     (first_request, resets): (&AtomicBool, &ResetBudget),
@@ -65,7 +56,7 @@ pub(super) async fn run_to_end(
 ) {
     // A client that connects (and completes TLS) but sends no request is closed, as a cleartext
     // one is: it would hold a descriptor and its buffers for nothing.
-    let idle = no_request_within(proxy.settings.first_request_timeout, first_request);
+    let idle = no_request_within(edge.settings.first_request_timeout, first_request);
     let signal = std::pin::pin!(async {
         tokio::select! {
             () = idle => Ended::NoRequest,
@@ -80,19 +71,19 @@ pub(super) async fn run_to_end(
             Ok(())
         }
         Err(Ended::Resets) => {
-            cut_off_for_resets(proxy, client.key, client.remote);
+            cut_off_for_resets(edge, client.key, client.remote);
             Ok(())
         }
     };
     if let Err(e) = result {
-        ended_with_error(proxy, client, &*e, head_limit);
+        ended_with_error(edge, client, &*e, head_limit);
     }
 }
 
 /// A client connection that ended with an error: logged, and counted against the client when the
 /// client caused it. A head over `head_limit` (hyper's 431) is kept for the status page.
 fn ended_with_error(
-    proxy: &Proxy,
+    edge: &Edge,
     client: Client<'_>,
     e: &(dyn std::error::Error + Send + Sync + 'static),
     head_limit: usize,
@@ -100,12 +91,12 @@ fn ended_with_error(
     let remote = client.remote;
     tracing::debug!(%remote, error = %e, "client connection ended with an error");
     if is_client_fault(e) {
-        note_client_fault(proxy, client.key, remote);
+        note_client_fault(edge, client.key, remote);
     }
     if e.downcast_ref::<hyper::Error>()
         .is_some_and(hyper::Error::is_parse_too_large)
     {
-        client.heads_too_large(proxy, 1, (head_limit, "HTTP/1.1"));
+        client.heads_too_large(edge, 1, (head_limit, "HTTP/1.1"));
     }
 }
 

@@ -3,18 +3,17 @@
 
 use std::net::SocketAddr;
 
-use crate::proxy::Proxy;
+use super::Edge;
 
 /// Logs and counts a failed handshake; the connection is dropped, other clients are not affected.
 pub(super) fn handshake_failed(
-    proxy: &Proxy,
+    edge: &Edge,
     remote: SocketAddr,
     reason: &'static str,
     detail: &str,
 ) {
     tracing::info!(%remote, reason, detail, "TLS handshake failed");
-    proxy
-        .metrics
+    edge.metrics
         .tls_handshake_errors
         .with_label_values(&[reason])
         .inc();

@@ -14,6 +14,7 @@ use hyper::service::service_fn;
 use hyper_util::server::graceful::{GracefulShutdown, Watcher};
 use tokio_util::sync::CancellationToken;
 
+use super::Edge;
 use super::balance::{Intake, Place};
 use super::detect::detect_h2;
 use super::ending::{Client, Served, run_to_end};
@@ -21,16 +22,12 @@ use super::handshake::{handshake_failed, reason_of};
 use super::http1::FastPath;
 use super::http2::ClientFaults;
 use super::keepalive::{self, Exchanges};
+use super::offenders::{hold_if_held_back, note_client_faults};
+use super::policy::Policy;
+use super::rebalance::Goaway;
 use super::resets::ResetBudget;
-use crate::identity::VerifiedClient;
-use crate::proxy::Proxy;
-use crate::proxy::body::ProxyBody;
-use crate::proxy::forwarding::forwarded_for;
-use crate::proxy::limits::ClientKey;
-use crate::proxy::offenders::{hold_if_held_back, note_client_faults};
-use crate::proxy::rebalance::Goaway;
-use crate::proxy::request_body::Incoming;
-use crate::proxy::service::{self, Peer};
+use crate::identity::{ClientKey, VerifiedClient};
+use crate::proxy::entry::{self, ClientConn, Incoming, ProxyBody};
 use crate::proxy::wire::{Exchange, StreamGuard};
 use crate::upstream::WheelTimer;
 
@@ -41,14 +38,14 @@ const SEND_BUFFER: usize = 64 << 10;
 /// Accepts clients until `stop` fires, then stops accepting, ends watches cleanly, lets in-flight
 /// requests finish for the grace period, and returns whether every connection closed within it (the
 /// rest are closed).
-pub(crate) async fn serve(proxy: Arc<Proxy>, mut intake: Intake, stop: CancellationToken) -> bool {
+pub(crate) async fn serve(edge: Arc<Edge>, mut intake: Intake, stop: CancellationToken) -> bool {
     let graceful = GracefulShutdown::new();
-    let builders = Arc::new(builders(&proxy));
-    crate::proxy::capacity::spawn_worker_trim(&proxy.connection_slots, stop.clone());
-    proxy.routing.spawn_worker_release(stop.clone());
-    while let Some(client) = intake.next(&proxy.connection_slots, &stop).await {
+    let builders = Arc::new(builders(&edge));
+    super::capacity::spawn_worker_trim(&edge.connection_slots, stop.clone());
+    edge.proxy.start_worker(stop.clone());
+    while let Some(client) = intake.next(&edge.connection_slots, &stop).await {
         let accepted = Accepted {
-            proxy: proxy.clone(),
+            edge: edge.clone(),
             remote: client.remote,
             builders: builders.clone(),
             watcher: graceful.watcher(),
@@ -57,22 +54,22 @@ pub(crate) async fn serve(proxy: Arc<Proxy>, mut intake: Intake, stop: Cancellat
             _place: client.place,
         };
         // One task type per transport, each sized for its own state only.
-        match proxy.settings.tls.as_ref().map(|t| t.config()) {
+        match edge.settings.tls.as_ref().map(|t| t.config()) {
             None => tokio::spawn(accepted.cleartext(client.stream)),
             Some(tls) => tokio::spawn(accepted.tls(tls, client.stream)),
         };
     }
     drop(intake);
-    proxy.stop_long_running.cancel();
+    edge.proxy.end_long_running();
     let open = graceful.count();
     tracing::debug!(
-        worker = crate::upstream::worker::current(),
+        worker = crate::runtime::worker::current(),
         open,
         "worker shutting down: no new connections; ending watches; waiting for in-flight requests"
     );
     tokio::select! {
         _ = graceful.shutdown() => true,
-        _ = tokio::time::sleep(proxy.settings.shutdown_grace) => false,
+        _ = tokio::time::sleep(edge.settings.shutdown_grace) => false,
     }
 }
 
@@ -85,10 +82,10 @@ struct Builders {
 }
 
 /// HTTP/1.1, served in bursts by `keepalive`, upgradeable (exec, attach, port-forward); and HTTP/2.
-fn builders(proxy: &Proxy) -> Builders {
+fn builders(edge: &Edge) -> Builders {
     // Heads up to twice the bound are read whole and answered 431 with a Status (by the check
     // before sending upstream); larger ones are cut off by hyper's own 431, before they are read.
-    let head_bound = proxy.settings.pool.max_header_list_size.saturating_mul(2);
+    let head_bound = edge.header_list.saturating_mul(2);
     let h1_head_limit = head_bound.max(16 << 10);
     let mut h1 = http1::Builder::new();
     // hyper's timers on the worker's wheel (upstream/deadline.rs), not tokio's.
@@ -109,9 +106,9 @@ fn builders(proxy: &Proxy) -> Builders {
     );
     let h2 = super::http2::Config {
         limits: h2,
-        ping_every: proxy.settings.client_ping_every,
-        ping_timeout: proxy.settings.client_ping_timeout,
-        budget: Some(proxy.settings.pool.response_buffer.clone()),
+        ping_every: edge.settings.client_ping_every,
+        ping_timeout: edge.settings.client_ping_timeout,
+        budget: Some(edge.budget.clone()),
     };
     Builders {
         h1,
@@ -122,7 +119,7 @@ fn builders(proxy: &Proxy) -> Builders {
 
 /// An accepted TCP connection, before protocol detection or TLS.
 struct Accepted {
-    proxy: Arc<Proxy>,
+    edge: Arc<Edge>,
     remote: SocketAddr,
     builders: Arc<Builders>,
     watcher: Watcher,
@@ -139,7 +136,7 @@ impl Accepted {
     async fn cleartext(self, stream: tokio::net::TcpStream) {
         // The first request's deadline covers protocol detection too.
         let detected =
-            tokio::time::timeout(self.proxy.settings.first_request_timeout, detect_h2(stream));
+            tokio::time::timeout(self.edge.settings.first_request_timeout, detect_h2(stream));
         let Ok(Ok((is_h2, stream))) = detected.await else {
             return;
         };
@@ -148,20 +145,20 @@ impl Accepted {
 
     /// TLS: the protocol by ALPN, the client's identity from its certificate.
     async fn tls(self, tls: Arc<rustls::ServerConfig>, stream: tokio::net::TcpStream) {
-        let (proxy, remote) = (&self.proxy, self.remote);
+        let (edge, remote) = (&self.edge, self.remote);
         let accepted = tokio::time::timeout(
-            proxy.settings.handshake_timeout,
+            edge.settings.handshake_timeout,
             tokio_rustls::TlsAcceptor::from(tls).accept(stream),
         )
         .await;
         let stream = match accepted {
             Ok(Ok(s)) => s,
             Ok(Err(e)) => {
-                return handshake_failed(proxy, remote, reason_of(&e), &e.to_string());
+                return handshake_failed(edge, remote, reason_of(&e), &e.to_string());
             }
             Err(_) => {
                 return handshake_failed(
-                    proxy,
+                    edge,
                     remote,
                     "timeout",
                     "no TLS handshake within the handshake timeout",
@@ -183,7 +180,7 @@ impl Accepted {
         I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
     {
         let conn = Connection {
-            proxy: self.proxy,
+            edge: self.edge,
             remote: self.remote,
             identity,
             is_h2,
@@ -195,7 +192,7 @@ impl Accepted {
 
 /// One accepted client connection, after TLS (if any).
 struct Connection {
-    proxy: Arc<Proxy>,
+    edge: Arc<Edge>,
     remote: SocketAddr,
     identity: Option<Arc<VerifiedClient>>,
     is_h2: bool,
@@ -207,7 +204,7 @@ impl Connection {
         I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
     {
         let Connection {
-            proxy,
+            edge,
             remote,
             identity,
             is_h2,
@@ -218,9 +215,9 @@ impl Connection {
         // HTTP/2 connections held every neighbour's for one offender's faults.
         let by_address = identity.is_none();
         let verified = identity.clone();
-        let probation = hold_if_held_back(&proxy, client, remote, by_address).await;
+        let probation = hold_if_held_back(&edge, client, remote, by_address).await;
         let protocol = if is_h2 { "http2" } else { "http1" };
-        let gauge = proxy
+        let gauge = edge
             .metrics
             .client_connections
             .with_label_values(&[protocol]);
@@ -229,41 +226,47 @@ impl Connection {
         let seen = first_request.clone();
         let resets = ResetBudget::new();
         let streams = resets.clone();
-        let goaway = (is_h2 && proxy.goaway_chance > 0).then(|| Arc::new(Goaway::default()));
+        let goaway = (is_h2 && edge.goaway_chance > 0).then(|| Arc::new(Goaway::default()));
         let drawn = goaway.clone();
+        let policy = Policy {
+            edge: edge.clone(),
+            key: client,
+            remote,
+            by_address,
+            goaway,
+        };
         // One reference per request, to what its connection's requests share: counted on this
         // worker only.
-        let peer = Arc::new(Peer {
-            proxy: proxy.clone(),
+        let peer = Arc::new(ClientConn::new(
+            edge.proxy.clone(),
             remote,
-            client: identity,
-            forwarded_for: forwarded_for(remote),
-            goaway,
-            limit: proxy.limits.client(client),
-        });
+            identity,
+            Box::new(policy),
+        ));
         let handle = move |req, exchange: Option<Exchange>| {
             let peer = peer.clone();
+            super::capacity::request_begun();
             seen.store(true, std::sync::atomic::Ordering::Relaxed);
             // Dropped with this future if the client resets the stream before the response.
             let stream = streams.open();
             let start = stream.started();
             // The request's own future, mapped: an async block around it would hold the request
             // a second time beside it.
-            service::handle(peer, req, start).map(move |resp| finish(resp, stream, exchange))
+            entry::handle(peer, req, start).map(move |resp| finish(resp, stream, exchange))
         };
         // Each branch boxed, so that a connection holds only its own protocol's state. The request's
         // future (about 1.2 KiB) is boxed per request in both: an HTTP/2 stream frees it when the
         // response's head is sent, not when its body ends (a watch: hours later); hyper's HTTP/1.1
         // server would keep a slot of that size for as long as it serves.
         let served: Served<'_> = if is_h2 {
-            let faults = (proxy.clone(), client, remote, verified.clone());
+            let faults = (edge.clone(), client, remote, verified.clone());
             http2_served(io, builders, handle, faults, watcher, (stop, drawn))
         } else {
             http1_served(
                 io,
                 builders,
                 handle,
-                (proxy.settings.idle_timeout, probation),
+                (edge.settings.idle_timeout, probation),
                 watcher,
                 stop,
             )
@@ -274,7 +277,7 @@ impl Connection {
             verified: verified.as_deref(),
         };
         let ends = (&*first_request, &*resets);
-        run_to_end(&proxy, who, served, ends, builders.h1_head_limit).await;
+        run_to_end(&edge, who, served, ends, builders.h1_head_limit).await;
         gauge.dec();
     }
 }
@@ -286,7 +289,7 @@ fn http2_served<'a, I, H, F>(
     io: I,
     builders: &'a Builders,
     handle: H,
-    (proxy, client, remote, verified): (Arc<Proxy>, u64, SocketAddr, Option<Arc<VerifiedClient>>),
+    (edge, client, remote, verified): (Arc<Edge>, u64, SocketAddr, Option<Arc<VerifiedClient>>),
     watcher: Watcher,
     (stop, drawn): (CancellationToken, Option<Arc<Goaway>>),
 ) -> Served<'a>
@@ -301,13 +304,13 @@ where
         let shutdown = std::pin::pin!(shutdown_signal(stop, drawn));
         let limit = builders.h2.limits.max_header_list_size as usize;
         let faults = |f: ClientFaults| {
-            note_client_faults(&proxy, client, remote, f.resets);
+            note_client_faults(&edge, client, remote, f.resets);
             let who = Client {
                 key: client,
                 remote,
                 verified: verified.as_deref(),
             };
-            who.heads_too_large(&proxy, f.heads_too_large, (limit, "HTTP/2"));
+            who.heads_too_large(&edge, f.heads_too_large, (limit, "HTTP/2"));
         };
         super::http2::serve(
             io,

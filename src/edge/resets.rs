@@ -37,7 +37,7 @@ impl ResetBudget {
     /// Counts a new stream; the guard says at its drop whether it ended prematurely.
     pub(super) fn open(self: &Arc<Self>) -> StreamGuard {
         self.streams.fetch_add(1, Ordering::Relaxed);
-        StreamGuard::new(self.clone(), crate::proxy::clock::now())
+        StreamGuard::new(self.clone(), crate::runtime::turn::now())
     }
 
     /// Resolves when the connection has used up its budget.
@@ -57,7 +57,7 @@ impl ResetBudget {
 impl StreamEnd for ResetBudget {
     /// A stream let go of before its response ended, within a second of opening, is premature.
     fn stream_dropped(&self, started: Instant, done: bool) {
-        if !done && crate::proxy::clock::now().saturating_duration_since(started) < PREMATURE {
+        if !done && crate::runtime::turn::now().saturating_duration_since(started) < PREMATURE {
             self.premature();
         }
     }

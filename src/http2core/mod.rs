@@ -9,6 +9,8 @@
 //! - `stream`: a stream's states once open (RFC 9113, 5.1), each end closed once.
 //! - `settings`: the peer's SETTINGS as both apply them (its codec's, and the initial window).
 //! - `closed`: the streams closed and forgotten, and what a frame on one comes to.
+//! - `held`: what a stream of either side holds beside its states: data not yet taken, why it
+//!   failed, its tasks to wake.
 //! - `conn`: the connection's no-I/O core: frames in, what they come to out, the stream-id space,
 //!   the connection's windows, both sides' SETTINGS, PING, GOAWAY, and the bounds on the peer.
 
@@ -16,6 +18,7 @@ mod closed;
 mod conn;
 #[cfg(any(test, feature = "fuzzing"))]
 pub(crate) mod fuzzing;
+mod held;
 mod settings;
 mod store;
 mod stream;
@@ -23,6 +26,7 @@ mod window;
 
 pub(crate) use closed::Gone;
 pub(crate) use conn::{Bounds, Conn, Event, MAX_STREAM_ID, Role};
+pub(crate) use held::{Chunks, Failure, store_waker, wake};
 pub(crate) use settings::{InitialWindow, apply_codec_settings};
 pub(crate) use store::Store;
 pub(crate) use stream::{Ends, StreamState};

@@ -20,5 +20,6 @@ pub use token::cached as token_identity;
 pub use token::from_authorization as read_token_identity;
 pub(crate) use upstream_tls::Alpn;
 pub use upstream_tls::UpstreamTls;
+pub(crate) use user::ClientKey;
 pub use user::Identity;
 pub(crate) use user::VerifiedClient;

@@ -1,5 +1,6 @@
 //! The identity of a client: from its verified certificate, user = CN and groups = O values.
 
+use std::net::IpAddr;
 use std::sync::Arc;
 
 use rustls_pki_types::CertificateDer;
@@ -58,5 +59,47 @@ impl Identity {
     /// The groups as string slices, for selectors.
     pub fn group_refs(&self) -> Vec<&str> {
         self.groups.iter().map(String::as_str).collect()
+    }
+}
+
+/// Who a client is, for what it is held to (its limit of requests in flight, its record as an
+/// offender): its verified user, else its address.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum ClientKey<'a> {
+    /// A user whose certificate skewgate verified.
+    User(&'a str),
+    /// Anyone else, by address.
+    Address(IpAddr),
+}
+
+impl ClientKey<'_> {
+    /// The client of a connection: its verified user, else its address.
+    pub(crate) fn of(identity: Option<&Identity>, remote: std::net::SocketAddr) -> ClientKey<'_> {
+        match identity {
+            Some(id) => ClientKey::User(&id.user),
+            None => ClientKey::Address(remote.ip()),
+        }
+    }
+
+    /// A hash of the client, the key of its entries.
+    pub(crate) fn hash(&self) -> u64 {
+        match self {
+            ClientKey::User(u) => xxhash_rust::xxh3::xxh3_64_with_seed(u.as_bytes(), 1),
+            ClientKey::Address(IpAddr::V4(a)) => {
+                xxhash_rust::xxh3::xxh3_64_with_seed(&a.octets(), 4)
+            }
+            ClientKey::Address(IpAddr::V6(a)) => {
+                xxhash_rust::xxh3::xxh3_64_with_seed(&a.octets(), 6)
+            }
+        }
+    }
+}
+
+impl std::fmt::Display for ClientKey<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ClientKey::User(u) => write!(f, "user {u:?}"),
+            ClientKey::Address(a) => write!(f, "address {a}"),
+        }
     }
 }

@@ -328,7 +328,7 @@ impl<T> Slots<T> {
     /// A table of `n` empty slots for the children of a `PerWorker` family: each worker makes and
     /// finds its own.
     pub(crate) fn per_worker(n: usize) -> Slots<T> {
-        Slots::with_copies(n, crate::upstream::worker::count() + 1)
+        Slots::with_copies(n, crate::runtime::worker::count() + 1)
     }
 
     fn with_copies(n: usize, copies: usize) -> Slots<T> {

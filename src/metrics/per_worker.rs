@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use prometheus::core::{Collector, Desc};
 use prometheus::proto::{Metric, MetricFamily, MetricType};
 
-use crate::upstream::worker;
+use crate::runtime::worker;
 
 /// One family (an `IntCounterVec`, `IntGaugeVec` or `HistogramVec`), a copy per worker and one
 /// shared.

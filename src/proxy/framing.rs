@@ -10,6 +10,7 @@ use http::request::Parts;
 use http::{StatusCode, Version, header};
 
 use super::status::ProxyError;
+use crate::classify::escapes_are_whole;
 
 /// The head's framing as Go's server checks it (`readRequest`, `readTransfer`).
 pub(crate) fn check(parts: &Parts) -> Result<(), ProxyError> {
@@ -35,20 +36,6 @@ pub(crate) fn check(parts: &Parts) -> Result<(), ProxyError> {
         (Some(v), None) if v.as_bytes().eq_ignore_ascii_case(b"chunked") => Ok(()),
         (Some(_), None) => refuse(StatusCode::NOT_IMPLEMENTED, "unsupported transfer encoding"),
     }
-}
-
-/// Whether each `%` of `path` starts an escape of two hex digits (Go's `unescape` in path mode).
-pub(crate) fn escapes_are_whole(path: &str) -> bool {
-    let bytes = path.as_bytes();
-    let mut i = 0;
-    while let Some(at) = bytes[i..].iter().position(|&b| b == b'%') {
-        let start = i + at;
-        match bytes.get(start + 1..start + 3) {
-            Some([a, b]) if a.is_ascii_hexdigit() && b.is_ascii_hexdigit() => i = start + 3,
-            _ => return false,
-        }
-    }
-    true
 }
 
 #[cfg(test)]

@@ -17,7 +17,6 @@
 //! a GET cost 0.2–0.4 µs more user time, the bench's client alone, three rounds.)
 
 use std::collections::VecDeque;
-use std::net::IpAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
@@ -77,50 +76,6 @@ impl Drop for ClientPermit {
 /// A client is at its limit.
 #[derive(Debug)]
 pub(crate) struct Refused;
-
-/// Who a client is, for the limit.
-#[derive(Clone, Copy, Debug)]
-pub(crate) enum ClientKey<'a> {
-    /// A user whose certificate skewgate verified.
-    User(&'a str),
-    /// Anyone else, by address.
-    Address(IpAddr),
-}
-
-impl ClientKey<'_> {
-    /// The client of a connection: its verified user, else its address.
-    pub(crate) fn of(
-        identity: Option<&crate::identity::Identity>,
-        remote: std::net::SocketAddr,
-    ) -> ClientKey<'_> {
-        match identity {
-            Some(id) => ClientKey::User(&id.user),
-            None => ClientKey::Address(remote.ip()),
-        }
-    }
-
-    /// A hash of the client, the key of its entries.
-    pub(crate) fn hash(&self) -> u64 {
-        match self {
-            ClientKey::User(u) => xxhash_rust::xxh3::xxh3_64_with_seed(u.as_bytes(), 1),
-            ClientKey::Address(IpAddr::V4(a)) => {
-                xxhash_rust::xxh3::xxh3_64_with_seed(&a.octets(), 4)
-            }
-            ClientKey::Address(IpAddr::V6(a)) => {
-                xxhash_rust::xxh3::xxh3_64_with_seed(&a.octets(), 6)
-            }
-        }
-    }
-}
-
-impl std::fmt::Display for ClientKey<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            ClientKey::User(u) => write!(f, "user {u:?}"),
-            ClientKey::Address(a) => write!(f, "address {a}"),
-        }
-    }
-}
 
 impl ClientLimits {
     /// At most `limit` requests in flight per client (0: no limit), and as many more waiting, each
@@ -279,6 +234,7 @@ impl Drop for Places {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::identity::ClientKey;
 
     fn now<T>(f: impl std::future::Future<Output = T>) -> T {
         let rt = tokio::runtime::Builder::new_current_thread()

@@ -5,24 +5,25 @@
 
 pub(crate) mod access_log;
 mod admission;
-pub(crate) mod body;
-pub(crate) mod capacity;
-pub(crate) mod clock;
+mod body;
+mod context;
 mod debug;
 mod discovery;
+pub(crate) mod entry;
+mod fence;
 mod fleet;
-pub(crate) mod forwarding;
-pub(crate) mod framing;
+mod forward;
+mod forwarding;
+mod framing;
 mod guard;
-pub(crate) mod limits;
-pub(crate) mod offenders;
-pub(crate) mod rebalance;
+mod limits;
 pub(crate) mod recent;
 mod reload_log;
-pub(crate) mod request_body;
+mod request_body;
+mod respond;
 pub(crate) mod routing;
 mod schemas;
-pub(crate) mod service;
+mod service;
 mod status;
 mod upgrade;
 pub(crate) mod wire;
@@ -38,92 +39,49 @@ pub use guard::Encoding as GuardEncoding;
 pub(crate) use routing::Routing;
 
 use crate::config::{ConfigErrors, RouteTable};
-use crate::identity::{IdentityHeaders, ServingTls};
+use crate::identity::IdentityHeaders;
 use crate::metrics::Metrics;
 use crate::steer::{Clock, SystemClock, WriteLedger};
 use crate::upstream::{PoolSettings, Upstreams};
 use discovery::OpenApiMerges;
 
-/// How long an HTTP/1.1 connection may wait for its next request by default: kube-apiserver's
-/// `IdleTimeout`.
-const IDLE_TIMEOUT: Duration = Duration::from_secs(90);
-
-/// Tunables of the proxy.
+/// The pipeline's tunables (the edge's are `edge::EdgeSettings`).
 #[derive(Clone, Debug)]
 pub struct ProxySettings {
     /// How long a request that is not long-running may wait for its response head.
     pub response_timeout: Duration,
-    /// How long in-flight requests may run on after shutdown begins.
-    pub shutdown_grace: Duration,
     /// Upstream pool tunables.
     pub pool: PoolSettings,
     /// How often endpoints are health-checked.
     pub health_interval: Duration,
-    /// Worker threads, each with its own event loop and upstream connections.
-    pub workers: usize,
     /// The clock decisions are made by.
     pub clock: Arc<dyn Clock>,
-    /// TLS on the client side; cleartext (HTTP/1.1 and h2c) without it.
-    pub tls: Option<Arc<ServingTls>>,
-    /// How long a client may take to complete its TLS handshake.
-    pub handshake_timeout: Duration,
-    /// How long a connection may stay open without sending its first request (protocol detection
-    /// included).
-    pub first_request_timeout: Duration,
-    /// How long an HTTP/1.1 client connection may wait for its next request before it is closed
-    /// (kube-apiserver's `IdleTimeout`: 90 s). It holds no buffer while it waits (`keepalive`).
-    pub idle_timeout: Duration,
     /// Requests in flight per client (its verified user, else its address), long-running ones not
     /// counted; past it, 429. 0: no limit.
     pub max_requests_per_client: usize,
     /// How long a client's request past its limit waits for a place before 429.
     pub client_queue_wait: Duration,
-    /// Client connections held at once; past it, new ones wait in the listen backlog. 0: derived
-    /// from the file descriptor limit (which is raised to its hard limit), keeping some back.
-    pub max_client_connections: usize,
     /// The identity header names removed from clients and set upstream.
     pub identity_headers: Arc<IdentityHeaders>,
-    /// Whether a client cut off for resets, or sending malformed requests 20 a second, waits before
-    /// its next connections are served (`offenders`).
-    pub hold_back_offenders: bool,
-    /// The chance (0 to 0.02) that an HTTP/2 request that is not long-running is answered and then
-    /// its connection sent GOAWAY, so that long-lived client connections spread again over the
-    /// replicas behind a load balancer (`rebalance`; kube-apiserver's `--goaway-chance`).
-    pub goaway_chance: f64,
     /// Publish this replica in the `default/kubernetes` Service's endpoints (`cluster`), for
     /// apiservers run with `--endpoint-reconciler-type=none`.
     pub publish: Option<PublishSettings>,
     /// Write an access-log line (target `skewgate::access`, at info) as each request ends.
     pub access_log: bool,
-    /// An HTTP/2 client connection is sent PING this often, and closed when its answer has not come
-    /// within `client_ping_timeout`.
-    pub client_ping_every: Duration,
-    pub client_ping_timeout: Duration,
 }
 
 impl Default for ProxySettings {
     fn default() -> Self {
         ProxySettings {
             response_timeout: Duration::from_secs(70),
-            shutdown_grace: Duration::from_secs(25),
             pool: PoolSettings::default(),
             health_interval: Duration::from_secs(5),
-            workers: std::thread::available_parallelism().map_or(1, usize::from),
             clock: Arc::new(SystemClock),
-            tls: None,
-            handshake_timeout: Duration::from_secs(10),
-            first_request_timeout: Duration::from_secs(30),
-            idle_timeout: IDLE_TIMEOUT,
             max_requests_per_client: 100,
             client_queue_wait: Duration::from_secs(15),
-            max_client_connections: 0,
             identity_headers: Arc::new(IdentityHeaders::default()),
-            hold_back_offenders: true,
-            goaway_chance: 0.0,
             publish: None,
             access_log: false,
-            client_ping_every: Duration::from_secs(30),
-            client_ping_timeout: Duration::from_secs(15),
         }
     }
 }
@@ -160,12 +118,6 @@ pub(crate) struct Proxy {
     pub writes: Arc<WriteLedger>,
     /// Requests in flight per client.
     pub limits: Arc<limits::ClientLimits>,
-    /// Client connections held at once.
-    pub connection_slots: Arc<capacity::ConnectionSlots>,
-    /// Clients whose connections were closed for resets, held back on reconnecting.
-    pub offenders: offenders::Offenders,
-    /// `settings.goaway_chance` in millionths.
-    pub goaway_chance: u32,
     /// Set when shutdown begins: readiness fails from then on.
     pub draining: std::sync::atomic::AtomicBool,
     /// The backends' fields, from their OpenAPI v3.
@@ -224,14 +176,6 @@ impl Proxy {
                 settings.max_requests_per_client,
                 settings.client_queue_wait,
             ),
-            connection_slots: Arc::new(capacity::ConnectionSlots::new(
-                match settings.max_client_connections {
-                    0 => capacity::default_max_connections(capacity::raise_fd_limit()),
-                    n => n,
-                },
-            )),
-            offenders: offenders::Offenders::new(settings.hold_back_offenders),
-            goaway_chance: rebalance::per_million(settings.goaway_chance),
             draining: std::sync::atomic::AtomicBool::new(false),
             schemas: Arc::default(),
             openapi,

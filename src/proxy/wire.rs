@@ -1,14 +1,29 @@
 //! What the request pipeline asks of the wire it is served on (`crate::edge`), and nothing more:
-//! a request's body as the client's stream delivers it, and the wire's own bookkeeping that a
-//! response carries while it lasts (the stream's reset guard, an HTTP/1.1 connection's exchange).
+//! a request's body as the client's stream delivers it, the wire's own bookkeeping that a
+//! response carries while it lasts (the stream's reset guard, an HTTP/1.1 connection's exchange),
+//! and what the keeper of a client's connection hears of its requests (`ConnectionPolicy`).
 //! The edge implements these; the pipeline names no type of the edge's, so the rooms depend one
 //! way only (edge → proxy).
 
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+
+/// What the pipeline tells the keeper of a client's connection (the edge) about its requests: the
+/// edge holds clients to their conduct (offenders, rebalancing), the pipeline only reports. One
+/// per connection, made by the edge.
+pub(crate) trait ConnectionPolicy: Send + Sync + 'static {
+    /// A request of the connection's client failed by its fault; counted towards holding the
+    /// client back.
+    fn client_fault(&self);
+    /// How long a request of the client's that failed by its fault waits before it is answered: a
+    /// client known only by its address, while it is held back, is served on probation.
+    fn probation(&self) -> Option<Duration>;
+    /// A response was made; one that is not `long_running` may draw the connection's GOAWAY.
+    fn answered(&self, long_running: bool);
+}
 
 /// A client stream's side of a request body (the HTTP/2 server's streams, `edge::http2`).
 pub(crate) trait StreamSource: Send + Sync {

@@ -74,7 +74,7 @@ impl Deadline {
     /// A deadline at `at`, or none. On a worker it waits on the worker's wheel, elsewhere on one of
     /// tokio's timers.
     pub(crate) fn at(at: Option<Instant>) -> Deadline {
-        let on_worker = super::worker::current() < super::worker::count();
+        let on_worker = crate::runtime::worker::current() < crate::runtime::worker::count();
         match at {
             None => Deadline::Never,
             Some(at) if on_worker => Deadline::Wheel { at, slot: None },

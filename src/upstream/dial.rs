@@ -10,9 +10,8 @@ use rustls_pki_types::InvalidDnsNameError;
 use tokio::net::TcpStream;
 use tokio_rustls::client::TlsStream;
 
-use super::UpstreamError;
-use super::pool::{Credential, EndpointPool, EndpointState};
-use crate::identity::Alpn;
+use crate::config::Endpoint;
+use crate::identity::{Alpn, UpstreamTls};
 
 /// A connection to an endpoint, before any HTTP.
 pub(crate) enum Dialed {
@@ -111,80 +110,58 @@ fn alpn_name(alpn: Alpn) -> &'static str {
     }
 }
 
-impl EndpointPool {
-    /// Opens a connection for `credential`'s requests offering `alpn`, within the connect timeout.
-    /// A failure marks the endpoint down.
-    pub(crate) async fn dial(
-        &self,
-        credential: Credential,
-        alpn: Alpn,
-    ) -> Result<Dialed, UpstreamError> {
-        let within = self.settings().connect_timeout;
-        let result = match tokio::time::timeout(within, self.dial_once(credential, alpn)).await {
-            Ok(r) => r,
-            Err(_) => Err(DialError::TimedOut {
-                url: self.url(),
-                what: "no connection (TCP and TLS)",
-                within,
-            }),
-        };
-        result.map_err(|e| self.connect_failed(e))
+/// Opens a connection to `endpoint` offering `alpn`, within `within`: TCP, then TLS with `tls`'s
+/// configuration (its client certificate unless `anonymous`).
+pub(crate) async fn dial(
+    endpoint: &Endpoint,
+    tls: Option<&UpstreamTls>,
+    anonymous: bool,
+    alpn: Alpn,
+    within: Duration,
+) -> Result<Dialed, DialError> {
+    let url = || Arc::from(endpoint.url.as_str());
+    match tokio::time::timeout(within, dial_once(endpoint, tls, anonymous, alpn, url)).await {
+        Ok(r) => r,
+        Err(_) => Err(DialError::TimedOut {
+            url: url(),
+            what: "no connection (TCP and TLS)",
+            within,
+        }),
     }
+}
 
-    /// Marks the endpoint down for a failed connect, and makes the error a request's.
-    pub(crate) fn connect_failed(&self, e: DialError) -> UpstreamError {
-        self.set_state(EndpointState::Down);
-        self.set_failure(Some(e.to_string()));
-        UpstreamError::Connect(e)
+async fn dial_once(
+    ep: &Endpoint,
+    tls: Option<&UpstreamTls>,
+    anonymous: bool,
+    alpn: Alpn,
+    url: impl Fn() -> Arc<str>,
+) -> Result<Dialed, DialError> {
+    let tcp = TcpStream::connect((ep.host.as_str(), ep.port))
+        .await
+        .map_err(|source| DialError::Tcp { url: url(), source })?;
+    let _ = tcp.set_nodelay(true);
+    if !ep.tls {
+        return Ok(Dialed::Plain(tcp));
     }
-
-    /// The endpoint's URL, for errors.
-    pub(crate) fn url(&self) -> Arc<str> {
-        Arc::from(self.endpoint.url.as_str())
+    let Some(tls) = tls else {
+        return Err(DialError::NoTlsConfig { url: url() });
+    };
+    let config = tls.config(anonymous, alpn);
+    let name = rustls_pki_types::ServerName::try_from(ep.server_name.clone())
+        .map_err(|source| DialError::ServerName { url: url(), source })?;
+    let stream = tokio_rustls::TlsConnector::from(config)
+        .connect(name, tcp)
+        .await
+        .map_err(|source| DialError::Tls { url: url(), source })?;
+    let wanted: &[u8] = match alpn {
+        Alpn::H2 => b"h2",
+        Alpn::Http11 => b"http/1.1",
+    };
+    let agreed = stream.get_ref().1.alpn_protocol();
+    // An HTTP/1.1 server that does not speak ALPN at all agrees by default.
+    if agreed != Some(wanted) && !(alpn == Alpn::Http11 && agreed.is_none()) {
+        return Err(DialError::Alpn { url: url(), alpn });
     }
-
-    async fn dial_once(&self, credential: Credential, alpn: Alpn) -> Result<Dialed, DialError> {
-        let ep = &self.endpoint;
-        let tcp = TcpStream::connect((ep.host.as_str(), ep.port))
-            .await
-            .map_err(|source| DialError::Tcp {
-                url: self.url(),
-                source,
-            })?;
-        let _ = tcp.set_nodelay(true);
-        if !ep.tls {
-            return Ok(Dialed::Plain(tcp));
-        }
-        let Some(tls) = self.settings().tls.as_ref() else {
-            return Err(DialError::NoTlsConfig { url: self.url() });
-        };
-        let config = tls.config(credential == Credential::Anonymous, alpn);
-        let name =
-            rustls_pki_types::ServerName::try_from(ep.server_name.clone()).map_err(|source| {
-                DialError::ServerName {
-                    url: self.url(),
-                    source,
-                }
-            })?;
-        let stream = tokio_rustls::TlsConnector::from(config)
-            .connect(name, tcp)
-            .await
-            .map_err(|source| DialError::Tls {
-                url: self.url(),
-                source,
-            })?;
-        let wanted: &[u8] = match alpn {
-            Alpn::H2 => b"h2",
-            Alpn::Http11 => b"http/1.1",
-        };
-        let agreed = stream.get_ref().1.alpn_protocol();
-        // An HTTP/1.1 server that does not speak ALPN at all agrees by default.
-        if agreed != Some(wanted) && !(alpn == Alpn::Http11 && agreed.is_none()) {
-            return Err(DialError::Alpn {
-                url: self.url(),
-                alpn,
-            });
-        }
-        Ok(Dialed::Tls(Box::new(stream)))
-    }
+    Ok(Dialed::Tls(Box::new(stream)))
 }

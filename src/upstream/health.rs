@@ -111,7 +111,7 @@ async fn refresh_discovery(backend: &BackendPool) -> bool {
     else {
         return false;
     };
-    match super::discovery::discover(ep).await {
+    match super::served::discover(ep).await {
         Ok(served) => {
             backend.served.store(Some(Arc::new(served)));
             backend.set_discovery_error(None);
@@ -129,7 +129,12 @@ async fn refresh_discovery(backend: &BackendPool) -> bool {
 async fn check(ep: &Arc<EndpointPool>, version: Option<(u32, u32)>) -> (EndpointState, String) {
     match get(ep, "/readyz").await {
         Ok((StatusCode::OK, _)) => {}
-        Ok((code, body)) => return (EndpointState::Down, answered(ep, "/readyz", code, &body)),
+        Ok((code, body)) => {
+            return (
+                EndpointState::Down,
+                super::own::answered(ep, "/readyz", code, &body),
+            );
+        }
         Err(e) => return (EndpointState::Down, e),
     }
     let Some((major, minor)) = version else {
@@ -154,37 +159,10 @@ async fn check(ep: &Arc<EndpointPool>, version: Option<(u32, u32)>) -> (Endpoint
                 )
             }
         }
-        Ok((code, body)) => (EndpointState::Down, answered(ep, "/version", code, &body)),
+        Ok((code, body)) => (
+            EndpointState::Down,
+            super::own::answered(ep, "/version", code, &body),
+        ),
         Err(e) => (EndpointState::Down, e),
-    }
-}
-
-/// What an apiserver's answer to one of skewgate's own requests means, in words an operator can act
-/// on.
-pub(crate) fn answered(ep: &EndpointPool, path: &str, code: StatusCode, body: &[u8]) -> String {
-    let user = ep.own_user().map_or("(none)".to_owned(), |u| {
-        format!("{:?}", String::from_utf8_lossy(u.as_bytes()))
-    });
-    let message = serde_json::from_slice::<serde_json::Value>(body)
-        .ok()
-        .and_then(|v| v.get("message")?.as_str().map(str::to_owned))
-        .unwrap_or_else(|| {
-            String::from_utf8_lossy(&body[..body.len().min(200)])
-                .trim()
-                .to_owned()
-        });
-    let hint = match code {
-        StatusCode::UNAUTHORIZED => format!(
-            "; the apiserver did not authenticate skewgate's own user {user}: it must trust the front-proxy certificate (--proxy-client-cert-file) through its --requestheader-client-ca-file and --requestheader-allowed-names, and read the user from one of its --requestheader-username-headers"
-        ),
-        StatusCode::FORBIDDEN => format!(
-            "; the apiserver does not let skewgate's own user {user} read it: it needs the system:public-info-viewer and system:discovery roles (bound to every authenticated user by default)"
-        ),
-        _ => String::new(),
-    };
-    if message.is_empty() {
-        format!("{path} answered {code}{hint}")
-    } else {
-        format!("{path} answered {code} ({message}){hint}")
     }
 }

@@ -3,16 +3,15 @@
 mod budget;
 mod deadline;
 mod dial;
-mod discovery;
 pub(crate) mod frames;
 mod health;
 mod interned;
 mod own;
 mod pool;
 mod send;
+mod served;
 mod settings;
 pub(crate) mod stalls;
-pub(crate) mod worker;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
@@ -20,12 +19,12 @@ use std::sync::{Arc, Mutex, Weak};
 pub use budget::{DEFAULT_LIMIT as DEFAULT_RESPONSE_BUFFER, ResponseBudget};
 pub(crate) use deadline::WheelTimer;
 pub(crate) use dial::{DialError, Dialed};
-pub(crate) use discovery::Served;
 pub(crate) use health::spawn_health_checks;
 pub(crate) use own::{dated as own_dated, get as own_get, request as own_request};
 pub use pool::PoolSettings;
 pub(crate) use pool::{Credential, EndpointPool, EndpointState};
 pub(crate) use send::{UpstreamBody, send};
+pub(crate) use served::Served;
 
 /// The upstream HTTP/2 client's core driven by `input` as an apiserver's bytes, with requests
 /// open, its invariants checked after every read (`fuzz/fuzz_targets/http2_upstream.rs`).

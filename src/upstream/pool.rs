@@ -229,6 +229,38 @@ impl Drop for StreamSlot {
 }
 
 impl EndpointPool {
+    /// Opens a connection for `credential`'s requests offering `alpn`, within the connect timeout.
+    /// A failure marks the endpoint down.
+    pub(crate) async fn dial(
+        &self,
+        credential: Credential,
+        alpn: Alpn,
+    ) -> Result<Dialed, UpstreamError> {
+        let settings = self.settings();
+        let anonymous = credential == Credential::Anonymous;
+        super::dial::dial(
+            &self.endpoint,
+            settings.tls.as_deref(),
+            anonymous,
+            alpn,
+            settings.connect_timeout,
+        )
+        .await
+        .map_err(|e| self.connect_failed(e))
+    }
+
+    /// Marks the endpoint down for a failed connect, and makes the error a request's.
+    pub(crate) fn connect_failed(&self, e: DialError) -> UpstreamError {
+        self.set_state(EndpointState::Down);
+        self.set_failure(Some(e.to_string()));
+        UpstreamError::Connect(e)
+    }
+
+    /// The endpoint's URL, for errors.
+    pub(crate) fn url(&self) -> Arc<str> {
+        Arc::from(self.endpoint.url.as_str())
+    }
+
     /// An empty pool; connections are opened on demand.
     pub(crate) fn new(
         endpoint: Endpoint,
@@ -239,7 +271,7 @@ impl EndpointPool {
         // Validation parsed the URL, so its authority parses; a placeholder keeps this infallible.
         let authority = super::interned::static_authority(&endpoint.authority())
             .unwrap_or_else(|_| http::uri::Authority::from_static("invalid.invalid"));
-        let shards = 2 * (super::worker::count() + 1);
+        let shards = 2 * (crate::runtime::worker::count() + 1);
         EndpointPool {
             authority,
             endpoint,
@@ -347,7 +379,7 @@ impl EndpointPool {
     /// This thread's shard of connections presenting `credential`, by index.
     fn shard_index(&self, credential: Credential) -> usize {
         let per_class = self.shards.len() / 2;
-        let i = super::worker::current().min(per_class - 1);
+        let i = crate::runtime::worker::current().min(per_class - 1);
         // Over cleartext there is no certificate to leave out: one set of connections serves both.
         let anonymous = credential == Credential::Anonymous && self.endpoint.tls;
         if anonymous { per_class + i } else { i }

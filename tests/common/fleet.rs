@@ -8,7 +8,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use skewgate::edge::{ServeOptions, Server};
+use skewgate::app::{ServeOptions, Server};
+use skewgate::edge::EdgeSettings;
 use skewgate::proxy::ProxySettings;
 use skewgate_sim::WriteRecord;
 
@@ -31,13 +32,16 @@ pub async fn publishing_replica_with(
         admin_listen: loopback(),
         reload_poll: Duration::from_millis(200),
         settings: ProxySettings {
-            shutdown_grace: Duration::from_secs(1),
             publish: Some(skewgate::cluster::PublishSettings {
                 address: listen,
                 interval: Duration::from_millis(100),
                 lease_duration: Duration::from_secs(1),
             }),
             ..base
+        },
+        edge: EdgeSettings {
+            shutdown_grace: Duration::from_secs(1),
+            ..EdgeSettings::default()
         },
     })
     .await

@@ -9,7 +9,8 @@ use std::process::{Command, Output};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use skewgate::edge::{ServeOptions, Server};
+use skewgate::app::{ServeOptions, Server};
+use skewgate::edge::EdgeSettings;
 use skewgate::proxy::ProxySettings;
 use skewgate_sim::{self as sim, SimConfig, SimHandle, Store};
 
@@ -212,8 +213,38 @@ pub async fn gate(routes_text: &str) -> Gate {
     gate_with(routes_text, ProxySettings::default()).await
 }
 
+/// What a test tunes of skewgate: the pipeline's settings, the edge's, or both.
+pub struct Tuning {
+    pub proxy: ProxySettings,
+    pub edge: EdgeSettings,
+}
+
+impl From<ProxySettings> for Tuning {
+    fn from(proxy: ProxySettings) -> Tuning {
+        Tuning {
+            proxy,
+            edge: EdgeSettings::default(),
+        }
+    }
+}
+
+impl From<EdgeSettings> for Tuning {
+    fn from(edge: EdgeSettings) -> Tuning {
+        Tuning {
+            proxy: ProxySettings::default(),
+            edge,
+        }
+    }
+}
+
+impl From<(ProxySettings, EdgeSettings)> for Tuning {
+    fn from((proxy, edge): (ProxySettings, EdgeSettings)) -> Tuning {
+        Tuning { proxy, edge }
+    }
+}
+
 /// skewgate serving `routes_text` from a temporary directory, with `settings`.
-pub async fn gate_with(routes_text: &str, settings: ProxySettings) -> Gate {
+pub async fn gate_with(routes_text: &str, settings: impl Into<Tuning>) -> Gate {
     let dir = temp_dir("gate");
     let routes = dir.join("routes.yaml");
     std::fs::write(&routes, routes_text).expect("write routes");
@@ -221,15 +252,17 @@ pub async fn gate_with(routes_text: &str, settings: ProxySettings) -> Gate {
 }
 
 /// skewgate serving the route file at `routes` (which may be shared with other instances).
-pub async fn gate_on(routes: &std::path::Path, settings: ProxySettings) -> Gate {
+pub async fn gate_on(routes: &std::path::Path, settings: impl Into<Tuning>) -> Gate {
+    let Tuning { proxy, edge } = settings.into();
     let server = Server::start(ServeOptions {
         routes: routes.to_path_buf(),
         listen: loopback(),
         admin_listen: loopback(),
         reload_poll: Duration::from_millis(200),
-        settings: ProxySettings {
+        settings: proxy,
+        edge: EdgeSettings {
             shutdown_grace: Duration::from_secs(2),
-            ..settings
+            ..edge
         },
     })
     .await

@@ -11,6 +11,7 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use serde_json::Value;
+use skewgate::edge::EdgeSettings;
 use skewgate::identity::{ServingTls, TlsFiles, UpstreamTlsFiles};
 use skewgate::proxy::ProxySettings;
 use skewgate::upstream::PoolSettings;
@@ -104,7 +105,7 @@ impl Pki {
 
 /// skewgate as README tells a kubeadm user to run it: serving TLS with the cluster CA for clients,
 /// and upstream the cluster CA and (with `front_proxy_cert`) the front-proxy certificate.
-pub fn settings(p: &Pki, front_proxy_cert: bool) -> ProxySettings {
+pub fn settings(p: &Pki, front_proxy_cert: bool) -> (ProxySettings, EdgeSettings) {
     let tls = ServingTls::load(TlsFiles {
         cert: p.serving.cert_file.clone(),
         key: p.serving.key_file.clone(),
@@ -121,14 +122,18 @@ pub fn settings(p: &Pki, front_proxy_cert: bool) -> ProxySettings {
         }),
     })
     .expect("upstream TLS");
-    ProxySettings {
-        tls: Some(tls),
+    let proxy = ProxySettings {
         pool: PoolSettings {
             tls: Some(upstream),
             ..PoolSettings::default()
         },
         ..ProxySettings::default()
-    }
+    };
+    let edge = EdgeSettings {
+        tls: Some(tls),
+        ..EdgeSettings::default()
+    };
+    (proxy, edge)
 }
 
 /// A kubeconfig for alice's certificate and skewgate over TLS on `port`.

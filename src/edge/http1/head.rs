@@ -7,7 +7,7 @@ use bytes::{Bytes, BytesMut};
 use http::header::{CONNECTION, CONTENT_LENGTH, EXPECT, TRANSFER_ENCODING, UPGRADE};
 use http::{HeaderMap, HeaderName, HeaderValue, Method, Request, Uri, Version};
 
-use crate::proxy::request_body::Incoming;
+use crate::proxy::entry::Incoming;
 
 /// Header fields a head may have, as hyper's server allows (`h1_max_headers`).
 const MAX_HEADERS: usize = 100;

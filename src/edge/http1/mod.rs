@@ -31,8 +31,8 @@ use tokio_util::sync::CancellationToken;
 pub(super) use chunked::{ChunkedEnd, Scan};
 pub(super) use head::RequestLen;
 
-use crate::proxy::body::ProxyBody;
-use crate::proxy::request_body::Incoming;
+use crate::proxy::entry::Incoming;
+use crate::proxy::entry::ProxyBody;
 
 /// How long the rest of a head may take once its first bytes came, as hyper's header timeout.
 const HEAD_TIMEOUT: Duration = Duration::from_secs(30);

@@ -15,7 +15,7 @@ use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;
 
 use super::buffers;
-use crate::proxy::body::ProxyBody;
+use crate::proxy::entry::ProxyBody;
 
 /// How a response's body is delimited on the wire.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]

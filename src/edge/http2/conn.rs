@@ -102,7 +102,7 @@ impl<I: AsyncRead + AsyncWrite + Unpin> Wire<I> {
             tracing::debug!(
                 "HTTP/2 client connection cut: the response budget is spent and it took nothing for longest"
             );
-            state.fail(crate::upstream::frames::Failure::Closed(
+            state.fail(crate::http2core::Failure::Closed(
                 io::ErrorKind::ConnectionAborted,
                 "the response budget is spent and the client took nothing",
             ));

@@ -10,8 +10,8 @@ use h2::frame::{Headers, Pseudo};
 use http::HeaderMap;
 
 use super::state::State;
+use crate::http2core::store_waker;
 use crate::proxy::wire::{StreamBody, StreamSource};
-use crate::upstream::frames::store_waker;
 
 /// What the connection's task and its streams' handles share.
 pub(super) struct Shared {

@@ -59,10 +59,10 @@ use http::{Request, Response};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::time::{Instant, Sleep};
 
-use crate::proxy::body::ProxyBody;
-use crate::proxy::request_body::Incoming;
+use crate::http2core::Failure;
+use crate::proxy::entry::Incoming;
+use crate::proxy::entry::ProxyBody;
 use crate::upstream::ResponseBudget;
-use crate::upstream::frames::Failure;
 
 /// The settings skewgate announces to HTTP/2 clients and the limits it holds them to.
 #[derive(Clone, Copy, Debug)]
@@ -161,7 +161,7 @@ where
     let mut streams = Streams::new(wakes.conn.clone());
     let ended = poll_fn(|cx| {
         // The requests this turn begins and ends read the clock once (`clock`).
-        let _turn = crate::proxy::clock::TurnGuard::begin();
+        let _turn = crate::runtime::turn::TurnGuard::begin();
         wakes.conn.task.register(cx.waker());
         if wakes.control.woken.swap(false, Ordering::Acquire)
             && control.poll(&wakes.control_waker, &shared).is_ready()

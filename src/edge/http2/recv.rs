@@ -8,8 +8,8 @@ use http::{HeaderMap, StatusCode};
 
 use super::request::{self, Malformed};
 use super::state::{Opened, SendWindow, State, Stream};
+use crate::http2core::{Chunks, Failure, wake};
 use crate::http2core::{Ends, Gone, Window};
-use crate::upstream::frames::{Chunks, Failure, wake};
 
 impl State {
     /// A HEADERS frame opening a stream (an odd id above any before, `Conn::recv`). Returns the

@@ -64,9 +64,7 @@ pub(super) fn make(
         // path there, where the apiserver reads it in the name.
         Some(path) if path.contains('#') => return Err(Malformed("'#' in :path")),
         // Go's HTTP/2 server resets such a stream (PROTOCOL_ERROR, "bad_path").
-        Some(path)
-            if !crate::proxy::framing::escapes_are_whole(path.split('?').next().unwrap_or("")) =>
-        {
+        Some(path) if !crate::classify::escapes_are_whole(path.split('?').next().unwrap_or("")) => {
             return Err(Malformed("invalid URL escape in :path"));
         }
         Some(path) => {

@@ -8,7 +8,7 @@ use http::HeaderMap;
 
 use super::state::{State, count_queued};
 use crate::http2core::Window;
-use crate::upstream::frames::wake;
+use crate::http2core::wake;
 
 impl State {
     /// WINDOW_UPDATE from the client: more room for responses.

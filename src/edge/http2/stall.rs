@@ -35,12 +35,12 @@ impl Stalled {
         let progressed = std::mem::replace(&mut self.written, written) != written;
         match (&self.listed, stalled) {
             (None, true) => {
-                let now = crate::proxy::clock::now();
+                let now = crate::runtime::turn::now();
                 let (key, stall) = budget.stalls().enter(now, waker);
                 self.listed = Some((key, stall, budget.clone()));
             }
             (Some((_, stall, budget)), true) if progressed => {
-                budget.stalls().progress(stall, crate::proxy::clock::now());
+                budget.stalls().progress(stall, crate::runtime::turn::now());
             }
             (Some(_), false) => self.leave(),
             _ => {}

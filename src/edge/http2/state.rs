@@ -16,8 +16,8 @@ use http::{HeaderMap, Request};
 use super::Limits;
 pub(super) use super::send_window::SendWindow;
 use crate::http2core::{Bounds, Conn, Ends, Gone, Role, Store, StreamState, Window};
+use crate::http2core::{Chunks, Failure, wake};
 use crate::upstream::ResponseBudget;
-use crate::upstream::frames::{Chunks, Failure, wake};
 
 /// How many control frames (acknowledgements, resets, window updates) may wait to be written
 /// before the connection stops reading: a client that sends PINGs or SETTINGS and does not read

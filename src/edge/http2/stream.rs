@@ -14,7 +14,7 @@ use http::{HeaderMap, Response};
 use http_body::Body;
 
 use super::handles::Responder;
-use crate::proxy::body::ProxyBody;
+use crate::proxy::entry::ProxyBody;
 
 /// One stream being served: its request's answer awaited, raced against the client's reset, then
 /// the response's body piped.

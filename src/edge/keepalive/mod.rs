@@ -45,8 +45,8 @@ mod sweep;
 
 use super::http1::{FastPath, Outcome};
 use super::signals::unless;
-use crate::proxy::body::ProxyBody;
-use crate::proxy::request_body::Incoming as RequestBody;
+use crate::proxy::entry::Incoming as RequestBody;
+use crate::proxy::entry::ProxyBody;
 use crate::proxy::wire::{Exchange, ExchangeEnd};
 use lent::Lent;
 

@@ -47,7 +47,7 @@ async fn run() {
         every.tick().await;
         TICK.with(|t| t.set(t.get() + 1));
         if GIVEN_BACK.with(|g| g.replace(0)) >= RELEASE_AFTER {
-            crate::proxy::capacity::release_free_memory();
+            crate::edge::capacity::release_free_memory();
         }
         let waiting = WAITING.with(|w| std::mem::take(&mut *w.borrow_mut()));
         for waker in waiting {

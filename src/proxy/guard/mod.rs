@@ -55,6 +55,14 @@ pub(crate) struct Update<'a> {
     pub(crate) reader: Option<BackendId>,
 }
 
+/// The update on its way: its head and body as they will be sent, and where and as whom.
+pub(crate) struct InTransit<'a> {
+    pub(crate) head: &'a mut http::request::Parts,
+    pub(crate) body: &'a mut ClientBody,
+    pub(crate) endpoint: &'a Arc<EndpointPool>,
+    pub(crate) credential: Credential,
+}
+
 /// Checks a guarded update before it is sent: `Ok(Some(warning))` to send it with a `Warning`,
 /// `Ok(None)` to send it as it is, `Err` to answer instead. `head` is the update's head as it will
 /// be sent (its identity headers and credentials are those of the stored object's read).
@@ -62,10 +70,7 @@ pub(crate) async fn check(
     proxy: &Proxy,
     routing: &Routing,
     update: Update<'_>,
-    head: &mut http::request::Parts,
-    body: &mut ClientBody,
-    endpoint: &Arc<EndpointPool>,
-    credential: Credential,
+    transit: InTransit<'_>,
 ) -> Result<Option<HeaderValue>, ProxyError> {
     let table = routing.table();
     let guard = &table.guards[update.guard];
@@ -74,18 +79,22 @@ pub(crate) async fn check(
     if newer.is_none() && level.is_none() {
         return Ok(None);
     }
-    let content_type = head.headers.get(header::CONTENT_TYPE);
+    let content_type = transit.head.headers.get(header::CONTENT_TYPE);
     let judge = Judge {
         proxy,
         guard,
         update: &update,
         encoding: Encoding::of(content_type),
     };
-    let whole = body.read_whole(MAX_BODY).await.map_err(|e| match e {
-        WholeBody::TooLarge => ProxyError::BodyTooLarge { limit: MAX_BODY },
-        WholeBody::Failed => ProxyError::ClientBody,
-    })?;
-    body.replace(whole.clone());
+    let whole = transit
+        .body
+        .read_whole(MAX_BODY)
+        .await
+        .map_err(|e| match e {
+            WholeBody::TooLarge => ProxyError::BodyTooLarge { limit: MAX_BODY },
+            WholeBody::Failed => ProxyError::ClientBody,
+        })?;
+    transit.body.replace(whole.clone());
     let media = content_type.and_then(|v| v.to_str().ok()).unwrap_or("");
     let sent = match Sent::read(judge.encoding, &whole, media) {
         Ok(sent) => sent,
@@ -97,7 +106,15 @@ pub(crate) async fn check(
         Err(Unread::Cannot(why)) => return judge.fail(why),
     };
     if let Some(newer) = newer {
-        let warning = down::check(&judge, routing, newer, head, &sent, credential).await?;
+        let warning = down::check(
+            &judge,
+            routing,
+            newer,
+            transit.head,
+            &sent,
+            transit.credential,
+        )
+        .await?;
         if warning.is_some() {
             return Ok(warning);
         }
@@ -106,24 +123,22 @@ pub(crate) async fn check(
         judge.outcome(Outcome::NothingLost);
         return Ok(None);
     };
-    up(
-        &judge, routing, &level, head, body, sent, endpoint, credential,
-    )
-    .await
+    up(&judge, (routing, &level), transit, sent).await
 }
 
 /// The up direction: an update judged as older than its serving backend (`level`).
-#[allow(clippy::too_many_arguments)]
 async fn up(
     judge: &Judge<'_>,
-    routing: &Routing,
-    level: &Level,
-    head: &mut http::request::Parts,
-    body: &mut ClientBody,
+    (routing, level): (&Routing, &Level),
+    transit: InTransit<'_>,
     sent: Sent,
-    endpoint: &Arc<EndpointPool>,
-    credential: Credential,
 ) -> Result<Option<HeaderValue>, ProxyError> {
+    let InTransit {
+        head,
+        body,
+        endpoint,
+        credential,
+    } = transit;
     let (proxy, update) = (judge.proxy, judge.update);
     let table = routing.table();
     let (serving, client) = {

@@ -229,7 +229,7 @@ impl Drop for RequestTracker {
         if let Some(t) = &self.tracked {
             t.inflight.dec();
             if let Some(h) = t.duration.as_ref().filter(|_| self.timed) {
-                let took = crate::proxy::clock::now().saturating_duration_since(self.start);
+                let took = crate::runtime::turn::now().saturating_duration_since(self.start);
                 h.observe(took.as_secs_f64());
             }
         }

@@ -20,7 +20,7 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use super::Routing;
-use crate::upstream::worker;
+use crate::runtime::worker;
 
 /// The next generation of any routing in the process: two tables never share one, even of two
 /// proxies (tests run several in one process).

@@ -17,8 +17,8 @@ use h2::frame::{Frame, Settings};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 
 use super::state::State;
-use super::stream::Failure;
 use super::{Link, STREAM_WINDOW, Shared};
+use crate::http2core::Failure;
 use crate::http2core::{Event, apply_codec_settings};
 use crate::upstream::ResponseBudget;
 

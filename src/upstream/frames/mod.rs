@@ -41,13 +41,9 @@ pub(crate) use drive::{Hooks, handshake};
 use state::State;
 
 use super::Head;
-pub(crate) use stream::{Chunks, Failure, wake};
+use crate::http2core::store_waker;
 
-/// How much of one response the apiserver may send ahead of the client reading it: the most an
-/// upstream stream buffers in skewgate, and the most an apiserver sends in vain for a client that
-/// resets its stream. kube-apiserver sizes its own per-stream buffer the same (256 KiB: "at least
-/// 99% of serialized resources in surveyed clusters were smaller than 256kb").
-pub(crate) const STREAM_WINDOW: u32 = 256 << 10;
+pub(crate) use super::budget::STREAM_WINDOW;
 
 /// The connection's window is the largest HTTP/2 allows (2^31 - 1), far above what all its streams
 /// may buffer (streams x `STREAM_WINDOW`), so that unread data of some streams (a client that does
@@ -269,13 +265,6 @@ impl Future for ResponseFuture {
             ended: false,
         };
         Poll::Ready(Ok((head, body)))
-    }
-}
-
-pub(crate) fn store_waker(slot: &mut Option<std::task::Waker>, cx: &Context<'_>) {
-    match slot {
-        Some(w) if w.will_wake(cx.waker()) => {}
-        _ => *slot = Some(cx.waker().clone()),
     }
 }
 

@@ -12,9 +12,10 @@ use h2::frame::{Data, Frame, Headers, Reset, StreamId, WindowUpdate};
 use http::{HeaderMap, StatusCode};
 
 use super::CONNECTION_WINDOW;
-use super::stream::{Chunks, Failure, Stream, wake};
+use super::stream::Stream;
 use super::windows::Shrink;
 use crate::http2core::{Bounds, Conn, Ends, MAX_STREAM_ID, Role, Store, Window};
+use crate::http2core::{Chunks, Failure, wake};
 use crate::upstream::budget::{Level, ResponseBudget, SMALL_WINDOW};
 
 /// The connection's state.

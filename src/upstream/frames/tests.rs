@@ -535,23 +535,6 @@ async fn a_body_read_to_its_end_lets_go_of_its_stream_and_dropping_it_later_touc
     assert_eq!(head.status, StatusCode::OK);
 }
 
-#[test]
-fn response_chunks_come_out_in_the_order_they_came_in() {
-    let mut chunks = stream::Chunks::default();
-    let mut out = Vec::new();
-    for step in ["a", "b", "-", "c", "-", "-", "d", "-", "-"] {
-        if step == "-" {
-            out.push(chunks.pop_front());
-        } else {
-            chunks.push_back(Bytes::from_static(step.as_bytes()));
-        }
-    }
-    let out: Vec<Option<&[u8]>> = out.iter().map(|c| c.as_deref()).collect();
-    let expected: Vec<Option<&[u8]>> = vec![Some(b"a"), Some(b"b"), Some(b"c"), Some(b"d"), None];
-    assert_eq!(out, expected);
-    assert!(chunks.is_empty());
-}
-
 #[tokio::test]
 async fn an_informational_head_that_ends_the_stream_is_no_answer() {
     let (link, mut peer, _) = connect(Settings::default()).await;

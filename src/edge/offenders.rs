@@ -13,7 +13,7 @@
 //! ended. A client known only by its address is many clients at once behind SNAT, an L4 balancer
 //! or a node's host network: its connections, HTTP/1.1 and HTTP/2, are served at once, on
 //! probation, and only a malformed head or a request failed by its fault waits out the hold for its
-//! answer (`wait_out_probation`), so that its neighbours keep their service while the offender's
+//! answer (`probation`), so that its neighbours keep their service while the offender's
 //! requests still cost it the hold. Its connections already served and every other client go on as before; a client that
 //! waits for its answers, as all do, then costs next to nothing. No well-behaved client comes near
 //! either trigger.
@@ -24,7 +24,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use super::Proxy;
+use super::Edge;
 
 /// The hold after a client's first strike; it doubles with each further strike.
 const FIRST_HOLD: Duration = Duration::from_secs(1);
@@ -164,46 +164,36 @@ impl Offenders {
 /// connection of its is served; one known only by its address on HTTP/1.1 (`by_address`) is
 /// served at once, on probation: its hold's end is returned, for its malformed heads to wait out.
 pub(crate) async fn hold_if_held_back(
-    proxy: &Proxy,
+    edge: &Edge,
     client: u64,
     remote: SocketAddr,
     by_address: bool,
 ) -> Option<std::time::Instant> {
     let now = Instant::now();
-    let hold = proxy.offenders.hold(client, now)?;
+    let hold = edge.offenders.hold(client, now)?;
     if by_address {
         tracing::debug!(%remote, ?hold, "serving a held-back address on probation");
         return Some(now + hold);
     }
     tracing::debug!(%remote, ?hold, "holding back a client that misbehaved");
-    proxy.metrics.client_connections_delayed.inc();
+    edge.metrics.client_connections_delayed.inc();
     tokio::time::sleep(hold).await;
     None
 }
 
 /// A request of a client known only by its address failed by its fault: while the address is held
 /// back, its answer waits out the hold (its connections are served on probation, not made to wait
-/// before they are: `probation_if_held_back`).
-pub(crate) async fn wait_out_probation(
-    proxy: &Proxy,
-    identity: Option<&crate::identity::Identity>,
-    remote: SocketAddr,
-) {
-    if identity.is_some() {
-        return;
-    }
-    let client = super::limits::ClientKey::of(None, remote).hash();
-    if let Some(hold) = proxy.offenders.hold(client, Instant::now()) {
-        tokio::time::sleep(hold).await;
-    }
+/// before they are: `hold_if_held_back`). How long, if at all.
+pub(crate) fn probation(edge: &Edge, client: u64) -> Option<Duration> {
+    edge.offenders.hold(client, Instant::now())
 }
 
 /// A connection that reset most of its streams as soon as it opened them is closed (by the caller),
 /// and its client held back.
-pub(crate) fn cut_off_for_resets(proxy: &Proxy, client: u64, remote: SocketAddr) {
-    let hold = proxy.offenders.strike(client, Instant::now());
+pub(crate) fn cut_off_for_resets(edge: &Edge, client: u64, remote: SocketAddr) {
+    let hold = edge.offenders.strike(client, Instant::now());
     tracing::warn!(%remote, ?hold, "closing a client connection that reset most of its streams as soon as it opened them (HTTP/2 rapid reset); its next connections wait");
-    let metrics = &proxy.metrics;
+    let metrics = &edge.metrics;
     metrics
         .client_connections_closed
         .with_label_values(&["premature_resets"])
@@ -217,11 +207,10 @@ pub(crate) fn cut_off_for_resets(proxy: &Proxy, client: u64, remote: SocketAddr)
 }
 
 /// A request or connection failed by its client's fault: counted towards holding the client back.
-pub(crate) fn note_client_fault(proxy: &Proxy, client: u64, remote: SocketAddr) {
-    if let Some(hold) = proxy.offenders.fault(client, Instant::now()) {
+pub(crate) fn note_client_fault(edge: &Edge, client: u64, remote: SocketAddr) {
+    if let Some(hold) = edge.offenders.fault(client, Instant::now()) {
         tracing::warn!(%remote, ?hold, "a client keeps sending malformed requests; its next connections wait");
-        proxy
-            .metrics
+        edge.metrics
             .clients_held_back
             .with_label_values(&["malformed_requests"])
             .inc();
@@ -230,9 +219,9 @@ pub(crate) fn note_client_fault(proxy: &Proxy, client: u64, remote: SocketAddr) 
 
 /// `n` requests (HTTP/2 streams reset for the client's fault, told by a turn of their connection)
 /// failed by their client's fault; no more than a strike's worth is counted at once.
-pub(crate) fn note_client_faults(proxy: &Proxy, client: u64, remote: SocketAddr, n: usize) {
+pub(crate) fn note_client_faults(edge: &Edge, client: u64, remote: SocketAddr, n: usize) {
     for _ in 0..n.min(FAULTS_PER_STRIKE as usize) {
-        note_client_fault(proxy, client, remote);
+        note_client_fault(edge, client, remote);
     }
 }
 

@@ -82,7 +82,7 @@ impl Served {
 async fn json(ep: &Arc<EndpointPool>, path: &str) -> Result<Value, String> {
     let (code, body) = get(ep, path).await?;
     if !code.is_success() {
-        return Err(super::health::answered(ep, path, code, &body));
+        return Err(super::own::answered(ep, path, code, &body));
     }
     serde_json::from_slice(&body).map_err(|e| format!("{path}: {e}"))
 }

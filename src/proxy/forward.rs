@@ -1,0 +1,237 @@
+//! The forward phase: admission (the client's limit, an endpoint, a pinned write's fence and
+//! ledger), the request made ready for the apiserver (URI, headers, the update guard), the send with
+//! its deadline, and the answer judged and relayed.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use http::Response;
+use http::header::{self, HeaderValue};
+
+use super::Proxy;
+use super::admission::admit_client;
+use super::body::ProxyBody;
+use super::context::{Caller, Ctx, Decided};
+use super::discovery::MergedAnswer;
+use super::fence::{admit_write, last_look, whole_before_the_move};
+use super::forwarding::{credential_of, prepare_headers, strip_hop_by_hop, upstream_uri};
+use super::guard::{self, InTransit};
+use super::request_body::{ClientBody, ClientFault, Incoming};
+use super::routing::{RequestTracker, Routing};
+use super::status::{self, ProxyError};
+use super::upgrade::{Upgrade, forward_upgrade};
+use crate::classify::classify;
+use crate::identity::forward_made;
+use crate::steer::{Class, WriteTicket};
+use crate::upstream::{BackendPool, EndpointPool, Head, UpstreamBody, UpstreamError, send};
+
+/// Admits the request, sends it upstream and relays the answer, or says why not.
+#[allow(
+    clippy::manual_async_fn,
+    reason = "an async fn would hold its arguments twice"
+)]
+pub(super) fn forward<'c>(
+    proxy: &'c Proxy,
+    ctx: &'c mut Ctx<'_>,
+    (mut parts, body): (Head, Incoming),
+    mut tracker: RequestTracker,
+) -> impl Future<Output = Result<Response<ProxyBody>, ProxyError>> + 'c {
+    async move {
+        let Ctx {
+            routing,
+            caller,
+            request,
+            access,
+        } = ctx;
+        let (routing, caller) = (*routing, *caller);
+        let backend = &routing.backends[request.decision.backend.index()];
+        super::framing::check(&parts)?;
+        let began = (request.object.is_some() && access.is_some()).then(Instant::now);
+        let admitted = admit(proxy, (routing, request, caller), &parts, &mut tracker).await;
+        if let (Some(began), Some(a)) = (began, access.as_mut()) {
+            a.set_held(began.elapsed());
+        }
+        let (endpoint, _ticket) = admitted?;
+        let merged_answer = request
+            .merge
+            .clone()
+            .and_then(|m| MergedAnswer::take(m, &mut parts.headers))
+            // Boxed: discovery's answers only, and held across the request's awaits.
+            .map(Box::new);
+        if merged_answer.as_ref().is_some_and(|m| m.is_openapi()) {
+            // Its `?hash=` is the merged document's: the source apiserver would redirect it.
+            if let Ok(uri) = parts.uri.path().parse() {
+                parts.uri = uri;
+            }
+        }
+        prepare_headers(&mut parts.headers, caller.remote, caller.forwarded_for);
+        let names = &proxy.settings.identity_headers;
+        forward_made(names, &mut parts.headers, caller.forwarded);
+        let credential = credential_of(caller.identity, &parts.headers);
+        let safe = request.safe;
+        if let Some(protocol) = request.upgrade.take() {
+            let upgrade = Upgrade {
+                credential,
+                protocol,
+                safe,
+            };
+            let session = (tracker, access);
+            // Boxed, as the guard's check: the rare paths stay out of every request's future.
+            let upgrade = forward_upgrade(proxy, backend, endpoint, upgrade, *parts, body, session);
+            return Box::pin(upgrade).await;
+        }
+        parts.uri =
+            upstream_uri(&parts.uri, endpoint).map_err(|e| status::upstream(backend, e, safe))?;
+        let mut head = parts;
+        let (mut body, client_fault) = ClientBody::new(body, names.clone());
+        body.check_arrived()
+            .await
+            .map_err(|_| ProxyError::ClientBody)?;
+        whole_before_the_move(proxy, (&request.decision, request.object), &mut body).await?;
+        let warning = match request.guard {
+            Some(g) => {
+                let transit = InTransit {
+                    head: &mut head,
+                    body: &mut body,
+                    endpoint,
+                    credential,
+                };
+                Box::pin(guarded(proxy, (routing, request), g, transit)).await?
+            }
+            None => None,
+        };
+        last_look(proxy, routing, (&request.decision, request.object))?;
+        let deadline = response_deadline(proxy, routing, request);
+        let sent = send(endpoint, credential, (head, body), deadline).await;
+        let resp = judge(routing, request, backend, sent, &client_fault)?;
+        let mut resp = relay(routing, request, merged_answer, resp, tracker);
+        if let Some(w) = warning {
+            resp.headers_mut().append(header::WARNING, w);
+        }
+        Ok(resp)
+    }
+}
+
+/// The update guard's check of a guarded update (`guard`): the `Warning` to answer with, if any.
+async fn guarded(
+    proxy: &Proxy,
+    (routing, request): (&Routing, &Decided),
+    g: usize,
+    transit: InTransit<'_>,
+) -> Result<Option<HeaderValue>, ProxyError> {
+    let (path, query) = (
+        transit.head.uri.path().to_owned(),
+        transit.head.uri.query().map(str::to_owned),
+    );
+    let info = classify("PUT", &path, query.as_deref());
+    let update = guard::Update {
+        guard: g,
+        info: &info,
+        client: request.client,
+        backend: request.decision.backend,
+        reader: request.reader,
+    };
+    guard::check(proxy, routing, update, transit).await
+}
+
+/// Admission, in order: the client's place among its requests in flight, an endpoint of the
+/// backend, the end of a moving pin's fence, and the write ledger's ticket for the object.
+async fn admit<'r>(
+    proxy: &Proxy,
+    (routing, request, caller): (&'r Routing, &Decided, Caller<'_>),
+    parts: &http::request::Parts,
+    tracker: &mut RequestTracker,
+) -> Result<(&'r Arc<EndpointPool>, Option<WriteTicket>), ProxyError> {
+    let backend = &routing.backends[request.decision.backend.index()];
+    if !request.long_running {
+        tracker.hold(admit_client(proxy, caller.limit, caller.identity, caller.remote).await?);
+    }
+    let endpoint = backend.pick().ok_or_else(|| ProxyError::NoEndpoint {
+        backend: backend.name.clone(),
+        why: backend.unavailable_reason(),
+    })?;
+    // A pinned write waits for its pin's fence to end, then while the same object has writes in
+    // flight on another backend.
+    let ticket = match request.object {
+        Some(key) => {
+            let query = parts.uri.query();
+            // Boxed: the ledger's wait (624 bytes) is a write's alone, and would make every
+            // request's future larger, copied with it.
+            let admitted = Box::pin(admit_write(proxy, routing, &request.decision, key, query));
+            Some(admitted.await?)
+        }
+        None => None,
+    };
+    Ok((endpoint, ticket))
+}
+
+/// What the send came to. A request whose own body failed (bad chunked framing, the client reset or
+/// gone) failed by the client's doing: it counts against no backend and no rollout; every other
+/// outcome counts for the rollout that chose the backend.
+fn judge(
+    routing: &Routing,
+    request: &Decided,
+    backend: &BackendPool,
+    sent: Result<Response<UpstreamBody>, UpstreamError>,
+    client_fault: &ClientFault,
+) -> Result<Response<UpstreamBody>, ProxyError> {
+    let client_failed = match &sent {
+        Err(e) => e.is_client_error() || client_fault.happened(),
+        Ok(_) => false,
+    };
+    if !client_failed {
+        let failed = sent.as_ref().map_or(true, |r| r.status().is_server_error());
+        routing.record_outcome(&request.decision, failed);
+    }
+    match sent {
+        Ok(resp) => Ok(resp),
+        Err(error) if error.is_client_error() => {
+            Err(status::upstream_named("", error, request.safe))
+        }
+        Err(_) if client_failed => Err(ProxyError::ClientBody),
+        Err(error) => Err(status::upstream(backend, error, request.safe)),
+    }
+}
+
+/// The apiserver's answer on its way to the client: merged discovery in place of a discovery
+/// document, else its head without hop-by-hop headers and its body streamed, tracked to its end.
+fn relay(
+    routing: &Routing,
+    request: &Decided,
+    merged_answer: Option<Box<MergedAnswer>>,
+    resp: Response<UpstreamBody>,
+    tracker: RequestTracker,
+) -> Response<ProxyBody> {
+    let merged = merged_answer.and_then(|m| {
+        m.answer(
+            routing.discovery().as_deref(),
+            resp.status(),
+            resp.headers(),
+        )
+    });
+    if let Some(merged) = merged {
+        return merged.map(ProxyBody::full);
+    }
+    let (mut head, body) = resp.into_parts();
+    strip_hop_by_hop(&mut head.headers);
+    let long_running = request.long_running;
+    let stop = long_running.then(|| routing.long_running_stop(&request.decision));
+    let body = ProxyBody::upstream(body, long_running, stop).with_tracker(tracker);
+    Response::from_parts(head, body)
+}
+
+/// When the request must have its response head: a request that is not long-running gets it within
+/// the response timeout from when it began, and a write within `writes.fence - 2s` from when it is
+/// sent at most, so that when a fence ends no replica is still waiting on a write to the old
+/// backend. Not from when the write began: one held through a fence (`admission`) would be sent
+/// with its time already spent, and cut off after the apiserver took it.
+fn response_deadline(proxy: &Proxy, routing: &Routing, request: &Decided) -> Option<Instant> {
+    if request.long_running {
+        return None;
+    }
+    let overall = request.start.checked_add(proxy.settings.response_timeout);
+    match request.decision.class {
+        Class::Write => super::fence::write_deadline(routing.table().writes.fence, overall),
+        Class::Read => overall,
+    }
+}
