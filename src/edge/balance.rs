@@ -50,7 +50,7 @@ impl Drop for Place {
 }
 
 /// A client connection for this worker to serve.
-pub(crate) struct Client {
+pub(crate) struct Arrival {
     pub stream: TcpStream,
     pub remote: SocketAddr,
     /// Its place under the connection bound.
@@ -142,7 +142,7 @@ impl Intake {
         &mut self,
         slots: &ConnectionSlots,
         stop: &CancellationToken,
-    ) -> Option<Client> {
+    ) -> Option<Arrival> {
         loop {
             tokio::select! {
                 biased;
@@ -170,10 +170,10 @@ impl Intake {
         stream: TcpStream,
         remote: SocketAddr,
         slot: OwnedSemaphorePermit,
-    ) -> Option<Client> {
+    ) -> Option<Arrival> {
         let (to, place) = self.balance.choose(self.me);
         if to == self.me {
-            return Some(Client {
+            return Some(Arrival {
                 stream,
                 remote,
                 slot,
@@ -214,7 +214,7 @@ impl Intake {
 }
 
 /// A handed-over connection, registered with this worker's runtime.
-fn take_over(handed: Handed) -> Option<Client> {
+fn take_over(handed: Handed) -> Option<Arrival> {
     let Handed {
         stream,
         remote,
@@ -222,7 +222,7 @@ fn take_over(handed: Handed) -> Option<Client> {
         place,
     } = handed;
     match TcpStream::from_std(stream) {
-        Ok(stream) => Some(Client {
+        Ok(stream) => Some(Arrival {
             stream,
             remote,
             slot,

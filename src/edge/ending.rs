@@ -21,13 +21,13 @@ pub(super) type Served<'a> =
 
 /// Who a connection's client is: its key (`ClientKey::hash`), its address, its verified identity.
 #[derive(Clone, Copy)]
-pub(super) struct Client<'a> {
+pub(super) struct ConnClient<'a> {
     pub key: u64,
     pub remote: SocketAddr,
     pub verified: Option<&'a VerifiedClient>,
 }
 
-impl Client<'_> {
+impl ConnClient<'_> {
     /// Keeps `times` heads over `bound` (bytes, and the protocol) that the connection answered 431
     /// before they were read whole.
     pub(super) fn heads_too_large(&self, edge: &Edge, times: usize, bound: (usize, &'static str)) {
@@ -49,7 +49,7 @@ enum Ended {
 /// its streams; says how it ended. `head_limit` is the longest HTTP/1.1 head it reads.
 pub(super) async fn run_to_end(
     edge: &Edge,
-    client: Client<'_>,
+    client: ConnClient<'_>,
     served: Served<'_>,
     (first_request, resets): (&AtomicBool, &ResetBudget),
     head_limit: usize,
@@ -84,7 +84,7 @@ pub(super) async fn run_to_end(
 /// client caused it. A head over `head_limit` (hyper's 431) is kept for the status page.
 fn ended_with_error(
     edge: &Edge,
-    client: Client<'_>,
+    client: ConnClient<'_>,
     e: &(dyn std::error::Error + Send + Sync + 'static),
     head_limit: usize,
 ) {

@@ -17,7 +17,7 @@ use tokio_util::sync::CancellationToken;
 use super::Edge;
 use super::balance::{Intake, Place};
 use super::detect::detect_h2;
-use super::ending::{Client, Served, run_to_end};
+use super::ending::{ConnClient, Served, run_to_end};
 use super::handshake::{handshake_failed, reason_of};
 use super::http1::FastPath;
 use super::http2::ClientFaults;
@@ -271,7 +271,7 @@ impl Connection {
                 stop,
             )
         };
-        let who = Client {
+        let who = ConnClient {
             key: client,
             remote,
             verified: verified.as_deref(),
@@ -305,7 +305,7 @@ where
         let limit = builders.h2.limits.max_header_list_size as usize;
         let faults = |f: ClientFaults| {
             note_client_faults(&edge, client, remote, f.resets);
-            let who = Client {
+            let who = ConnClient {
                 key: client,
                 remote,
                 verified: verified.as_deref(),

@@ -13,7 +13,7 @@
 const EXTENSIONS_LIMIT: u64 = 16 * 1024;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum State {
+enum ChunkState {
     Start,
     Size,
     SizeLws,
@@ -42,7 +42,7 @@ pub(crate) enum Scan {
 /// A chunked body's end, being looked for.
 #[derive(Clone, Debug)]
 pub(crate) struct ChunkedEnd {
-    state: State,
+    state: ChunkState,
     /// The chunk's size as read, then what is left of its data.
     size: u64,
     extensions: u64,
@@ -51,7 +51,7 @@ pub(crate) struct ChunkedEnd {
 impl Default for ChunkedEnd {
     fn default() -> Self {
         ChunkedEnd {
-            state: State::Start,
+            state: ChunkState::Start,
             size: 0,
             extensions: 0,
         }
@@ -63,7 +63,7 @@ impl ChunkedEnd {
     pub(crate) fn scan(&mut self, bytes: &[u8]) -> Scan {
         let mut at = 0;
         while at < bytes.len() {
-            if self.state == State::Body {
+            if self.state == ChunkState::Body {
                 // Data is passed over whole, not byte by byte.
                 let take = usize::try_from(self.size)
                     .unwrap_or(usize::MAX)
@@ -71,7 +71,7 @@ impl ChunkedEnd {
                 at += take;
                 self.size -= take as u64;
                 if self.size == 0 {
-                    self.state = State::BodyCr;
+                    self.state = ChunkState::BodyCr;
                 }
                 continue;
             }
@@ -88,7 +88,7 @@ impl ChunkedEnd {
 
     /// One byte outside a chunk's data.
     fn step(&mut self, b: u8) -> Option<Step> {
-        use State::*;
+        use ChunkState::*;
         self.state = match (self.state, b) {
             (Start | Size, _) if hex(b).is_some() => {
                 let digit = u64::from(hex(b)?);

@@ -12,7 +12,7 @@ use h2::{Codec, CodecError, Reason};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 use super::handles::Shared;
-use super::state::{Opened, State};
+use super::state::{ConnState, Opened};
 use crate::http2core::{Event, apply_codec_settings};
 
 const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
@@ -41,7 +41,10 @@ pub(super) enum Read {
 /// Reads the client's preface, and queues skewgate's SETTINGS (and the connection's window beyond
 /// the default) to be written with the first turn. The codec's buffers are given back while the
 /// connection is idle.
-pub(super) async fn handshake<I>(mut io: I, state: &mut State) -> Result<Codec<I, Bytes>, h2::Error>
+pub(super) async fn handshake<I>(
+    mut io: I,
+    state: &mut ConnState,
+) -> Result<Codec<I, Bytes>, h2::Error>
 where
     I: AsyncRead + AsyncWrite + Unpin,
 {
@@ -165,7 +168,7 @@ impl<I: AsyncRead + AsyncWrite + Unpin> Wire<I> {
     fn exchange(
         &mut self,
         cx: &mut Context<'_>,
-        state: &mut State,
+        state: &mut ConnState,
         opened: &mut dyn FnMut(Opened),
     ) -> Result<bool, h2::Error> {
         for _ in 0..EXCHANGES {
@@ -189,7 +192,7 @@ impl<I: AsyncRead + AsyncWrite + Unpin> Wire<I> {
     pub(super) fn read(
         &mut self,
         cx: &mut Context<'_>,
-        state: &mut State,
+        state: &mut ConnState,
         opened: &mut dyn FnMut(Opened),
     ) -> Result<Read, h2::Error> {
         for _ in 0..READ_BATCH {
@@ -214,7 +217,7 @@ impl<I: AsyncRead + AsyncWrite + Unpin> Wire<I> {
     pub(super) fn write(
         &mut self,
         cx: &mut Context<'_>,
-        state: &mut State,
+        state: &mut ConnState,
     ) -> Result<(), h2::Error> {
         loop {
             match self.codec.poll_ready(cx) {
@@ -232,7 +235,7 @@ impl<I: AsyncRead + AsyncWrite + Unpin> Wire<I> {
     }
 
     /// One frame from the client, through the connection's core (`http2core::Conn`).
-    fn on_frame(&mut self, frame: Frame, state: &mut State, opened: &mut dyn FnMut(Opened)) {
+    fn on_frame(&mut self, frame: Frame, state: &mut ConnState, opened: &mut dyn FnMut(Opened)) {
         match state.conn.recv(frame) {
             Event::Done | Event::ConnectionWindow => {}
             Event::Open(headers) => {
@@ -272,7 +275,7 @@ impl<I: AsyncRead + AsyncWrite + Unpin> Wire<I> {
 
 /// An error the codec found in what the client sent: a stream's (that stream reset, as h2 does) or
 /// the connection's (GOAWAY, and the connection ends).
-fn on_codec_error(e: CodecError, state: &mut State) -> Result<(), h2::Error> {
+fn on_codec_error(e: CodecError, state: &mut ConnState) -> Result<(), h2::Error> {
     match e {
         CodecError::Reset(id, reason, _) => {
             state.refuse_stream(id, reason);

@@ -1,6 +1,6 @@
 //! The HTTP/2 server's core driven without a socket, for fuzzing (`fuzz/fuzz_targets/http2_server`)
 //! and its unit test: a client's bytes after the preface read by the connection's own `Wire::read`
-//! into its `State`, every request opened answered (half of them reading their bodies, half
+//! into its `ConnState`, every request opened answered (half of them reading their bodies, half
 //! dropping them unread), what the connection queues written to a sink, and after every read the
 //! invariants a client must not be able to break checked: windows within 2^31-1, open streams
 //! within the limit, request data held within the stream's window, the queue of control frames
@@ -14,7 +14,7 @@ use h2::frame::{Headers, Pseudo};
 use http::{HeaderMap, StatusCode};
 
 use super::conn::{Read, Wire};
-use super::state::{MAX_QUEUED, Opened, State};
+use super::state::{ConnState, MAX_QUEUED, Opened};
 use crate::fuzz_io::Sink;
 use crate::http2core::Window;
 
@@ -23,7 +23,7 @@ pub(crate) fn serve_frames(input: &[u8]) {
     let limits = super::limits(100, 1 << 20, 8 << 20, 64 << 10, 16 << 10);
     let waker = Waker::noop();
     let mut cx = Context::from_waker(waker);
-    let mut state = State::new(limits, waker.clone());
+    let mut state = ConnState::new(limits, waker.clone());
     let sink = Sink::new(input);
     let mut codec = Codec::new(sink);
     codec.set_max_recv_header_list_size(limits.max_header_list_size as usize);
@@ -53,7 +53,7 @@ pub(crate) fn serve_frames(input: &[u8]) {
 }
 
 /// Answers a request at once: a head and a small body; odd streams keep reading their bodies.
-fn answer(state: &mut State, o: Opened) {
+fn answer(state: &mut ConnState, o: Opened) {
     let Some(s) = state.streams.get_mut(o.key) else {
         return;
     };
@@ -73,7 +73,7 @@ fn answer(state: &mut State, o: Opened) {
 
 /// What the reading streams' bodies have, taken (as `RecvBody` takes it); a body at its end lets
 /// go of its stream.
-fn read_bodies(state: &mut State) {
+fn read_bodies(state: &mut ConnState) {
     let keys = state.streams.keys();
     for key in keys {
         let Some(s) = state.streams.get_mut(key) else {
@@ -99,7 +99,7 @@ fn read_bodies(state: &mut State) {
 }
 
 /// The invariants no client can break.
-fn check(state: &State) {
+fn check(state: &ConnState) {
     let limits = &state.limits;
     assert!(state.conn.send_window.size() <= Window::MAX || state.conn.error.is_some());
     assert!(state.conn.recv_window.size() <= i64::from(limits.connection_window));

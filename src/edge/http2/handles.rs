@@ -9,23 +9,23 @@ use h2::Reason;
 use h2::frame::{Headers, Pseudo};
 use http::HeaderMap;
 
-use super::state::State;
+use super::state::ConnState;
 use crate::http2core::store_waker;
 use crate::proxy::wire::{StreamBody, StreamSource};
 
 /// What the connection's task and its streams' handles share.
 pub(super) struct Shared {
-    state: Mutex<State>,
+    state: Mutex<ConnState>,
 }
 
 impl Shared {
-    pub(super) fn new(state: State) -> Arc<Shared> {
+    pub(super) fn new(state: ConnState) -> Arc<Shared> {
         Arc::new(Shared {
             state: Mutex::new(state),
         })
     }
 
-    pub(super) fn lock(&self) -> MutexGuard<'_, State> {
+    pub(super) fn lock(&self) -> MutexGuard<'_, ConnState> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 }

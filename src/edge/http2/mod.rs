@@ -41,8 +41,8 @@ mod streams;
 mod tests;
 
 use handles::{Responder, Shared};
-use state::State;
-use stream::Stream;
+use state::ConnState;
+use stream::StreamTask;
 pub(super) use stream::date;
 use streams::Streams;
 
@@ -142,7 +142,7 @@ where
     F: Future<Output = Response<ProxyBody>>,
 {
     let wakes = Wakes::new();
-    let mut state = State::new(config.limits, wakes.conn_waker.clone());
+    let mut state = ConnState::new(config.limits, wakes.conn_waker.clone());
     state.budget = config.budget.clone();
     let codec = conn::handshake(io, &mut state).await?;
     let shared = Shared::new(state);
@@ -210,7 +210,7 @@ where
             let mut open = |o: state::Opened| {
                 let body = handles::request_body(&shared, o.key, o.end_stream);
                 let req = o.request.map(|()| Incoming::Http2(body));
-                streams.push(Stream::new(
+                streams.push(StreamTask::new(
                     handle(req),
                     Responder::new(shared.clone(), o.key),
                 ));

@@ -7,11 +7,11 @@ use h2::frame::{Data, Headers, Pseudo, Reset, StreamId, WindowUpdate};
 use http::{HeaderMap, StatusCode};
 
 use super::request::{self, Malformed};
-use super::state::{Opened, SendWindow, State, Stream};
+use super::state::{ConnState, Opened, SendWindow, ServerStream};
 use crate::http2core::{Chunks, Failure, wake};
 use crate::http2core::{Ends, Gone, Window};
 
-impl State {
+impl ConnState {
     /// A HEADERS frame opening a stream (an odd id above any before, `Conn::recv`). Returns the
     /// request opened.
     pub(super) fn on_open(&mut self, frame: Headers) -> Option<Opened> {
@@ -98,7 +98,7 @@ impl State {
     ) -> usize {
         let key = self.streams.insert(
             u32::from(id),
-            Stream {
+            ServerStream {
                 id,
                 data: Chunks::default(),
                 held: 0,
@@ -285,7 +285,7 @@ impl State {
 /// `DEFAULT_DATA_FRAME_OVERHEAD_THRESHOLD`: about what one held chunk costs beside its bytes).
 const SMALL_DATA: usize = 256;
 
-impl Stream {
+impl ServerStream {
     /// Holds a payload for the request's body: a small one copied behind the others, a larger one
     /// as it came (after the small ones held before it).
     fn hold(&mut self, payload: Bytes) {

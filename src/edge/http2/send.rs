@@ -6,11 +6,11 @@ use h2::Reason;
 use h2::frame::{Data, Frame, Headers, StreamId};
 use http::HeaderMap;
 
-use super::state::{State, count_queued};
+use super::state::{ConnState, count_queued};
 use crate::http2core::Window;
 use crate::http2core::wake;
 
-impl State {
+impl ConnState {
     /// WINDOW_UPDATE from the client: more room for responses.
     pub(super) fn on_window_update(&mut self, id: StreamId, increment: u32) {
         let initial = self.send_initial;
@@ -218,10 +218,10 @@ enum Taken {
 /// Lists stream `key` in `list` once (`flag` says it is listed). Streams gone since they were
 /// listed leave their keys: none is kept past twice the streams held.
 pub(super) fn list_once(
-    streams: &mut crate::http2core::Store<super::state::Stream>,
+    streams: &mut crate::http2core::Store<super::state::ServerStream>,
     list: &mut Vec<usize>,
     key: usize,
-    flag: fn(&mut super::state::Stream) -> &mut bool,
+    flag: fn(&mut super::state::ServerStream) -> &mut bool,
 ) {
     if let Some(s) = streams.get_mut(key) {
         let listed = flag(s);

@@ -4,8 +4,8 @@
 //! moves every stream's window at once, whatever the number of streams: a client alternating it
 //! on a connection of 1,000 watches made skewgate touch every stream on each SETTINGS (2.2M frames
 //! in 10 s at 100 % CPU). Only the streams waiting for room are woken when it grows
-//! (`State::blocked`), and the streams' windows are looked at one by one only when the largest
-//! could pass 2^31-1 (`State::on_initial_window`).
+//! (`ConnState::blocked`), and the streams' windows are looked at one by one only when the largest
+//! could pass 2^31-1 (`ConnState::on_initial_window`).
 
 use h2::Reason;
 

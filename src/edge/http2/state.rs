@@ -25,7 +25,7 @@ use crate::upstream::ResponseBudget;
 pub(super) const MAX_QUEUED: usize = 256;
 
 /// One stream of the connection.
-pub(super) struct Stream {
+pub(super) struct ServerStream {
     pub(super) id: StreamId,
     // The request, as the client sends it.
     /// Request data not yet taken by the request's body, and its length (`small` with it).
@@ -49,11 +49,11 @@ pub(super) struct Stream {
     pub(super) reader: Option<Waker>,
     // The response, as skewgate sends it.
     /// How much more skewgate may send on the stream, as the client granted it, beside its
-    /// initial window (`State::send_initial`).
+    /// initial window (`ConnState::send_initial`).
     pub(super) send_window: SendWindow,
-    /// In `State::blocked`.
+    /// In `ConnState::blocked`.
     pub(super) in_blocked: bool,
-    /// In `State::held_back`.
+    /// In `ConnState::held_back`.
     pub(super) in_held_back: bool,
     /// Response data queued and not yet written.
     pub(super) queued: Chunks,
@@ -75,9 +75,9 @@ pub(super) struct Stream {
 }
 
 /// The connection's state.
-pub(super) struct State {
+pub(super) struct ConnState {
     /// The streams held, by slab key and by id (`http2core::Store`).
-    pub(super) streams: Store<Stream>,
+    pub(super) streams: Store<ServerStream>,
     /// The connection's own: stream ids, its windows, SETTINGS, the frames it owes the client,
     /// GOAWAY, and the bounds on the client (`http2core::Conn`).
     pub(super) conn: Conn<()>,
@@ -123,15 +123,15 @@ pub(super) struct Opened {
     pub(super) end_stream: bool,
 }
 
-impl State {
-    pub(super) fn new(limits: Limits, waker: Waker) -> State {
+impl ConnState {
+    pub(super) fn new(limits: Limits, waker: Waker) -> ConnState {
         let bounds = Bounds {
             recv_window: limits.connection_window,
             max_local_resets: limits.max_local_error_resets,
         };
         let mut conn = Conn::new(Role::Server, bounds);
         conn.set_waker(&waker);
-        State {
+        ConnState {
             streams: Store::default(),
             conn,
             ready: VecDeque::new(),
@@ -210,7 +210,7 @@ impl State {
     }
 
     /// The stream a frame is for, if skewgate still has it.
-    pub(super) fn stream(&mut self, id: StreamId) -> Option<(usize, &mut Stream)> {
+    pub(super) fn stream(&mut self, id: StreamId) -> Option<(usize, &mut ServerStream)> {
         self.streams.find(u32::from(id))
     }
 
@@ -351,7 +351,7 @@ impl State {
     }
 }
 
-impl Stream {
+impl ServerStream {
     /// How the stream closes when it is reset now: what the client may still send on it, if it
     /// had not ended its side.
     pub(super) fn gone_by_reset(&self) -> Gone {
@@ -372,7 +372,7 @@ impl Stream {
     }
 }
 
-impl Drop for State {
+impl Drop for ConnState {
     fn drop(&mut self) {
         // What the streams still held unwritten goes with the connection.
         let total = std::mem::take(&mut self.queued_total);
@@ -380,7 +380,7 @@ impl Drop for State {
     }
 }
 
-/// `State::count_queued`, for a caller that holds one of the connection's streams.
+/// `ConnState::count_queued`, for a caller that holds one of the connection's streams.
 pub(super) fn count_queued(total: &mut usize, budget: Option<&ResponseBudget>, delta: isize) {
     *total = total.wrapping_add_signed(delta);
     match (budget, delta) {

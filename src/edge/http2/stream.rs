@@ -22,7 +22,7 @@ use crate::proxy::entry::ProxyBody;
 /// A reset drops the answer, and with it the request's upstream stream and its accounting, as a
 /// closed HTTP/1.1 connection does. Written as states, not as an async fn: a watch's stream is
 /// held for hours, and the async fn held its response beside its pipe (864 bytes against 232).
-pub(super) enum Stream<F> {
+pub(super) enum StreamTask<F> {
     Answering {
         answer: Pin<Box<F>>,
         respond: Responder,
@@ -34,9 +34,9 @@ pub(super) enum Stream<F> {
     Done,
 }
 
-impl<F> Stream<F> {
-    pub(super) fn new(answer: Pin<Box<F>>, respond: Responder) -> Stream<F> {
-        Stream::Answering {
+impl<F> StreamTask<F> {
+    pub(super) fn new(answer: Pin<Box<F>>, respond: Responder) -> StreamTask<F> {
+        StreamTask::Answering {
             answer,
             respond,
             begun: false,
@@ -44,7 +44,7 @@ impl<F> Stream<F> {
     }
 }
 
-impl<F> Future for Stream<F>
+impl<F> Future for StreamTask<F>
 where
     F: Future<Output = Response<ProxyBody>>,
 {
@@ -53,13 +53,13 @@ where
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
         let this = self.get_mut();
         match this {
-            Stream::Answering {
+            StreamTask::Answering {
                 answer,
                 respond,
                 begun,
             } => {
                 if !std::mem::replace(begun, true) && respond.poll_reset(cx).is_ready() {
-                    *this = Stream::Done;
+                    *this = StreamTask::Done;
                     return Poll::Ready(());
                 }
                 let resp = match answer.as_mut().poll(cx) {
@@ -68,30 +68,31 @@ where
                         if respond.poll_reset(cx).is_pending() {
                             return Poll::Pending;
                         }
-                        *this = Stream::Done;
+                        *this = StreamTask::Done;
                         return Poll::Ready(());
                     }
                 };
                 // The request's future is freed here: a watch streams for hours with only what
                 // follows.
-                let Stream::Answering { respond, .. } = std::mem::replace(this, Stream::Done)
+                let StreamTask::Answering { respond, .. } =
+                    std::mem::replace(this, StreamTask::Done)
                 else {
                     return Poll::Ready(());
                 };
                 match send_head(resp, respond, cx) {
-                    Some(pipe) => *this = Stream::Piping(pipe),
+                    Some(pipe) => *this = StreamTask::Piping(pipe),
                     None => return Poll::Ready(()),
                 }
                 Pin::new(this).poll(cx)
             }
-            Stream::Piping(pipe) => {
+            StreamTask::Piping(pipe) => {
                 if let Err(e) = std::task::ready!(Pin::new(pipe).poll(cx)) {
                     tracing::debug!(error = %e, "response body to an HTTP/2 client ended early");
                 }
-                *this = Stream::Done;
+                *this = StreamTask::Done;
                 Poll::Ready(())
             }
-            Stream::Done => Poll::Ready(()),
+            StreamTask::Done => Poll::Ready(()),
         }
     }
 }

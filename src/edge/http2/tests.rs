@@ -10,7 +10,7 @@ use http::{HeaderMap, Method, Uri};
 
 use super::Limits;
 use super::handles::{Responder, Shared};
-use super::state::State;
+use super::state::ConnState;
 use crate::http2core::Event;
 
 fn limits() -> Limits {
@@ -19,7 +19,7 @@ fn limits() -> Limits {
 
 /// A connection with one request open on stream 1; the client's stream window is `window`.
 fn connection_with_a_request(window: u32) -> (Arc<Shared>, usize) {
-    let mut state = State::new(limits(), Waker::noop().clone());
+    let mut state = ConnState::new(limits(), Waker::noop().clone());
     let mut settings = h2::frame::Settings::default();
     settings.set_initial_window_size(Some(window));
     let Event::Settings(_, Some(delta)) = state.conn.recv(settings.into()) else {
@@ -32,12 +32,12 @@ fn connection_with_a_request(window: u32) -> (Arc<Shared>, usize) {
 }
 
 /// A GET of `path` on stream 1, read through the connection's core: the request opened, if taken.
-fn open_get(state: &mut State, path: &str) -> Option<super::state::Opened> {
+fn open_get(state: &mut ConnState, path: &str) -> Option<super::state::Opened> {
     open_get_on(state, 1, path)
 }
 
 /// A GET of `path` on stream `id`.
-fn open_get_on(state: &mut State, id: u32, path: &str) -> Option<super::state::Opened> {
+fn open_get_on(state: &mut ConnState, id: u32, path: &str) -> Option<super::state::Opened> {
     let uri: Uri = format!("http://skewgate.test{path}").parse().expect("uri");
     let mut head = Headers::new(
         StreamId::from(id),
@@ -171,7 +171,7 @@ fn a_whole_response_goes_out_head_then_data_with_its_end_and_the_stream_is_forgo
 
 #[test]
 fn a_stream_opened_after_a_graceful_goaway_is_refused_and_not_counted_against_the_client() {
-    let mut state = State::new(limits(), Waker::noop().clone());
+    let mut state = ConnState::new(limits(), Waker::noop().clone());
     state.graceful_go_away();
     state.conn.out.clear();
     assert!(
@@ -220,7 +220,7 @@ fn what_a_response_holds_unwritten_is_counted_in_the_response_budget_until_writt
 }
 
 /// A SETTINGS_INITIAL_WINDOW_SIZE read through the connection's core and applied.
-fn initial_window(state: &mut State, size: u32) {
+fn initial_window(state: &mut ConnState, size: u32) {
     let mut settings = h2::frame::Settings::default();
     settings.set_initial_window_size(Some(size));
     if let Event::Settings(_, Some(delta)) = state.conn.recv(settings.into()) {
@@ -232,7 +232,7 @@ fn initial_window(state: &mut State, size: u32) {
 fn a_settings_moves_every_streams_window_and_touches_only_the_streams_waiting_for_room() {
     let mut limits = limits();
     limits.max_concurrent_streams = 1_000;
-    let mut state = State::new(limits, Waker::noop().clone());
+    let mut state = ConnState::new(limits, Waker::noop().clone());
     let keys: Vec<usize> = (0..1_000)
         .map(|n| {
             let opened = open_get_on(&mut state, 2 * n + 1, "/api/v1/pods?watch=1");

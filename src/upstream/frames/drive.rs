@@ -16,7 +16,7 @@ use h2::Reason;
 use h2::frame::{Frame, Settings};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 
-use super::state::State;
+use super::state::LinkState;
 use super::{Link, STREAM_WINDOW, Shared};
 use crate::http2core::Failure;
 use crate::http2core::{Event, apply_codec_settings};
@@ -55,7 +55,7 @@ where
     let mut settings = Settings::default();
     settings.set_enable_push(false);
     settings.set_initial_window_size(Some(STREAM_WINDOW));
-    let mut state = State::new(budget);
+    let mut state = LinkState::new(budget);
     state.conn.start(settings, None);
     let shared = Arc::new(Shared {
         state: Mutex::new(state),
@@ -156,7 +156,7 @@ impl<T: AsyncRead + AsyncWrite + Unpin> Wire<T> {
         &mut self,
         cx: &mut Context<'_>,
         shared: &Shared,
-        state: &mut State,
+        state: &mut LinkState,
         went_away: &mut bool,
     ) -> Result<usize, Failure> {
         for read in 0..READ_BATCH {
@@ -183,7 +183,11 @@ impl<T: AsyncRead + AsyncWrite + Unpin> Wire<T> {
 
     /// Hands the queued frames to the codec as far as the socket takes them (the codec writes when
     /// its buffer is full; the rest is flushed at the end of the turn).
-    pub(super) fn write(&mut self, cx: &mut Context<'_>, state: &mut State) -> Result<(), Failure> {
+    pub(super) fn write(
+        &mut self,
+        cx: &mut Context<'_>,
+        state: &mut LinkState,
+    ) -> Result<(), Failure> {
         state.conn.set_waker(cx.waker());
         while !state.conn.out.is_empty() {
             match self.codec.poll_ready(cx) {
@@ -206,7 +210,7 @@ impl<T: AsyncRead + AsyncWrite + Unpin> Wire<T> {
         &mut self,
         frame: Frame,
         shared: &Shared,
-        state: &mut State,
+        state: &mut LinkState,
         went_away: &mut bool,
     ) -> Result<(), Failure> {
         shared
@@ -248,7 +252,7 @@ impl<T: AsyncRead + AsyncWrite + Unpin> Wire<T> {
         settings: &Settings,
         delta: Option<i64>,
         shared: &Shared,
-        state: &mut State,
+        state: &mut LinkState,
     ) {
         apply_codec_settings(&mut self.codec, settings);
         if let Some(delta) = delta

@@ -1,6 +1,6 @@
 //! The upstream HTTP/2 client's core driven without a socket, for fuzzing
 //! (`fuzz/fuzz_targets/http2_upstream`) and its unit test: ten requests open (two still sending a
-//! body), an apiserver's bytes read by the connection's own `Wire::read` into its `State`, half the
+//! body), an apiserver's bytes read by the connection's own `Wire::read` into its `LinkState`, half the
 //! responses read as they come, what the connection queues written to a sink, and after every read
 //! the invariants an apiserver must not be able to break checked: windows within 2^31-1, data held
 //! within the window skewgate granted, the queue of frames to write bounded.
@@ -14,7 +14,7 @@ use h2::frame::{Headers, Pseudo};
 use http::{HeaderMap, Method, Uri};
 
 use super::drive::Wire;
-use super::state::State;
+use super::state::LinkState;
 use super::{STREAM_WINDOW, Shared};
 use crate::fuzz_io::Sink;
 use crate::upstream::ResponseBudget;
@@ -31,7 +31,7 @@ pub(crate) fn answer_frames(input: &[u8]) {
     let mut cx = Context::from_waker(waker);
     let budget = Arc::new(ResponseBudget::new(BUDGET));
     let shared = Shared {
-        state: Mutex::new(State::new(budget.clone())),
+        state: Mutex::new(LinkState::new(budget.clone())),
         max_streams: AtomicUsize::new(100),
         header_list_limit: AtomicU32::new(u32::MAX),
         pong: tokio::sync::Notify::new(),
@@ -71,7 +71,7 @@ pub(crate) fn answer_frames(input: &[u8]) {
 }
 
 /// What the even streams' responses have, taken and given back (as their bodies take it).
-fn take_responses(state: &mut State) {
+fn take_responses(state: &mut LinkState) {
     let keys = state.streams.keys();
     for key in keys.into_iter().filter(|k| k % 2 == 0) {
         let Some(s) = state.streams.get_mut(key) else {
@@ -88,7 +88,7 @@ fn take_responses(state: &mut State) {
 }
 
 /// The invariants no apiserver can break.
-fn check(state: &State, budget: &ResponseBudget) {
+fn check(state: &LinkState, budget: &ResponseBudget) {
     const MAX_WINDOW: i64 = (1 << 31) - 1;
     assert!(state.conn.send_window.size() <= MAX_WINDOW);
     assert!(

@@ -38,7 +38,7 @@ use http::{HeaderMap, header};
 
 pub(crate) use drive::{Hooks, handshake};
 // The stream parts the frame-level server for HTTP/2 clients shares (`edge::http2`).
-use state::State;
+use state::LinkState;
 
 use super::Head;
 use crate::http2core::store_waker;
@@ -53,7 +53,7 @@ pub(crate) const CONNECTION_WINDOW: u32 = (1 << 31) - 1;
 
 /// What the connection's task and its handles share.
 struct Shared {
-    state: Mutex<State>,
+    state: Mutex<LinkState>,
     /// The apiserver's SETTINGS_MAX_CONCURRENT_STREAMS (the pool's initial guess until it comes).
     max_streams: AtomicUsize,
     /// The apiserver's SETTINGS_MAX_HEADER_LIST_SIZE (`u32::MAX` until it says).
@@ -66,7 +66,7 @@ struct Shared {
 }
 
 impl Shared {
-    fn lock(&self) -> MutexGuard<'_, State> {
+    fn lock(&self) -> MutexGuard<'_, LinkState> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 }

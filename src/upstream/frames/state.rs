@@ -12,16 +12,16 @@ use h2::frame::{Data, Frame, Headers, Reset, StreamId, WindowUpdate};
 use http::{HeaderMap, StatusCode};
 
 use super::CONNECTION_WINDOW;
-use super::stream::Stream;
+use super::stream::UpstreamStream;
 use super::windows::Shrink;
 use crate::http2core::{Bounds, Conn, Ends, MAX_STREAM_ID, Role, Store, Window};
 use crate::http2core::{Chunks, Failure, wake};
 use crate::upstream::budget::{Level, ResponseBudget, SMALL_WINDOW};
 
 /// The connection's state.
-pub(super) struct State {
+pub(super) struct LinkState {
     /// The streams held, by slab key and by id (`http2core::Store`).
-    pub(super) streams: Store<Stream>,
+    pub(super) streams: Store<UpstreamStream>,
     /// The connection's own: stream ids, its windows, SETTINGS (each of skewgate's with the
     /// smaller window it carried, applied at its acknowledgement), the frames to write, GOAWAY
     /// (`http2core::Conn`).
@@ -47,9 +47,9 @@ pub(super) struct State {
 /// before it ends the connection: h2's bound, as for a client.
 const MAX_LOCAL_RESETS: usize = 1024;
 
-impl State {
-    pub(super) fn new(budget: Arc<ResponseBudget>) -> State {
-        State {
+impl LinkState {
+    pub(super) fn new(budget: Arc<ResponseBudget>) -> LinkState {
+        LinkState {
             streams: Store::default(),
             conn: Conn::new(
                 Role::Client,
@@ -99,7 +99,7 @@ impl State {
         let end = frame.is_end_stream();
         let key = self.streams.insert(
             u32::from(id),
-            Stream {
+            UpstreamStream {
                 id,
                 head: None,
                 head_seen: false,
@@ -213,7 +213,7 @@ impl State {
     }
 
     /// The stream a frame from the apiserver is for, if skewgate still has it.
-    fn stream(&mut self, id: StreamId) -> Option<(usize, &mut Stream)> {
+    fn stream(&mut self, id: StreamId) -> Option<(usize, &mut UpstreamStream)> {
         self.streams.find(u32::from(id))
     }
 
@@ -390,7 +390,7 @@ fn response_head(status: StatusCode, fields: HeaderMap) -> http::response::Parts
     head.into_parts().0
 }
 
-impl Drop for State {
+impl Drop for LinkState {
     fn drop(&mut self) {
         self.budget.sub(self.held);
         self.unpromise(self.promised);

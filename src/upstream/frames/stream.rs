@@ -9,7 +9,7 @@ use http::HeaderMap;
 use crate::http2core::{Chunks, Ends, Failure, Window};
 
 /// One stream: what has come of its response, and what its request may still send.
-pub(super) struct Stream {
+pub(super) struct UpstreamStream {
     pub(super) id: StreamId,
     /// The response head, until the request takes it.
     pub(super) head: Option<http::response::Parts>,

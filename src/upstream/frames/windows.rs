@@ -5,7 +5,7 @@
 
 use h2::frame::{Settings, WindowUpdate};
 
-use super::state::State;
+use super::state::LinkState;
 use crate::http2core::Window;
 use crate::upstream::budget::SMALL_WINDOW;
 
@@ -19,7 +19,7 @@ pub(super) struct Shrink {
     from_id: u32,
 }
 
-impl State {
+impl LinkState {
     /// Queues skewgate's SETTINGS, to be acknowledged; `shrink` when it carries a smaller window.
     pub(super) fn push_settings(&mut self, settings: Settings, shrink: Option<Shrink>) {
         self.conn.push_settings(settings, shrink);

@@ -10,18 +10,25 @@
 //! connections, so a request and its upstream stream never hop between threads. Work off the
 //! workers (health checks) uses one more shard.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, OnceLock, Weak};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use prometheus::IntGauge;
 
 use super::UpstreamError;
-use super::dial::{DialError, Dialed};
-use super::frames::{self, Link};
+use super::dial::DialError;
+use super::frames::Link;
 use crate::config::Endpoint;
-use crate::identity::{Alpn, UpstreamTls};
+use crate::identity::UpstreamTls;
+
+mod connect;
+mod state;
+
+use connect::ConnectRate;
+pub(crate) use state::Failure;
+use state::unix_now;
 
 /// Tunables of every pool.
 #[derive(Clone, Debug)]
@@ -137,27 +144,6 @@ impl Conn {
 #[derive(Default)]
 struct StreamCount(AtomicUsize);
 
-/// Now, in whole seconds since the Unix epoch (what the status page shows "since" in).
-fn unix_now() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
-}
-
-/// Why an endpoint was last found down (what the apiserver answered, or the connect error), and
-/// since when it has been, in those words.
-#[derive(Debug)]
-pub(crate) struct Failure {
-    pub why: String,
-    pub since: SystemTime,
-}
-
-impl std::fmt::Display for Failure {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.why)
-    }
-}
-
 /// A connection's task, driving its frames.
 type ConnectionTask = std::pin::Pin<Box<dyn Future<Output = ()> + Send>>;
 
@@ -229,38 +215,6 @@ impl Drop for StreamSlot {
 }
 
 impl EndpointPool {
-    /// Opens a connection for `credential`'s requests offering `alpn`, within the connect timeout.
-    /// A failure marks the endpoint down.
-    pub(crate) async fn dial(
-        &self,
-        credential: Credential,
-        alpn: Alpn,
-    ) -> Result<Dialed, UpstreamError> {
-        let settings = self.settings();
-        let anonymous = credential == Credential::Anonymous;
-        super::dial::dial(
-            &self.endpoint,
-            settings.tls.as_deref(),
-            anonymous,
-            alpn,
-            settings.connect_timeout,
-        )
-        .await
-        .map_err(|e| self.connect_failed(e))
-    }
-
-    /// Marks the endpoint down for a failed connect, and makes the error a request's.
-    pub(crate) fn connect_failed(&self, e: DialError) -> UpstreamError {
-        self.set_state(EndpointState::Down);
-        self.set_failure(Some(e.to_string()));
-        UpstreamError::Connect(e)
-    }
-
-    /// The endpoint's URL, for errors.
-    pub(crate) fn url(&self) -> Arc<str> {
-        Arc::from(self.endpoint.url.as_str())
-    }
-
     /// An empty pool; connections are opened on demand.
     pub(crate) fn new(
         endpoint: Endpoint,
@@ -316,59 +270,6 @@ impl EndpointPool {
     /// The user skewgate's own requests name, if any.
     pub(crate) fn own_user(&self) -> Option<&http::HeaderValue> {
         self.settings.own_user.as_ref().map(|(_, v)| v)
-    }
-
-    /// Why the endpoint was last found down, and since when, if it was.
-    pub(crate) fn failure(&self) -> Option<Arc<Failure>> {
-        self.failure.load_full()
-    }
-
-    /// Records why the endpoint is down (`None` once it is up); new words are a new failure.
-    pub(crate) fn set_failure(&self, why: Option<String>) {
-        let same = self.failure.load().as_ref().map(|f| &f.why) == why.as_ref();
-        if !same {
-            let since = SystemTime::now();
-            self.failure
-                .store(why.map(|why| Arc::new(Failure { why, since })));
-        }
-    }
-
-    /// Since when the endpoint has been in its present state (ready, down or unknown).
-    pub(crate) fn state_since(&self) -> SystemTime {
-        UNIX_EPOCH + Duration::from_secs(self.state_since.load(Ordering::Relaxed))
-    }
-
-    /// Records the health check's finding (`None`: ready); returns whether it differs from the
-    /// check before, so that a failure repeated every check is logged once.
-    pub(crate) fn set_health_failure(&self, why: Option<String>) -> bool {
-        let changed = self.health_failure.load().as_deref() != why.as_ref();
-        if changed {
-            self.health_failure.store(why.clone().map(Arc::new));
-        }
-        self.set_failure(why);
-        changed
-    }
-
-    /// Connections open now.
-    pub(crate) fn connections(&self) -> usize {
-        self.shards.iter().map(|s| s.conns.load().len()).sum()
-    }
-
-    /// The endpoint's health as last seen.
-    pub(crate) fn state(&self) -> EndpointState {
-        match self.state.load(Ordering::Relaxed) {
-            1 => EndpointState::Ready,
-            2 => EndpointState::Down,
-            _ => EndpointState::Unknown,
-        }
-    }
-
-    /// Records the endpoint's health.
-    pub(crate) fn set_state(&self, s: EndpointState) {
-        if self.state.swap(s as u8, Ordering::Relaxed) != s as u8 {
-            self.state_since.store(unix_now(), Ordering::Relaxed);
-        }
-        self.ready_gauge.set(i64::from(s == EndpointState::Ready));
     }
 
     fn slot(conn: Arc<Conn>) -> StreamSlot {
@@ -454,123 +355,6 @@ impl EndpointPool {
         Ok(Self::slot(conn))
     }
 
-    /// Opens an HTTP/2 connection: dialed, handshaken, and open once the apiserver's SETTINGS (its
-    /// stream limit) have arrived, all within the connect timeout; a frozen apiserver that accepted
-    /// the TCP connection never gets there.
-    async fn connect(self: &Arc<Self>, credential: Credential) -> Result<Arc<Conn>, UpstreamError> {
-        let connect = async {
-            let settled = Arc::new(tokio::sync::Notify::new());
-            // The connection, once adopted: a GOAWAY takes it out of the pool at once.
-            let adopted = Arc::new(OnceLock::<Weak<Conn>>::new());
-            let hooks = frames::Hooks {
-                settled: settled.clone(),
-                on_go_away: {
-                    let (pool, adopted) = (Arc::downgrade(self), adopted.clone());
-                    Box::new(move || {
-                        let conn = adopted.get().and_then(Weak::upgrade);
-                        if let (Some(pool), Some(conn)) = (pool.upgrade(), conn) {
-                            pool.retire(&conn);
-                        }
-                    })
-                },
-            };
-            let (link, connection) = match self.dial(credential, Alpn::H2).await? {
-                Dialed::Plain(tcp) => self.h2_handshake(tcp, hooks).await?,
-                Dialed::Tls(tls) => self.h2_handshake(*tls, hooks).await?,
-            };
-            let conn = self.adopt(link, connection, credential, settled.clone());
-            let _ = adopted.set(Arc::downgrade(&conn));
-            settled.notified().await;
-            Ok(conn)
-        };
-        let within = self.settings.connect_timeout;
-        match tokio::time::timeout(within, connect).await {
-            Ok(r) => r,
-            Err(_) => Err(self.connect_failed(DialError::TimedOut {
-                url: self.url(),
-                what: "no HTTP/2 connection (TCP, TLS and the apiserver's SETTINGS)",
-                within,
-            })),
-        }
-    }
-
-    /// Starts HTTP/2 on `io`: the pool's handle, and the connection's task (boxed: one type for
-    /// cleartext and TLS, allocated once per connection).
-    async fn h2_handshake<T>(
-        &self,
-        io: T,
-        hooks: frames::Hooks,
-    ) -> Result<(Link, ConnectionTask), UpstreamError>
-    where
-        T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
-    {
-        let max_streams = self.settings.initial_max_streams;
-        let budget = self.settings.response_buffer.clone();
-        match frames::handshake(io, &self.authority, max_streams, hooks, budget).await {
-            Ok((link, task)) => Ok((link, Box::pin(task))),
-            Err(e) => Err(self.connect_failed(DialError::Handshake {
-                url: self.url(),
-                source: h2::Error::from(e),
-            })),
-        }
-    }
-
-    /// Takes a new connection into the pool and drives it on this thread, PINGing it, until it
-    /// closes or stops answering.
-    fn adopt(
-        self: &Arc<Self>,
-        link: Link,
-        mut connection: ConnectionTask,
-        credential: Credential,
-        settled: Arc<tokio::sync::Notify>,
-    ) -> Arc<Conn> {
-        let pinger = link.pinger();
-        let conn = Arc::new(Conn {
-            link,
-            shard: self.shard_index(credential),
-            streams: self.streams.clone(),
-            active: AtomicUsize::new(0),
-            closed: AtomicBool::new(false),
-            counted: AtomicBool::new(false),
-        });
-        let pool = Arc::downgrade(self);
-        // Weak, so that a pool dropped on reload drops its connections' links and they close.
-        let me = Arc::downgrade(&conn);
-        let (interval, timeout) = (self.settings.ping_interval, self.settings.ping_timeout);
-        let idle = idle_watch(pool.clone(), me.clone(), self.settings.idle_timeout);
-        tokio::spawn(async move {
-            let health = async move {
-                loop {
-                    tokio::time::sleep(interval).await;
-                    if !answers(&pinger, timeout).await {
-                        return;
-                    }
-                }
-            };
-            let dead_by_ping = tokio::select! {
-                () = &mut connection => false,
-                () = health => true,
-                // Retired already: dropping the connection closes it.
-                () = idle => return,
-            };
-            if let (Some(pool), Some(conn)) = (pool.upgrade(), me.upgrade()) {
-                if dead_by_ping {
-                    tracing::warn!(endpoint = %pool.endpoint.url, "upstream connection sent nothing, not even its PING's answer; dropping it");
-                    pool.set_failure(Some(format!(
-                        "a connection sent nothing for {timeout:?}, not even the answer to a PING"
-                    )));
-                    pool.set_state(EndpointState::Down);
-                }
-                pool.retire(&conn);
-            }
-            // A connection that ends before the apiserver's SETTINGS came (the apiserver refused
-            // the TLS client certificate, or closed at once) ends its connect now, not at the
-            // connect timeout.
-            settled.notify_one();
-        });
-        conn
-    }
-
     /// Frames its connections open now have received: changes while any of them answers.
     pub(crate) fn heard(&self) -> u64 {
         self.shards
@@ -618,75 +402,5 @@ impl EndpointPool {
     }
 }
 
-/// Resolves once the connection has had no stream for `timeout` and has been retired; never for its
-/// worker's last connection to the endpoint, which is kept warm.
-async fn idle_watch(
-    pool: std::sync::Weak<EndpointPool>,
-    conn: std::sync::Weak<Conn>,
-    timeout: Duration,
-) {
-    let mut idle_since: Option<tokio::time::Instant> = None;
-    loop {
-        tokio::time::sleep(timeout / 4).await;
-        let (Some(pool), Some(conn)) = (pool.upgrade(), conn.upgrade()) else {
-            return std::future::pending().await;
-        };
-        if conn.active.load(Ordering::Acquire) > 0 {
-            idle_since = None;
-            continue;
-        }
-        let since = *idle_since.get_or_insert_with(tokio::time::Instant::now);
-        let others = pool.shards[conn.shard].conns.load().len() > 1;
-        // Checked and retired with no await between: on this worker no request can take a slot in
-        // between, and once retired none will.
-        if others && since.elapsed() >= timeout {
-            pool.retire(&conn);
-            return;
-        }
-    }
-}
-
-/// New connections in the current one-second window.
-#[derive(Debug, Default)]
-struct ConnectRate {
-    window: Option<std::time::Instant>,
-    count: u32,
-}
-
-impl ConnectRate {
-    /// Counts a new connection at `now` if fewer than `max` were opened this second; else how long
-    /// to wait for the next second.
-    fn admit(&mut self, now: std::time::Instant, max: u32) -> Option<Duration> {
-        let start = *self.window.get_or_insert(now);
-        let elapsed = now.saturating_duration_since(start);
-        if elapsed >= Duration::from_secs(1) {
-            self.window = Some(now);
-            self.count = 0;
-        }
-        if max == 0 || self.count < max {
-            self.count += 1;
-            return None;
-        }
-        Some(Duration::from_secs(1).saturating_sub(elapsed))
-    }
-}
-
-/// PINGs a connection: whether it answers, or, while the answer is late, sends anything else. A
-/// busy apiserver's PING answer waits behind its responses (1,600 large LISTs: seconds); a
-/// connection that still delivers frames is alive, and dropping it would add load when the
-/// apiserver can least take it. Only `timeout` of silence is death.
-async fn answers(pinger: &frames::Pinger, timeout: Duration) -> bool {
-    loop {
-        let before = pinger.heard();
-        if tokio::time::timeout(timeout, pinger.ping()).await.is_ok() {
-            return true;
-        }
-        if pinger.heard() == before {
-            return false;
-        }
-    }
-}
-
 #[cfg(test)]
-#[path = "pool_tests.rs"]
 mod tests;
