@@ -14,7 +14,7 @@ use crate::identity::ClientKey;
 /// The one place an outcome is counted, and an error logged, counted and answered with a `Status`.
 pub(super) fn respond(
     proxy: &Proxy,
-    ctx: Ctx<'_>,
+    ctx: &mut Ctx<'_>,
     policy: &dyn ConnectionPolicy,
     outcome: Result<Response<ProxyBody>, ProxyError>,
 ) -> Response<ProxyBody> {
@@ -22,8 +22,9 @@ pub(super) fn respond(
         routing,
         caller,
         request,
-        mut access,
+        access,
     } = ctx;
+    let (routing, caller, mut access) = (*routing, *caller, access.take());
     let mut resp = match outcome {
         Ok(resp) => resp,
         Err(error) => {
@@ -47,7 +48,7 @@ pub(super) fn respond(
                     .inc();
             }
             error.into_response_noting(|code, reason, message| {
-                keep_recent(proxy, (routing, &request, caller), (code, reason, message));
+                keep_recent(proxy, (routing, request, caller), (code, reason, message));
             })
         }
     };

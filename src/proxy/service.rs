@@ -85,8 +85,9 @@ pub(crate) fn handle(
             forwarded_for: &peer.forwarded_for,
             limit: peer.limit.as_ref(),
         };
-        let request = decide(proxy, &routing, caller, &mut parts, start);
-        let access = AccessRecord::start(
+        let mut ctx = decide(proxy, &routing, caller, &mut parts, start);
+        let request = &ctx.request;
+        ctx.access = AccessRecord::start(
             proxy.settings.access_log,
             peer.remote,
             peer.client.as_ref(),
@@ -96,12 +97,6 @@ pub(crate) fn handle(
             start,
         );
         let tracker = routing.track(&request.decision, request.verb, request.long_running, start);
-        let mut ctx = Ctx {
-            routing: &routing,
-            caller,
-            request,
-            access,
-        };
         let outcome = forward(proxy, &mut ctx, (parts, body), tracker).await;
         if let Err(e) = &outcome
             && e.is_client_fault()
@@ -109,21 +104,21 @@ pub(crate) fn handle(
         {
             tokio::time::sleep(hold).await;
         }
-        let long_running = ctx.request.long_running;
-        let resp = respond(proxy, ctx, &*peer.policy, outcome);
-        peer.policy.answered(long_running);
+        let resp = respond(proxy, &mut ctx, &*peer.policy, outcome);
+        peer.policy.answered(ctx.request.long_running);
         resp
     }
 }
 
-/// Classifies the request and steers it to a backend.
-fn decide(
+/// Classifies the request and steers it to a backend: the request's context, its access record
+/// not made yet.
+fn decide<'r>(
     proxy: &Proxy,
-    routing: &Routing,
-    caller: Caller<'_>,
+    routing: &'r Routing,
+    caller: Caller<'r>,
     parts: &mut http::request::Parts,
     start: Instant,
-) -> Decided {
+) -> Ctx<'r> {
     let from_token = token_caller(routing, caller.identity, &parts.headers);
     let identity = caller.identity.or(from_token.as_deref());
     let groups = identity.map(|i| i.group_refs()).unwrap_or_default();
@@ -156,19 +151,24 @@ fn decide(
         decision.backend = *b;
     }
     count(proxy, routing, &decision);
-    Decided {
-        start,
-        decision,
-        verb: info.verb,
-        long_running: info.is_long_running(),
-        safe: parts.method == Method::GET || parts.method == Method::HEAD,
-        object,
-        merge,
-        upgrade: parts.headers.get(header::UPGRADE).cloned(),
-        guard,
-        reader,
-        client,
-        resource: routing.resource_slot(&info),
+    Ctx {
+        routing,
+        caller,
+        request: Decided {
+            start,
+            decision,
+            verb: info.verb,
+            long_running: info.is_long_running(),
+            safe: parts.method == Method::GET || parts.method == Method::HEAD,
+            object,
+            merge,
+            upgrade: parts.headers.get(header::UPGRADE).cloned(),
+            guard,
+            reader,
+            client,
+            resource: routing.resource_slot(&info),
+        },
+        access: None,
     }
 }
 
