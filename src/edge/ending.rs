@@ -1,7 +1,7 @@
 //! How a client connection ends, and what it is held to for it: no first request in time, too many
 //! resets, or an error of the client's (counted against it, `offenders`); and the heads
 //! answered 431 before they were read whole, which never became requests, kept for the status
-//! page (`proxy::recent`).
+//! page (the pipeline's, told through `proxy::entry`).
 
 use std::future::Future;
 use std::net::SocketAddr;
