@@ -15,19 +15,45 @@
 //!
 //! Each refusal is a `ProxyError` (429, unsent).
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::Proxy;
 use super::routing::Routing;
 use super::status::ProxyError;
-use crate::steer::{Decision, Reason, Refused, WriteAdmission, WriteTicket};
+use crate::cluster::FleetGates;
+use crate::metrics::Metrics;
+use crate::steer::{Clock, Decision, Reason, Refused, WriteAdmission, WriteLedger, WriteTicket};
+
+/// What of the process a write's fence reads, and no more (linkerd2-proxy's `Param`: the phase
+/// asks for this, not for the whole pipeline): the fleet's gates of the pins' moves, the write
+/// ledger, the clock a `flipAt` is judged by, and the metrics of writes held.
+#[derive(Clone, Copy)]
+pub(super) struct Fence<'a> {
+    gates: &'a FleetGates,
+    ledger: &'a Arc<WriteLedger>,
+    clock: &'a dyn Clock,
+    metrics: &'a Metrics,
+}
+
+impl Proxy {
+    /// What a write's fence reads of the pipeline.
+    pub(super) fn fence(&self) -> Fence<'_> {
+        Fence {
+            gates: &self.fleet_gates,
+            ledger: &self.writes,
+            clock: &*self.settings.clock,
+            metrics: &self.metrics,
+        }
+    }
+}
 
 /// Admits a pinned write (`object` is its ledger key): held while its pin's fence lasts (429 at
 /// once when the request's own `timeout` would pass first), then admitted to the ledger, waiting up
 /// to that `timeout` (or `writes.fence`, if shorter) for the object's writes on another backend;
 /// past that, 429 and nothing is sent.
 pub(crate) async fn admit_write(
-    proxy: &Proxy,
+    fence: Fence<'_>,
     routing: &Routing,
     decision: &Decision,
     object: u64,
@@ -35,15 +61,15 @@ pub(crate) async fn admit_write(
 ) -> Result<WriteTicket, ProxyError> {
     // Out of step with the fleet, a replica takes no writes: the others may have moved a pin it
     // does not know of.
-    if let Some(why) = proxy.fleet_gates.out_of_step(proxy.settings.clock.now()) {
+    if let Some(why) = fence.gates.out_of_step(fence.clock.now()) {
         return Err(ProxyError::OutOfStep { why });
     }
     let table = routing.table();
     let backend = table.backend_name(decision.backend);
     let rule = decision.rule_name(table);
     let admission = WriteAdmission {
-        ledger: &proxy.writes,
-        clock: &*proxy.settings.clock,
+        ledger: fence.ledger,
+        clock: fence.clock,
         fence: table.writes.fence,
         timeout: request_timeout(query),
     };
@@ -56,11 +82,11 @@ pub(crate) async fn admit_write(
         }
         _ => None,
     };
-    let on_hold = || Held::new(proxy.metrics.writes_held.with_label_values(&[rule]));
+    let on_hold = || Held::new(fence.metrics.writes_held.with_label_values(&[rule]));
     match admission.admit(held_until, object, backend, on_hold).await {
         Ok(admitted) => {
             if let Some(waited) = admitted.waited {
-                proxy.metrics.pin_move_wait.observe(waited.as_secs_f64());
+                fence.metrics.pin_move_wait.observe(waited.as_secs_f64());
             }
             Ok(admitted.ticket)
         }
@@ -100,15 +126,15 @@ fn request_timeout(query: Option<&str>) -> Option<std::time::Duration> {
 /// the whole process: whether this replica is still in step with the fleet, and whether its pin's
 /// move came since it was decided. Either refuses it (429), unsent.
 pub(super) fn last_look(
-    proxy: &Proxy,
+    fence: Fence<'_>,
     routing: &Routing,
     (decision, object): (&Decision, Option<u64>),
 ) -> Result<(), ProxyError> {
     if object.is_none() {
         return Ok(());
     }
-    let now = proxy.settings.clock.now();
-    if let Some(why) = proxy.fleet_gates.out_of_step(now) {
+    let now = fence.clock.now();
+    if let Some(why) = fence.gates.out_of_step(now) {
         return Err(ProxyError::OutOfStep { why });
     }
     match routing.moved_since_decided(decision, now) {
@@ -128,11 +154,11 @@ pub(super) fn last_look(
 /// wait for the body would only widen the moment in which a write decided before `flipAt` meets
 /// its last look after it (and is refused).
 pub(super) async fn whole_before_the_move(
-    proxy: &Proxy,
+    fence: Fence<'_>,
     (decision, object): (&Decision, Option<u64>),
     body: &mut super::request_body::ClientBody,
 ) -> Result<(), ProxyError> {
-    let fleet = proxy.fleet_gates.enabled();
+    let fleet = fence.gates.enabled();
     if !fleet || object.is_none() || decision.reason != Reason::BeforeFlip {
         return Ok(());
     }

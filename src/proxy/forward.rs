@@ -87,7 +87,11 @@ pub(super) fn forward<'c>(
         body.check_arrived()
             .await
             .map_err(|_| ProxyError::ClientBody)?;
-        whole_before_the_move(proxy, (&request.decision, request.object), &mut body).await?;
+        // A pinned write's fence; a read has none, and reads nothing of it.
+        let write = (&request.decision, request.object);
+        if request.object.is_some() {
+            whole_before_the_move(proxy.fence(), write, &mut body).await?;
+        }
         let warning = match request.guard {
             Some(g) => {
                 let transit = InTransit {
@@ -100,7 +104,9 @@ pub(super) fn forward<'c>(
             }
             None => None,
         };
-        last_look(proxy, routing, (&request.decision, request.object))?;
+        if request.object.is_some() {
+            last_look(proxy.fence(), routing, write)?;
+        }
         let deadline = response_deadline(proxy, routing, request);
         let sent = send(endpoint, credential, (head, body), deadline).await;
         let resp = judge(routing, request, backend, sent, &client_fault)?;
@@ -157,7 +163,13 @@ async fn admit<'r>(
             let query = parts.uri.query();
             // Boxed: the ledger's wait (624 bytes) is a write's alone, and would make every
             // request's future larger, copied with it.
-            let admitted = Box::pin(admit_write(proxy, routing, &request.decision, key, query));
+            let admitted = Box::pin(admit_write(
+                proxy.fence(),
+                routing,
+                &request.decision,
+                key,
+                query,
+            ));
             Some(admitted.await?)
         }
         None => None,
