@@ -59,21 +59,7 @@ pub fn run(args: DemoArgs) -> Result<ExitCode> {
     let _log = super::logging::init(&args.log);
     let dir = TempDir::create()?;
     let dir = dir.path();
-    let routes = dir.join("routes.yaml");
-    let text = match &args.routes {
-        Some(p) => {
-            std::fs::read_to_string(p).with_context(|| format!("cannot read {}", p.display()))?
-        }
-        None => DEMO_ROUTES.to_owned(),
-    };
-    std::fs::write(&routes, &text)?;
-    let table = config::load_file(&routes).map_err(|e| anyhow!("{e}"))?;
-    let table = if args.sim_ports.is_empty() {
-        table
-    } else {
-        std::fs::write(&routes, moved_ports(&text, &table, &args.sim_ports)?)?;
-        config::load_file(&routes).map_err(|e| anyhow!("{e}"))?
-    };
+    let (routes, table) = write_routes(dir, &args)?;
     let kubeconfig = dir.join("kubeconfig");
     let manifest = dir.join("team-a.yaml");
     std::fs::write(&manifest, MANIFEST)?;
@@ -83,34 +69,7 @@ pub fn run(args: DemoArgs) -> Result<ExitCode> {
 
     runtime()?.block_on(async move {
         let signals = Signals::listen();
-        let store = Store::new();
-        let mut sims = Vec::new();
-        for backend in &table.backends {
-            let (major, minor) = backend.version.unwrap_or((1, 30));
-            for ep in &backend.endpoints {
-                if ep.tls {
-                    bail!(
-                        "the demo simulates http:// endpoints only; {} is https",
-                        ep.url
-                    );
-                }
-                let addr: SocketAddr = format!("{}:{}", ep.host, ep.port)
-                    .parse()
-                    .with_context(|| format!("{}: the demo needs an IP address", ep.url))?;
-                let git = format!("v{major}.{minor}.0");
-                let handle = sim::start(SimConfig::new(&git), store.clone(), addr)
-                    .await
-                    .with_context(|| {
-                        format!("cannot start the simulated {git} apiserver on {addr} (is another demo running? --sim-ports moves the simulators)")
-                    })?;
-                println!(
-                    "simulated apiserver {git:<8} for backend {:<8} on {}",
-                    backend.name,
-                    handle.url()
-                );
-                sims.push(handle);
-            }
-        }
+        let sims = start_sims(&table).await?;
         let server = Server::start(ServeOptions {
             routes: routes.clone(),
             listen: args.listen,
@@ -138,6 +97,59 @@ pub fn run(args: DemoArgs) -> Result<ExitCode> {
         drop(sims);
         Ok(ExitCode::SUCCESS)
     })
+}
+
+/// The demo's route file in `dir` (`--routes`, or the built-in one, with `--sim-ports`' ports), and
+/// its table.
+fn write_routes(dir: &Path, args: &DemoArgs) -> Result<(PathBuf, config::RouteTable)> {
+    let routes = dir.join("routes.yaml");
+    let text = match &args.routes {
+        Some(p) => {
+            std::fs::read_to_string(p).with_context(|| format!("cannot read {}", p.display()))?
+        }
+        None => DEMO_ROUTES.to_owned(),
+    };
+    std::fs::write(&routes, &text)?;
+    let table = config::load_file(&routes).map_err(|e| anyhow!("{e}"))?;
+    if args.sim_ports.is_empty() {
+        return Ok((routes, table));
+    }
+    std::fs::write(&routes, moved_ports(&text, &table, &args.sim_ports)?)?;
+    let table = config::load_file(&routes).map_err(|e| anyhow!("{e}"))?;
+    Ok((routes, table))
+}
+
+/// A simulated apiserver of each backend's version on each of its endpoints, all over one store.
+async fn start_sims(table: &config::RouteTable) -> Result<Vec<sim::SimHandle>> {
+    let store = Store::new();
+    let mut sims = Vec::new();
+    for backend in &table.backends {
+        let (major, minor) = backend.version.unwrap_or((1, 30));
+        for ep in &backend.endpoints {
+            if ep.tls {
+                bail!(
+                    "the demo simulates http:// endpoints only; {} is https",
+                    ep.url
+                );
+            }
+            let addr: SocketAddr = format!("{}:{}", ep.host, ep.port)
+                .parse()
+                .with_context(|| format!("{}: the demo needs an IP address", ep.url))?;
+            let git = format!("v{major}.{minor}.0");
+            let handle = sim::start(SimConfig::new(&git), store.clone(), addr)
+                .await
+                .with_context(|| {
+                    format!("cannot start the simulated {git} apiserver on {addr} (is another demo running? --sim-ports moves the simulators)")
+                })?;
+            println!(
+                "simulated apiserver {git:<8} for backend {:<8} on {}",
+                backend.name,
+                handle.url()
+            );
+            sims.push(handle);
+        }
+    }
+    Ok(sims)
 }
 
 /// `text` with the port of each http:// endpoint of `table`, in order, replaced by `ports`'.

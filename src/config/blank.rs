@@ -47,29 +47,12 @@ pub(super) fn without(text: &str, keys: &[At]) -> Option<String> {
 /// comma that parts it from the next entry (or, for the last, from the one before), when the entry
 /// ends on the line: `{a: 1, bad: [x], b: 2}` becomes `{a: 1,           b: 2}`.
 fn in_flow(line: &str, column: usize) -> Option<String> {
-    let bytes = line.as_bytes();
     // What comes before the key on its line: `{` or `,` (and blanks), as in a flow mapping.
     let opener = line.get(..column)?.trim_end().bytes().last()?;
     if opener != b'{' && opener != b',' {
         return None;
     }
-    let (mut depth, mut quote, mut end) = (0usize, None, None);
-    for (i, &b) in bytes.iter().enumerate().skip(column) {
-        match (quote, b) {
-            (Some(q), _) if b == q => quote = None,
-            (Some(_), _) => {}
-            (None, b'"' | b'\'') => quote = Some(b),
-            (None, b'[' | b'{') => depth += 1,
-            (None, b']' | b'}') if depth > 0 => depth -= 1,
-            (None, b',') if depth > 0 => {}
-            (None, b',' | b'}' | b']') => {
-                end = Some((i, b));
-                break;
-            }
-            _ => {}
-        }
-    }
-    let (from, to) = match end? {
+    let (from, to) = match entry_end(line, column)? {
         // Followed by another entry: the entry and its comma.
         (i, b',') => (column, i + 1),
         // The last entry: the comma before it (if any) and the entry.
@@ -88,6 +71,26 @@ fn in_flow(line: &str, column: usize) -> Option<String> {
     out.push_str(&" ".repeat(line.get(from..to)?.chars().count()));
     out.push_str(line.get(to..)?);
     Some(out)
+}
+
+/// Where the flow-mapping entry at byte `column` of `line` ends: the byte after its value (`,` to
+/// the next entry, or the `}`/`]` that closes the mapping) and its place, skipping what is quoted
+/// or nested; `None` when the entry goes on past the line.
+fn entry_end(line: &str, column: usize) -> Option<(usize, u8)> {
+    let (mut depth, mut quote) = (0usize, None);
+    for (i, &b) in line.as_bytes().iter().enumerate().skip(column) {
+        match (quote, b) {
+            (Some(q), _) if b == q => quote = None,
+            (Some(_), _) => {}
+            (None, b'"' | b'\'') => quote = Some(b),
+            (None, b'[' | b'{') => depth += 1,
+            (None, b']' | b'}') if depth > 0 => depth -= 1,
+            (None, b',') if depth > 0 => {}
+            (None, b',' | b'}' | b']') => return Some((i, b)),
+            _ => {}
+        }
+    }
+    None
 }
 
 #[cfg(test)]

@@ -235,14 +235,7 @@ impl Connection {
             by_address,
             goaway,
         };
-        // One reference per request, to what its connection's requests share: counted on this
-        // worker only.
-        let peer = Arc::new(ClientConn::new(
-            edge.proxy.clone(),
-            remote,
-            identity,
-            Box::new(policy),
-        ));
+        let peer = client_conn(&edge, remote, identity, policy);
         let handle = move |req, exchange: Option<Exchange>| {
             let peer = peer.clone();
             super::capacity::request_begun();
@@ -280,6 +273,22 @@ impl Connection {
         run_to_end(&edge, who, served, ends, builders.h1_head_limit).await;
         gauge.dec();
     }
+}
+
+/// What the connection's requests share, its client held to `policy`: one reference per request,
+/// counted on this worker only.
+fn client_conn(
+    edge: &Edge,
+    remote: SocketAddr,
+    identity: Option<Arc<VerifiedClient>>,
+    policy: Policy,
+) -> Arc<ClientConn> {
+    Arc::new(ClientConn::new(
+        edge.proxy.clone(),
+        remote,
+        identity,
+        Box::new(policy),
+    ))
 }
 
 /// An HTTP/2 connection being served; each stream reset for the client's fault counted against

@@ -31,7 +31,7 @@ pub use settings::EdgeSettings;
 use std::sync::Arc;
 
 use crate::metrics::Metrics;
-use crate::proxy::Proxy;
+use crate::proxy::entry::Proxy;
 use crate::upstream::ResponseBudget;
 
 /// The HTTP/2 server's frames-in, frames-out core driven by `input` as a client's bytes after the

@@ -27,6 +27,26 @@ pub(super) struct Ctx<'r> {
     pub access: Option<Box<AccessRecord>>,
 }
 
+impl<'r> Ctx<'r> {
+    /// Its parts, each borrowed apart: the routing and the caller (both `Copy`), the request, and
+    /// the access record.
+    pub(super) fn split(
+        &mut self,
+    ) -> (
+        &'r Routing,
+        Caller<'r>,
+        &mut Decided,
+        &mut Option<Box<AccessRecord>>,
+    ) {
+        (
+            self.routing,
+            self.caller,
+            &mut self.request,
+            &mut self.access,
+        )
+    }
+}
+
 /// Who sent the request.
 #[derive(Clone, Copy)]
 pub(super) struct Caller<'a> {

@@ -1,12 +1,13 @@
-//! The pipeline's one entry, all the edge names of it besides `wire`: a client connection's context
-//! (`ClientConn`, made once per connection), the request handed in (`handle`), and what the edge
-//! tells the pipeline of its workers and of requests that never became requests.
+//! The pipeline's one entry, all the edge names of it besides `wire`: the pipeline the edge holds
+//! (`Proxy`), a client connection's context (`ClientConn`, made once per connection), the request
+//! handed in (`handle`) with its body and response types, and what the edge tells the pipeline of
+//! its workers and of requests that never became requests.
 
 use tokio_util::sync::CancellationToken;
 
-use super::Proxy;
 use crate::identity::ClientKey;
 
+pub(crate) use super::Proxy;
 pub(crate) use super::body::ProxyBody;
 pub(crate) use super::request_body::Incoming;
 pub(crate) use super::service::{ClientConn, handle};

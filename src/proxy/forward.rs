@@ -37,13 +37,7 @@ pub(super) fn forward<'c>(
     mut tracker: RequestTracker,
 ) -> impl Future<Output = Result<Response<ProxyBody>, ProxyError>> + 'c {
     async move {
-        let Ctx {
-            routing,
-            caller,
-            request,
-            access,
-        } = ctx;
-        let (routing, caller) = (*routing, *caller);
+        let (routing, caller, request, access) = ctx.split();
         let backend = &routing.backends[request.decision.backend.index()];
         super::framing::check(&parts)?;
         let began = (request.object.is_some() && access.is_some()).then(Instant::now);

@@ -18,13 +18,8 @@ pub(super) fn respond(
     policy: &dyn ConnectionPolicy,
     outcome: Result<Response<ProxyBody>, ProxyError>,
 ) -> Response<ProxyBody> {
-    let Ctx {
-        routing,
-        caller,
-        request,
-        access,
-    } = ctx;
-    let (routing, caller, mut access) = (*routing, *caller, access.take());
+    let (routing, caller, request, access) = ctx.split();
+    let mut access = access.take();
     let mut resp = match outcome {
         Ok(resp) => resp,
         Err(error) => {
