@@ -4,8 +4,7 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use super::Proxy;
-use super::limits::{ClientLimit, ClientPermit};
+use super::limits::{ClientLimit, ClientLimits, ClientPermit};
 use super::status::ProxyError;
 use crate::identity::ClientKey;
 use crate::identity::Identity;
@@ -13,7 +12,7 @@ use crate::identity::Identity;
 /// The client's place among its requests in flight (after waiting its turn when it has too many),
 /// or why there is none; `None` when there is no limit.
 pub(crate) async fn admit_client(
-    proxy: &Proxy,
+    limits: &ClientLimits,
     limit: Option<&Arc<ClientLimit>>,
     identity: Option<&Identity>,
     remote: SocketAddr,
@@ -27,6 +26,6 @@ pub(crate) async fn admit_client(
         .map(Some)
         .map_err(|_| ProxyError::ClientBusy {
             client: ClientKey::of(identity, remote).to_string(),
-            limit: proxy.limits.limit(),
+            limit: limits.limit(),
         })
 }

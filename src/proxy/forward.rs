@@ -3,7 +3,7 @@
 //! its deadline, and the answer judged and relayed.
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use http::Response;
 use http::header::{self, HeaderValue};
@@ -13,17 +13,54 @@ use super::admission::admit_client;
 use super::body::ProxyBody;
 use super::context::{Caller, Ctx, Decided};
 use super::discovery::MergedAnswer;
-use super::fence::{admit_write, last_look, whole_before_the_move};
+use super::fence::{Fence, admit_write, last_look, whole_before_the_move};
 use super::forwarding::{credential_of, prepare_headers, strip_hop_by_hop, upstream_uri};
-use super::guard::{self, InTransit};
+use super::guard::{self, Guarding, InTransit};
+use super::limits::ClientLimits;
 use super::request_body::{ClientBody, ClientFault, Incoming};
 use super::routing::{RequestTracker, Routing};
 use super::status::{self, ProxyError};
 use super::upgrade::{Upgrade, forward_upgrade};
 use crate::classify::classify;
-use crate::identity::forward_made;
+use crate::identity::{IdentityHeaders, forward_made};
 use crate::steer::{Class, WriteTicket};
 use crate::upstream::{BackendPool, EndpointPool, Head, UpstreamBody, UpstreamError, send};
+
+/// What of the process the forward phase reads, and no more: the fence's view and the guard's,
+/// the clients' limits, the identity headers it forwards, and the response timeout. One pointer
+/// to the pipeline, which only these open: the request's future holds it across its awaits, and
+/// the fence's and the guard's views are made only for the writes and updates that take them.
+#[derive(Clone, Copy)]
+pub(super) struct Forwarding<'a>(&'a Proxy);
+
+impl Proxy {
+    /// What the forward phase reads of the pipeline.
+    pub(super) fn forwarding(&self) -> Forwarding<'_> {
+        Forwarding(self)
+    }
+}
+
+impl<'a> Forwarding<'a> {
+    fn fence(self) -> Fence<'a> {
+        self.0.fence()
+    }
+
+    fn guarding(self) -> Guarding<'a> {
+        self.0.guarding()
+    }
+
+    fn limits(self) -> &'a ClientLimits {
+        &self.0.limits
+    }
+
+    fn identity_headers(self) -> &'a Arc<IdentityHeaders> {
+        &self.0.settings.identity_headers
+    }
+
+    fn response_timeout(self) -> Duration {
+        self.0.settings.response_timeout
+    }
+}
 
 /// Admits the request, sends it upstream and relays the answer, or says why not.
 #[allow(
@@ -31,7 +68,7 @@ use crate::upstream::{BackendPool, EndpointPool, Head, UpstreamBody, UpstreamErr
     reason = "an async fn would hold its arguments twice"
 )]
 pub(super) fn forward<'c>(
-    proxy: &'c Proxy,
+    proxy: Forwarding<'c>,
     ctx: &'c mut Ctx<'_>,
     (mut parts, body): (Head, Incoming),
     mut tracker: RequestTracker,
@@ -59,7 +96,7 @@ pub(super) fn forward<'c>(
             }
         }
         prepare_headers(&mut parts.headers, caller.remote, caller.forwarded_for);
-        let names = &proxy.settings.identity_headers;
+        let names = proxy.identity_headers();
         forward_made(names, &mut parts.headers, caller.forwarded);
         let credential = credential_of(caller.identity, &parts.headers);
         let safe = request.safe;
@@ -68,10 +105,11 @@ pub(super) fn forward<'c>(
                 credential,
                 protocol,
                 safe,
+                head_timeout: proxy.response_timeout(),
             };
             let session = (tracker, access);
             // Boxed, as the guard's check: the rare paths stay out of every request's future.
-            let upgrade = forward_upgrade(proxy, backend, endpoint, upgrade, *parts, body, session);
+            let upgrade = forward_upgrade(backend, endpoint, upgrade, *parts, body, session);
             return Box::pin(upgrade).await;
         }
         parts.uri =
@@ -94,14 +132,14 @@ pub(super) fn forward<'c>(
                     endpoint,
                     credential,
                 };
-                Box::pin(guarded(proxy, (routing, request), g, transit)).await?
+                Box::pin(guarded(proxy.guarding(), (routing, request), g, transit)).await?
             }
             None => None,
         };
         if request.object.is_some() {
             last_look(proxy.fence(), routing, write)?;
         }
-        let deadline = response_deadline(proxy, routing, request);
+        let deadline = response_deadline(proxy.response_timeout(), routing, request);
         let sent = send(endpoint, credential, (head, body), deadline).await;
         let resp = judge(routing, request, backend, sent, &client_fault)?;
         let mut resp = relay(routing, request, merged_answer, resp, tracker);
@@ -114,7 +152,7 @@ pub(super) fn forward<'c>(
 
 /// The update guard's check of a guarded update (`guard`): the `Warning` to answer with, if any.
 async fn guarded(
-    proxy: &Proxy,
+    reads: Guarding<'_>,
     (routing, request): (&Routing, &Decided),
     g: usize,
     transit: InTransit<'_>,
@@ -131,20 +169,22 @@ async fn guarded(
         backend: request.decision.backend,
         reader: request.reader,
     };
-    guard::check(proxy, routing, update, transit).await
+    guard::check(reads, routing, update, transit).await
 }
 
 /// Admission, in order: the client's place among its requests in flight, an endpoint of the
 /// backend, the end of a moving pin's fence, and the write ledger's ticket for the object.
 async fn admit<'r>(
-    proxy: &Proxy,
+    proxy: Forwarding<'_>,
     (routing, request, caller): (&'r Routing, &Decided, Caller<'_>),
     parts: &http::request::Parts,
     tracker: &mut RequestTracker,
 ) -> Result<(&'r Arc<EndpointPool>, Option<WriteTicket>), ProxyError> {
     let backend = &routing.backends[request.decision.backend.index()];
     if !request.long_running {
-        tracker.hold(admit_client(proxy, caller.limit, caller.identity, caller.remote).await?);
+        tracker.hold(
+            admit_client(proxy.limits(), caller.limit, caller.identity, caller.remote).await?,
+        );
     }
     let endpoint = backend.pick().ok_or_else(|| ProxyError::NoEndpoint {
         backend: backend.name.clone(),
@@ -231,11 +271,15 @@ fn relay(
 /// sent at most, so that when a fence ends no replica is still waiting on a write to the old
 /// backend. Not from when the write began: one held through a fence (`admission`) would be sent
 /// with its time already spent, and cut off after the apiserver took it.
-fn response_deadline(proxy: &Proxy, routing: &Routing, request: &Decided) -> Option<Instant> {
+fn response_deadline(
+    response_timeout: Duration,
+    routing: &Routing,
+    request: &Decided,
+) -> Option<Instant> {
     if request.long_running {
         return None;
     }
-    let overall = request.start.checked_add(proxy.settings.response_timeout);
+    let overall = request.start.checked_add(response_timeout);
     match request.decision.class {
         Class::Write => super::fence::write_deadline(routing.table().writes.fence, overall),
         Class::Read => overall,

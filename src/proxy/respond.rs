@@ -6,14 +6,37 @@ use http::Response;
 use super::Proxy;
 use super::body::ProxyBody;
 use super::context::{Caller, Ctx, Decided};
+use super::recent::Recent;
 use super::routing::Routing;
 use super::status::ProxyError;
 use super::wire::ConnectionPolicy;
 use crate::identity::ClientKey;
+use crate::metrics::Metrics;
+use crate::steer::Clock;
+
+/// What of the process the respond phase reads, and no more (as `fence::Fence`): the metrics of
+/// upstream errors, and the errors lately answered, kept by the clock.
+#[derive(Clone, Copy)]
+pub(super) struct Answering<'a> {
+    metrics: &'a Metrics,
+    recent: &'a Recent,
+    clock: &'a dyn Clock,
+}
+
+impl Proxy {
+    /// What the respond phase reads of the pipeline.
+    pub(super) fn answering(&self) -> Answering<'_> {
+        Answering {
+            metrics: &self.metrics,
+            recent: &self.recent,
+            clock: &*self.settings.clock,
+        }
+    }
+}
 
 /// The one place an outcome is counted, and an error logged, counted and answered with a `Status`.
 pub(super) fn respond(
-    proxy: &Proxy,
+    proxy: Answering<'_>,
     ctx: &mut Ctx<'_>,
     policy: &dyn ConnectionPolicy,
     outcome: Result<Response<ProxyBody>, ProxyError>,
@@ -58,7 +81,7 @@ pub(super) fn respond(
 
 /// Keeps an error the status page lists (`recent::kept`: 429, 431, 502, 503, 504).
 fn keep_recent(
-    proxy: &Proxy,
+    proxy: Answering<'_>,
     (routing, request, caller): (&Routing, &Decided, Caller<'_>),
     (code, reason, message): (u16, &'static str, &str),
 ) {
@@ -77,5 +100,5 @@ fn keep_recent(
             .to_owned(),
         client: ClientKey::of(caller.identity, caller.remote).to_string(),
     };
-    proxy.recent.answered(proxy.settings.clock.now(), answered);
+    proxy.recent.answered(proxy.clock.now(), answered);
 }

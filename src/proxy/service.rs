@@ -24,7 +24,8 @@ use super::routing::Routing;
 use super::wire::ConnectionPolicy;
 use crate::classify::{Client, classify};
 use crate::identity::{ClientKey, Identity, VerifiedClient, token_identity};
-use crate::steer::{Class, Decision, SteerRequest, object_key};
+use crate::metrics::Metrics;
+use crate::steer::{Class, Clock, Decision, SteerRequest, object_key};
 
 /// What the requests of one client connection share.
 pub(crate) struct ClientConn {
@@ -85,7 +86,7 @@ pub(crate) fn handle(
             forwarded_for: &peer.forwarded_for,
             limit: peer.limit.as_ref(),
         };
-        let mut ctx = decide(proxy, &routing, caller, &mut parts, start);
+        let mut ctx = decide(proxy.deciding(), &routing, caller, &mut parts, start);
         let request = &ctx.request;
         ctx.access = AccessRecord::start(
             proxy.settings.access_log,
@@ -97,23 +98,41 @@ pub(crate) fn handle(
             start,
         );
         let tracker = routing.track(&request.decision, request.verb, request.long_running, start);
-        let outcome = forward(proxy, &mut ctx, (parts, body), tracker).await;
+        let outcome = forward(proxy.forwarding(), &mut ctx, (parts, body), tracker).await;
         if let Err(e) = &outcome
             && e.is_client_fault()
             && let Some(hold) = peer.policy.probation()
         {
             tokio::time::sleep(hold).await;
         }
-        let resp = respond(proxy, &mut ctx, &*peer.policy, outcome);
+        let resp = respond(proxy.answering(), &mut ctx, &*peer.policy, outcome);
         peer.policy.answered(ctx.request.long_running);
         resp
+    }
+}
+
+/// What of the process the decide phase reads, and no more (as `fence::Fence`): the clock a
+/// rollout's schedule is read by, and the metrics of fallbacks.
+#[derive(Clone, Copy)]
+struct Deciding<'a> {
+    clock: &'a dyn Clock,
+    metrics: &'a Metrics,
+}
+
+impl Proxy {
+    /// What the decide phase reads of the pipeline.
+    fn deciding(&self) -> Deciding<'_> {
+        Deciding {
+            clock: &*self.settings.clock,
+            metrics: &self.metrics,
+        }
     }
 }
 
 /// Classifies the request and steers it to a backend: the request's context, its access record
 /// not made yet.
 fn decide<'r>(
-    proxy: &Proxy,
+    proxy: Deciding<'_>,
     routing: &'r Routing,
     caller: Caller<'r>,
     parts: &mut http::request::Parts,
@@ -133,7 +152,7 @@ fn decide<'r>(
         groups: &groups,
         client: Client::from_user_agent(ua),
     };
-    let clock = &*proxy.settings.clock;
+    let clock = proxy.clock;
     let mut decision = routing
         .steering
         .decide_reading(&req, || clock.now(), routing);
@@ -150,7 +169,7 @@ fn decide<'r>(
     if let Some(Merge::Source(b) | Merge::SourceAnswer(b, _)) = &merge {
         decision.backend = *b;
     }
-    count(proxy, routing, &decision);
+    count(proxy.metrics, routing, &decision);
     Ctx {
         routing,
         caller,
@@ -189,13 +208,12 @@ fn token_caller(
 }
 
 /// Counts a decision, and a fallback with the backend pair it went between.
-fn count(proxy: &Proxy, routing: &Routing, decision: &Decision) {
+fn count(metrics: &Metrics, routing: &Routing, decision: &Decision) {
     routing.count_decision(decision);
     if let Some(from) = decision.fallback_from {
         routing.note_fallback(decision.backend);
         let t = routing.table();
-        proxy
-            .metrics
+        metrics
             .fallbacks
             .with_label_values(&[t.backend_name(from), t.backend_name(decision.backend)])
             .inc();

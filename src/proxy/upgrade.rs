@@ -12,7 +12,6 @@ use http_body_util::{BodyExt, Empty};
 use hyper::upgrade::OnUpgrade;
 use hyper_util::rt::TokioIo;
 
-use super::Proxy;
 use super::access_log::AccessRecord;
 use super::body::ProxyBody;
 use super::request_body::Incoming;
@@ -175,11 +174,12 @@ pub(crate) struct Upgrade {
     pub credential: Credential,
     pub protocol: HeaderValue,
     pub safe: bool,
+    /// How long the apiserver has to answer the upgrade (the response timeout).
+    pub head_timeout: std::time::Duration,
 }
 
 /// Exec, attach and port-forward: tunnelled on a connection of their own.
 pub(crate) async fn forward_upgrade(
-    proxy: &Proxy,
     backend: &BackendPool,
     endpoint: &EndpointPool,
     upgrade: Upgrade,
@@ -191,7 +191,7 @@ pub(crate) async fn forward_upgrade(
     if !body.is_end_stream() {
         return Err(ProxyError::UpgradeWithBody);
     }
-    let head_timeout = proxy.settings.response_timeout;
+    let head_timeout = upgrade.head_timeout;
     let (credential, protocol) = (upgrade.credential, upgrade.protocol);
     tunnel(endpoint, credential, parts, protocol, head_timeout, session)
         .await

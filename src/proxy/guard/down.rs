@@ -37,17 +37,17 @@ pub(super) async fn check(
     sent: &Sent,
     credential: Credential,
 ) -> Result<Option<HeaderValue>, ProxyError> {
-    let (proxy, guard, update) = (judge.proxy, judge.guard, judge.update);
+    let (schemas, guard, update) = (judge.reads.schemas, judge.guard, judge.update);
     let table = routing.table();
     let fail = |why: String| judge.fail(why);
     let (serving_name, newer_name) = (
         table.backend_name(update.backend),
         table.backend_name(newer),
     );
-    if !(proxy.schemas.knows(serving_name) && proxy.schemas.knows(newer_name)) {
+    if !(schemas.knows(serving_name) && schemas.knows(newer_name)) {
         return fail("the versions' schemas are not known yet".to_owned());
     }
-    let find = |b: &str| proxy.schemas.kind_fields(b, update.info);
+    let find = |b: &str| schemas.kind_fields(b, update.info);
     let (serving, newest) = match (find(serving_name), find(newer_name)) {
         (Some(s), Some(n)) => (s, n),
         // The newer version describes no such kind: no field of it is known to be lost.

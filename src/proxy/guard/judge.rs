@@ -5,8 +5,34 @@ use http::HeaderValue;
 
 use super::{Encoding, Update};
 use crate::config::{Guard, GuardAction};
+use crate::metrics::Metrics;
 use crate::proxy::Proxy;
+use crate::proxy::recent::Recent;
+use crate::proxy::schemas::Schemas;
 use crate::proxy::status::ProxyError;
+use crate::steer::Clock;
+
+/// What of the process the guard reads, and no more (as `fence::Fence`): the backends' schemas,
+/// the metrics and the recent decisions it counts and keeps, and the clock it keeps them by.
+#[derive(Clone, Copy)]
+pub(crate) struct Guarding<'a> {
+    pub(crate) schemas: &'a Schemas,
+    metrics: &'a Metrics,
+    recent: &'a Recent,
+    clock: &'a dyn Clock,
+}
+
+impl Proxy {
+    /// What the update guard reads of the pipeline.
+    pub(crate) fn guarding(&self) -> Guarding<'_> {
+        Guarding {
+            schemas: &self.schemas,
+            metrics: &self.metrics,
+            recent: &self.recent,
+            clock: &*self.settings.clock,
+        }
+    }
+}
 
 /// How a judged update came out, counted in `skewgate_guard_checks_total{outcome}`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -34,7 +60,7 @@ impl Outcome {
 
 /// The update under judgement.
 pub(crate) struct Judge<'a> {
-    pub(crate) proxy: &'a Proxy,
+    pub(crate) reads: Guarding<'a>,
     pub(crate) guard: &'a Guard,
     pub(crate) update: &'a Update<'a>,
     /// As the body's `Content-Type` says.
@@ -44,7 +70,7 @@ pub(crate) struct Judge<'a> {
 impl Judge<'_> {
     /// Counts how the update came out.
     pub(crate) fn outcome(&self, outcome: Outcome) {
-        self.proxy
+        self.reads
             .metrics
             .guard_checks
             .with_label_values(&[
@@ -76,10 +102,10 @@ impl Judge<'_> {
     /// them), and keeps the decision for `/debug/recent`.
     pub(crate) fn lost(&self, against: &str, paths: &[String]) {
         self.outcome(Outcome::Lost);
-        let (proxy, guard, update) = (self.proxy, self.guard, self.update);
+        let (reads, guard, update) = (self.reads, self.guard, self.update);
         let resource = update.info.resource.to_string();
         let encoding = self.encoding.as_str();
-        proxy
+        reads
             .metrics
             .guarded_updates
             .with_label_values(&[
@@ -100,7 +126,7 @@ impl Judge<'_> {
             fields: paths.to_vec(),
             encoding,
         };
-        proxy.recent.guarded(proxy.settings.clock.now(), decision);
+        reads.recent.guarded(reads.clock.now(), decision);
     }
 }
 

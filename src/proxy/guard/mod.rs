@@ -27,7 +27,6 @@ use std::sync::Arc;
 
 use http::header::{self, HeaderValue};
 
-use super::Proxy;
 use super::request_body::{ClientBody, WholeBody};
 use super::routing::Routing;
 use super::status::ProxyError;
@@ -39,6 +38,7 @@ use crate::upstream::{Credential, EndpointPool};
 pub use body::Encoding;
 use body::{Sent, Unread};
 use decide::decide;
+pub(crate) use judge::Guarding;
 use judge::{Judge, Outcome};
 use stored::read_stored;
 
@@ -67,7 +67,7 @@ pub(crate) struct InTransit<'a> {
 /// `Ok(None)` to send it as it is, `Err` to answer instead. `head` is the update's head as it will
 /// be sent (its identity headers and credentials are those of the stored object's read).
 pub(crate) async fn check(
-    proxy: &Proxy,
+    reads: Guarding<'_>,
     routing: &Routing,
     update: Update<'_>,
     transit: InTransit<'_>,
@@ -81,7 +81,7 @@ pub(crate) async fn check(
     }
     let content_type = transit.head.headers.get(header::CONTENT_TYPE);
     let judge = Judge {
-        proxy,
+        reads,
         guard,
         update: &update,
         encoding: Encoding::of(content_type),
@@ -139,12 +139,12 @@ async fn up(
         endpoint,
         credential,
     } = transit;
-    let (proxy, update) = (judge.proxy, judge.update);
+    let (schemas, update) = (judge.reads.schemas, judge.update);
     let table = routing.table();
     let (serving, client) = {
         let serving_name = table.backend_name(update.backend);
         let client_name = table.backend_name(level.backend);
-        let find = |b: &str| proxy.schemas.kind_fields(b, update.info);
+        let find = |b: &str| schemas.kind_fields(b, update.info);
         match (find(serving_name), find(client_name)) {
             (Some(s), Some(c)) => (s, c),
             _ => return judge.fail("the versions' schemas are not known yet".to_owned()),
