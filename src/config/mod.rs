@@ -5,6 +5,7 @@ mod blank;
 mod error;
 mod raw;
 mod reload;
+mod schedule;
 mod selector;
 mod shape;
 mod table;
@@ -16,11 +17,12 @@ use std::path::{Path, PathBuf};
 
 pub use error::{ConfigError, ConfigErrors};
 pub(crate) use reload::{Fingerprint, Watch, fingerprint, spawn_watcher};
+pub use schedule::Percent;
+pub(crate) use schedule::Schedule;
 pub(crate) use selector::{NamePattern, Part, ResourcePattern, Selector, VerbSet};
-pub(crate) use table::{Abort, BackendId, Endpoint, Pin, Schedule, Selectors};
+pub(crate) use table::{Abort, BackendId, Endpoint, Pin, Selectors};
 pub use table::{Guard, GuardAction, UnknownVersion};
-pub use table::{Percent, RouteTable};
-pub use table::{PinReads, StickyBy};
+pub use table::{PinReads, RouteTable, StickyBy};
 pub use timing::{close_flips, fleet_settle, move_warnings, within_horizon};
 pub(crate) use validate::may_meet;
 

@@ -3,7 +3,7 @@
 use std::path::Path;
 use std::time::{Duration, SystemTime};
 
-use super::table::Step;
+use super::schedule::Step;
 use super::*;
 use crate::config::table::{GuardAction, UnknownVersion};
 

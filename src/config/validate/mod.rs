@@ -1,11 +1,13 @@
 //! Turns a parsed route file into a `RouteTable`, collecting every problem with its place in the file.
 //!
-//! This file validates the structure (backends, writes, pins, rollouts); `values` checks scalar
-//! values (percents, durations, times, schedules) and `selectors` the selector lists.
+//! This file validates the structure (backends, writes); `steering` the pins and rollouts;
+//! `values` checks scalar values (percents, durations, times, schedules) and `selectors` the
+//! selector lists.
 
 mod guards;
 mod selectors;
 mod splits;
+mod steering;
 
 pub(crate) use splits::may_meet;
 mod values;
@@ -17,12 +19,9 @@ use std::time::Duration;
 use serde_saphyr::{Location, Spanned};
 
 use super::error::{ConfigError, ConfigErrors};
-use super::raw::{FileBackend, FilePin, FileRollout, FileRouteTable, Text, TextList};
+use super::raw::{FileBackend, FileRouteTable, Text, TextList};
 use super::selector::VerbSet;
-use super::table::{
-    Backend, BackendId, Endpoint, Pin, PinReads, Reads, Rollout, RouteTable, Selectors, StickyBy,
-    Writes,
-};
+use super::table::{Backend, BackendId, Endpoint, Reads, RouteTable, Writes};
 use crate::classify::{ClientVersion, Verb};
 
 const API_VERSION: &str = "skewgate.io/v1alpha1";
@@ -269,131 +268,6 @@ impl Validator<'_> {
             }
             None => DEFAULT_FENCE,
         }
-    }
-
-    fn pins(&mut self, raw: Vec<Spanned<FilePin>>) -> Vec<Pin> {
-        let mut names = HashSet::new();
-        let mut out = Vec::new();
-        for (i, pin) in raw.into_iter().enumerate() {
-            let path = format!("writes.pins[{i}]");
-            self.spans.pins.push(pin.referenced);
-            let p: FilePin = pin.value;
-            let name = match &p.name {
-                Some(n) => {
-                    self.unique_name(&mut names, n, &format!("{path}.name"), "pin");
-                    n.value.clone()
-                }
-                None => path.clone(),
-            };
-            let selectors = Selectors {
-                namespaces: self.namespaces(p.namespaces.as_ref(), &path),
-                resources: self.resources(p.resources.as_ref(), &path),
-                ..Selectors::default()
-            };
-            let backend = self.backend_ref(&p.backend, &format!("{path}.backend"));
-            let reads = match p.reads.as_ref().map(|r| r.value.as_str()) {
-                None | Some("follow") => PinReads::Follow,
-                Some("rollout") => PinReads::Rollout,
-                Some(other) => {
-                    let at = p.reads.as_ref().map_or(pin.referenced, |r| r.referenced);
-                    self.error(
-                        at,
-                        format!("{path}.reads"),
-                        format!("{other:?} is neither follow nor rollout"),
-                    );
-                    PinReads::Follow
-                }
-            };
-            let flip_at = p
-                .flip_at
-                .as_ref()
-                .and_then(|t| self.timestamp(t, &format!("{path}.flipAt")));
-            let flip_from = p
-                .from
-                .as_ref()
-                .map(|f| self.backend_ref(f, &format!("{path}.from")));
-            if let (Some(from), None) = (&p.from, &p.flip_at) {
-                self.error(from.referenced, format!("{path}.from"), "from names the backend a pin moves from at flipAt: add flipAt, or leave from out");
-            } else if let Some(from) = p
-                .from
-                .as_ref()
-                // (compared by name: an unknown backend stands in as the first, and is already
-                // an error of its own)
-                .filter(|f| f.value == p.backend.value)
-            {
-                self.error(
-                    from.referenced,
-                    format!("{path}.from"),
-                    format!("from names the pin's own backend {:?}: a pin moves from another backend; leave from out if it does not move", from.value),
-                );
-            }
-            if selectors.is_match_all() {
-                self.warn(pin.referenced, &path, format!("pin {name:?} has no selector (namespaces, resources, verbs, users, groups, clients): it takes every write, and the reads that follow it, so writes.default and the pins after it never decide; give it a selector, or set writes.default instead"));
-            }
-            if let Some(first) = out.iter().find(|o: &&Pin| o.selectors.covers(&selectors)) {
-                self.warn(pin.referenced, &path, format!("never decides: pin {:?} before it covers every object this one names, and the first pin that matches decides; put this one first, or narrow that one", first.name));
-            }
-            out.push(Pin {
-                name,
-                selectors,
-                backend,
-                reads,
-                flip_at,
-                flip_from,
-            });
-        }
-        out
-    }
-
-    fn rollouts(&mut self, raw: Vec<Spanned<FileRollout>>, default: BackendId) -> Vec<Rollout> {
-        let mut names = HashSet::new();
-        let mut out: Vec<Rollout> = Vec::new();
-        for (i, r) in raw.into_iter().enumerate() {
-            let path = format!("reads.rollouts[{i}]");
-            let at = r.referenced;
-            self.spans.rollouts.push(at);
-            let mut r: FileRollout = r.value;
-            self.unique_name(&mut names, &r.name, &format!("{path}.name"), "rollout");
-            let selectors = self.match_selectors(
-                r.match_.take().unwrap_or_default(),
-                &format!("{path}.match"),
-            );
-            let to = self.backend_ref(&r.to, &format!("{path}.to"));
-            let sticky_by = match r.sticky_by.as_ref().map(|s| s.value.as_str()) {
-                None | Some("namespace") => StickyBy::Namespace,
-                Some("user") => StickyBy::User,
-                Some("object") => StickyBy::Object,
-                Some("client") => StickyBy::Client,
-                Some(other) => {
-                    let at = r.sticky_by.as_ref().map_or(at, |s| s.referenced);
-                    self.error(
-                        at,
-                        format!("{path}.stickyBy"),
-                        format!("{other:?} is not one of namespace, user, object, client"),
-                    );
-                    StickyBy::Namespace
-                }
-            };
-            let schedule = self.schedule(&r, at, &path);
-            let abort = r.abort.as_ref().and_then(|a| self.abort(&a.value, &path));
-            if to == default && !self.backend_names.is_empty() {
-                self.warn(r.to.referenced, format!("{path}.to"), format!("to is {:?}, reads.default itself: this rollout changes nothing; name the backend it rolls reads out to", r.to.value));
-            }
-            if let Some(first) = out.iter().find(|o| o.selectors.is_match_all()) {
-                self.warn(at, &path, format!("never decides: rollout {:?} before it has no match, so it takes every read first; give it a match, or put it last", first.name));
-            } else if let Some(first) = out.iter().find(|o| o.selectors.covers(&selectors)) {
-                self.warn(at, &path, format!("never decides: rollout {:?} before it matches every read this one matches, and the first rollout that matches decides; put this one first, or narrow that one", first.name));
-            }
-            out.push(Rollout {
-                name: r.name.value,
-                selectors,
-                to,
-                sticky_by,
-                schedule,
-                abort,
-            });
-        }
-        out
     }
 
     fn unique_name(&mut self, seen: &mut HashSet<String>, name: &Text, field: &str, what: &str) {

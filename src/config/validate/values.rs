@@ -6,7 +6,8 @@ use serde_saphyr::{Location, Spanned};
 
 use super::Validator;
 use crate::config::raw::{FileAbort, FileRollout, FileStep, Text};
-use crate::config::table::{Abort, Percent, Schedule, Step};
+use crate::config::schedule::{Percent, Schedule, Step};
+use crate::config::table::Abort;
 
 impl Validator<'_> {
     pub(super) fn schedule(&mut self, r: &FileRollout, at: Location, path: &str) -> Schedule {

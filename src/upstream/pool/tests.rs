@@ -1,6 +1,7 @@
 //! The pool's slot reservation and connection rate, against an in-process HTTP/2 server.
 
 use std::net::SocketAddr;
+use std::time::Duration;
 
 use bytes::Bytes;
 
