@@ -6,7 +6,10 @@
 //! - `window`: a flow-control window (RFC 9113, 6.9) and its checks: a WINDOW_UPDATE of 0 or one
 //!   past 2^31-1, a change of SETTINGS_INITIAL_WINDOW_SIZE that takes a window past it, data
 //!   received beyond what was granted.
-//! - `stream`: a stream's states once open (RFC 9113, 5.1), each end closed once.
+//! - `stream`: a stream as both keep it (h2's `Stream`): its states once open (RFC 9113, 5.1),
+//!   each end closed once, its failure, its handles, and what only its role keeps beside.
+//! - `recv`: a stream's receiving half: the body held for its reader, its trailers, the window
+//!   granted for it and given back as the reader takes the body.
 //! - `settings`: the peer's SETTINGS as both apply them (its codec's, and the initial window).
 //! - `closed`: the streams closed and forgotten, and what a frame on one comes to.
 //! - `held`: what a stream of either side holds beside its states: data not yet taken, why it
@@ -19,6 +22,7 @@ mod conn;
 #[cfg(any(test, feature = "fuzzing"))]
 pub(crate) mod fuzzing;
 mod held;
+mod recv;
 mod settings;
 mod store;
 mod stream;
@@ -27,7 +31,8 @@ mod window;
 pub(crate) use closed::Gone;
 pub(crate) use conn::{Bounds, Conn, Event, MAX_STREAM_ID, Role};
 pub(crate) use held::{Chunks, Failure, store_waker, wake};
+pub(crate) use recv::Next;
 pub(crate) use settings::{InitialWindow, apply_codec_settings};
 pub(crate) use store::Store;
-pub(crate) use stream::{Ends, StreamState};
+pub(crate) use stream::{Ends, Stream, StreamState};
 pub(crate) use window::Window;

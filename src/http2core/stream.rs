@@ -1,7 +1,99 @@
-//! A stream's state (RFC 9113, 5.1) from the time it is open, as both engines keep it: each end
-//! closes once, by END_STREAM or a reset, and never opens again. "Local" is what skewgate sends
-//! on the stream (a response to a client, a request to an apiserver), "remote" what the peer
-//! sends.
+//! A stream as both engines keep it (h2's `Stream`, shared by its client and server through its
+//! `Peer`): its state from the time it is open (RFC 9113, 5.1), each end closed once, by
+//! END_STREAM or a reset, and never opened again; why it failed; its receiving half
+//! (`recv.rs`); the task that sends on it; and the handles still held. "Local" is what skewgate
+//! sends on the stream (a response to a client, a request to an apiserver), "remote" what the
+//! peer sends. What only one role keeps is the stream's `role` part: the server's response queue
+//! and its verdicts on a reset stream (`edge::http2`), the client's response head and budget
+//! (`upstream::frames`).
+
+use std::task::Waker;
+
+use h2::frame::StreamId;
+
+use super::recv::{Next, Recv};
+use super::{Failure, wake};
+
+/// One stream of a connection; `R` is what only its role keeps.
+pub(crate) struct Stream<R> {
+    pub(crate) id: StreamId,
+    /// Which ends are closed: the peer's by END_STREAM received, skewgate's by END_STREAM sent
+    /// (queued, on the server); both by a reset.
+    pub(crate) ends: Ends,
+    pub(crate) failure: Option<Failure>,
+    /// What the peer sent and the reader has not taken.
+    pub(crate) recv: Recv,
+    /// The task that sends on the stream, waiting for room (or for a reset).
+    pub(crate) send_task: Option<Waker>,
+    /// The handles still held: the reader's, and the sender's.
+    pub(crate) recv_handle: bool,
+    pub(crate) send_handle: bool,
+    pub(crate) role: R,
+}
+
+impl<R> Stream<R> {
+    /// A stream opened as `id` with `ends` closed, the peer granted `window`; a handle is held for
+    /// each end still open.
+    pub(crate) fn new(id: StreamId, ends: Ends, window: u32, role: R) -> Stream<R> {
+        Stream {
+            id,
+            ends,
+            failure: None,
+            recv: Recv::new(window),
+            send_task: None,
+            recv_handle: !ends.recv_closed(),
+            send_handle: !ends.send_closed(),
+            role,
+        }
+    }
+
+    /// The error a handle is told, when the stream failed, or the whole connection did.
+    pub(crate) fn failed(&self, connection: Option<&Failure>) -> Option<h2::Error> {
+        self.failure.as_ref().or(connection).map(Failure::to_error)
+    }
+
+    /// Fails the stream with `why` unless it failed before, and wakes both its tasks; whether it
+    /// did.
+    pub(crate) fn fail(&mut self, why: Failure) -> bool {
+        if self.failure.is_some() {
+            return false;
+        }
+        self.failure = Some(why);
+        self.wake_both();
+        true
+    }
+
+    /// Wakes the reader and the sender.
+    pub(crate) fn wake_both(&mut self) {
+        wake(&mut self.recv.task);
+        wake(&mut self.send_task);
+    }
+
+    /// Whether the peer may still send on the stream: its end open, and the stream not failed.
+    pub(crate) fn receiving(&self) -> bool {
+        !self.ends.recv_closed() && self.failure.is_none()
+    }
+
+    /// What the reader takes next, and whether the body ends with it (`Recv::take`).
+    pub(crate) fn take(&mut self) -> (Next, bool) {
+        self.recv.take(self.ends.recv_closed())
+    }
+
+    /// `len` bytes taken by the reader (`Recv::release`), while the stream receives: the
+    /// WINDOW_UPDATE to send, if one is due.
+    pub(crate) fn release(
+        &mut self,
+        len: usize,
+        target: u32,
+        room: impl FnOnce(usize) -> bool,
+    ) -> Option<(StreamId, u32)> {
+        if !self.receiving() {
+            return None;
+        }
+        let grant = self.recv.release(len, target, room)?;
+        Some((self.id, grant))
+    }
+}
 
 /// The states of RFC 9113, 5.1, past idle (and the reserved states, which no server push makes).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -82,12 +82,7 @@ fn read_bodies(state: &mut ConnState) {
         if !s.recv_handle {
             continue;
         }
-        let mut taken = 0;
-        while let Some(chunk) = s.data.pop_front() {
-            taken += chunk.len();
-        }
-        taken += s.small.split().len();
-        s.held -= taken;
+        let taken = s.recv.drop_held();
         if s.ends.recv_closed() || s.failure.is_some() {
             s.recv_handle = false;
             state.release(key, taken);
@@ -112,13 +107,14 @@ fn check(state: &ConnState) {
         state.conn.out.len()
     );
     // What the responses hold unwritten is counted whole (`count_queued`, the response budget's).
-    let queued: usize = state.streams.iter().map(|(_, s)| s.queued_len).sum();
+    let queued: usize = state.streams.iter().map(|(_, s)| s.role.queued_len).sum();
     assert_eq!(queued, state.queued_total);
     for (_, s) in state.streams.iter() {
-        let window = s.send_window.size(state.send_initial);
+        let window = s.role.send_window.size(state.send_initial);
         assert!(window <= Window::MAX || state.conn.error.is_some());
-        assert!(s.recv_window.size() <= i64::from(limits.stream_window));
-        assert!(s.held <= limits.stream_window as usize, "{} held", s.held);
+        assert!(s.recv.window.size() <= i64::from(limits.stream_window));
+        let held = s.recv.held();
+        assert!(held <= limits.stream_window as usize, "{held} held");
     }
 }
 

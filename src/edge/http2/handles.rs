@@ -10,7 +10,7 @@ use h2::frame::{Headers, Pseudo};
 use http::HeaderMap;
 
 use super::state::ConnState;
-use crate::http2core::store_waker;
+use crate::http2core::{Next, store_waker};
 use crate::proxy::wire::{StreamBody, StreamSource};
 
 /// What the connection's task and its streams' handles share.
@@ -45,33 +45,27 @@ impl StreamSource for Shared {
         let Some(s) = state.streams.get_mut(key) else {
             return Poll::Ready(None);
         };
-        if let Some(why) = s.failure.as_ref().or(failed.as_ref()) {
-            return Poll::Ready(Some(Err(why.to_error())));
+        if let Some(error) = s.failed(failed.as_ref()) {
+            return Poll::Ready(Some(Err(error)));
         }
-        let data = s.data.pop_front().or_else(|| {
-            // The small payloads come after the others.
-            (!s.small.is_empty()).then(|| s.small.split().freeze())
-        });
-        if let Some(data) = data {
-            let len = data.len();
-            s.held -= len;
-            *ended = s.ends.recv_closed()
-                && s.data.is_empty()
-                && s.small.is_empty()
-                && s.trailers.is_none();
-            state.release(key, len);
-            return Poll::Ready(Some(Ok(http_body::Frame::data(data))));
+        let (taken, end) = s.take();
+        if !matches!(taken, Next::Nothing) {
+            *ended = end;
         }
-        if let Some(trailers) = s.trailers.take() {
-            *ended = true;
-            return Poll::Ready(Some(Ok(http_body::Frame::trailers(*trailers))));
+        match taken {
+            Next::Data(data) => {
+                state.release(key, data.len());
+                Poll::Ready(Some(Ok(http_body::Frame::data(data))))
+            }
+            Next::Trailers(trailers) => {
+                Poll::Ready(Some(Ok(http_body::Frame::trailers(*trailers))))
+            }
+            Next::End => Poll::Ready(None),
+            Next::Nothing => {
+                store_waker(&mut s.recv.task, cx);
+                Poll::Pending
+            }
         }
-        if s.ends.recv_closed() {
-            *ended = true;
-            return Poll::Ready(None);
-        }
-        store_waker(&mut s.reader, cx);
-        Poll::Pending
     }
 
     fn body_dropped(&self, key: usize) {
@@ -79,9 +73,7 @@ impl StreamSource for Shared {
         if let Some(s) = state.streams.get_mut(key) {
             s.recv_handle = false;
             // What came and was not read is not held any longer.
-            let held = std::mem::take(&mut s.held);
-            s.data.clear();
-            s.small = bytes::BytesMut::new();
+            let held = s.recv.drop_held();
             state.release(key, held);
         }
         state.settle(key);
@@ -129,15 +121,15 @@ impl Responder {
         let Some(s) = state.streams.get_mut(self.key) else {
             return Poll::Ready(Err(h2::Error::from(Reason::CANCEL)));
         };
-        if let Some(why) = s.failure.as_ref().or(failed.as_ref()) {
-            return Poll::Ready(Err(why.to_error()));
+        if let Some(error) = s.failed(failed.as_ref()) {
+            return Poll::Ready(Err(error));
         }
-        let room = s.send_window.size(initial) > s.queued_len as i64;
+        let room = s.role.send_window.size(initial) > s.role.queued_len as i64;
         if room && !held {
             self.shut = false;
             return Poll::Ready(Ok(()));
         }
-        store_waker(&mut s.writer, cx);
+        store_waker(&mut s.send_task, cx);
         if room {
             state.hold_back(self.key);
         } else {
@@ -177,10 +169,10 @@ impl Responder {
         let Some(s) = state.streams.get_mut(self.key) else {
             return Poll::Ready(h2::Error::from(Reason::CANCEL));
         };
-        match s.failure.as_ref().or(failed.as_ref()) {
-            Some(why) => Poll::Ready(why.to_error()),
+        match s.failed(failed.as_ref()) {
+            Some(error) => Poll::Ready(error),
             None => {
-                store_waker(&mut s.writer, cx);
+                store_waker(&mut s.send_task, cx);
                 Poll::Pending
             }
         }
@@ -197,7 +189,7 @@ impl Responder {
             return false;
         }
         // A client whose window is shut already is sent nothing of the body until it opens.
-        self.shut = s.send_window.is_shut(initial) || held;
+        self.shut = s.role.send_window.is_shut(initial) || held;
         let frame = Headers::new(s.id, Pseudo::response(head.status), head.headers);
         state.push(frame.into());
         true
@@ -219,23 +211,24 @@ impl Responder {
         let Some(s) = state.streams.get_mut(self.key) else {
             return Poll::Ready(Err(h2::Error::from(Reason::CANCEL)));
         };
-        if let Some(why) = s.failure.as_ref().or(failed.as_ref()) {
-            return Poll::Ready(Err(why.to_error()));
+        if let Some(error) = s.failed(failed.as_ref()) {
+            return Poll::Ready(Err(error));
         }
         // Beyond one chunk, no more is held than the client's windows take at once: a client that
         // does not read holds one chunk here, and the apiserver's stream window upstream.
         let room = s
+            .role
             .send_window
             .size(initial)
             .min(connection_window.size())
             .min(limit as i64);
-        if s.queued_len > 0 && s.queued_len as i64 >= room && end.is_none() {
-            store_waker(&mut s.writer, cx);
+        if s.role.queued_len > 0 && s.role.queued_len as i64 >= room && end.is_none() {
+            store_waker(&mut s.send_task, cx);
             state.block(self.key);
             return Poll::Pending;
         }
         let data = chunk.take().unwrap_or_default();
-        self.shut = s.send_window.size(initial) <= (s.queued_len + data.len()) as i64
+        self.shut = s.role.send_window.size(initial) <= (s.role.queued_len + data.len()) as i64
             || (spent && !data.is_empty());
         state.queue_data(self.key, data, end);
         Poll::Ready(Ok(()))

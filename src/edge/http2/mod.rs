@@ -22,10 +22,12 @@
 //!   `stream`: a stream's response, awaited and piped; `streams`: the connection's streams, polled
 //!   when woken.
 //! - here: the connection's task: its woken streams polled by it, the connection driven only when
-//!   it was woken for it, keep-alive PINGs (`KeepAlive`), and a graceful GOAWAY.
+//!   it was woken for it; `control`: what it watches beside its frames, the server's shutdown (a
+//!   graceful GOAWAY) and keep-alive PINGs.
 
 mod blocks;
 mod conn;
+mod control;
 #[cfg(any(test, feature = "fuzzing"))]
 pub(crate) mod fuzzing;
 mod handles;
@@ -40,6 +42,7 @@ mod streams;
 #[cfg(test)]
 mod tests;
 
+use control::{Control, KeepAlive};
 use handles::{Responder, Shared};
 use state::ConnState;
 use stream::StreamTask;
@@ -54,10 +57,8 @@ use std::task::{Context, Poll, Wake, Waker};
 use std::time::Duration;
 
 use futures_util::task::AtomicWaker;
-use h2::frame::Ping;
 use http::{Request, Response};
 use tokio::io::{AsyncRead, AsyncWrite};
-use tokio::time::{Instant, Sleep};
 
 use crate::http2core::Failure;
 use crate::proxy::entry::Incoming;
@@ -250,30 +251,6 @@ where
 /// Turns of the connection (up to 32 frames read each) in one poll of its task.
 const MAX_TURNS: usize = 8;
 
-/// What a connection watches beside its frames: the server's shutdown (GOAWAY, then its streams
-/// finish) and its keep-alive PINGs.
-struct Control<'a> {
-    shutdown: Pin<&'a mut (dyn Future<Output = ()> + Send)>,
-    shutting_down: bool,
-    keep_alive: KeepAlive,
-}
-
-impl Control<'_> {
-    /// Polled when the control was woken; ready when the connection is to close now.
-    fn poll(&mut self, waker: &Waker, shared: &Shared) -> Poll<()> {
-        let mut cx = Context::from_waker(waker);
-        if !self.shutting_down && self.shutdown.as_mut().poll(&mut cx).is_ready() {
-            self.shutting_down = true;
-            shared.lock().graceful_go_away();
-        }
-        if self.keep_alive.poll_timed_out(&mut cx, shared).is_ready() {
-            tracing::debug!("an HTTP/2 client did not answer PING in time; closing");
-            return Poll::Ready(());
-        }
-        Poll::Pending
-    }
-}
-
 /// Who woke a connection's task: the connection (bytes came, a stream queued a frame) or its
 /// control (shutdown, keep-alive). The task polls only what woke it, and a stream that queues a
 /// frame while the task polls it does not make the task run once more: the connection is driven
@@ -353,56 +330,5 @@ impl Wake for ControlWake {
     fn wake_by_ref(self: &Arc<Self>) {
         self.woken.store(true, Ordering::Release);
         self.conn.task.wake();
-    }
-}
-
-/// The connection's keep-alive PINGs: one every `ping_every`, each answered within `ping_timeout`.
-///
-/// hyper PINGed only a connection that had read nothing for the interval, at the cost of a lock
-/// taken on every frame received; a PING of 17 bytes every 30 seconds on a busy connection costs
-/// less than that lock on one request.
-struct KeepAlive {
-    every: Duration,
-    timeout: Duration,
-    /// When the next PING is due, or when the one sent has timed out.
-    sleep: Pin<Box<Sleep>>,
-    /// When the PING waiting for its answer was sent.
-    sent: Option<Instant>,
-}
-
-impl KeepAlive {
-    fn new(config: &Config) -> KeepAlive {
-        KeepAlive {
-            every: config.ping_every,
-            timeout: config.ping_timeout,
-            sleep: Box::pin(tokio::time::sleep(config.ping_every)),
-            sent: None,
-        }
-    }
-
-    /// Sends the PING when it is due; ready when the one sent has not been answered in time.
-    fn poll_timed_out(&mut self, cx: &mut Context<'_>, shared: &Shared) -> Poll<()> {
-        loop {
-            if let Some(at) = self.sent
-                && shared.lock().ponged
-            {
-                self.sent = None;
-                self.sleep.as_mut().reset(at + self.every);
-            }
-            if self.sleep.as_mut().poll(cx).is_pending() {
-                return Poll::Pending;
-            }
-            if self.sent.is_some() {
-                return Poll::Ready(());
-            }
-            let now = Instant::now();
-            let mut state = shared.lock();
-            state.ponged = false;
-            // The answer wakes this task's control, which comes back here.
-            state.pong_waker = Some(cx.waker().clone());
-            state.push(Ping::new(conn::PING_PAYLOAD).into());
-            self.sent = Some(now);
-            self.sleep.as_mut().reset(now + self.timeout);
-        }
     }
 }

@@ -7,9 +7,8 @@ use h2::frame::{Data, Headers, Pseudo, Reset, StreamId, WindowUpdate};
 use http::{HeaderMap, StatusCode};
 
 use super::request::{self, Malformed};
-use super::state::{ConnState, Opened, SendWindow, ServerStream};
-use crate::http2core::{Chunks, Failure, wake};
-use crate::http2core::{Ends, Gone, Window};
+use super::state::{ConnState, Opened, ServerPart, ServerStream};
+use crate::http2core::{Ends, Failure, Gone, Stream, wake};
 
 impl ConnState {
     /// A HEADERS frame opening a stream (an odd id above any before, `Conn::recv`). Returns the
@@ -48,7 +47,7 @@ impl ConnState {
         let Some((key, s)) = self.stream(id) else {
             return self.conn.closed_headers(id, end);
         };
-        match &mut s.gone {
+        match &mut s.role.gone {
             None => self.on_trailers(key, frame),
             Some(gone) => {
                 let verdict = gone.on_headers(end);
@@ -96,34 +95,10 @@ impl ConnState {
         end_stream: bool,
         content_length: Option<u64>,
     ) -> usize {
-        let key = self.streams.insert(
-            u32::from(id),
-            ServerStream {
-                id,
-                data: Chunks::default(),
-                held: 0,
-                small: bytes::BytesMut::new(),
-                trailers: None,
-                ends: Ends::new(end_stream, false),
-                recv_window: Window::new(self.limits.stream_window),
-                released: 0,
-                content_length,
-                reader: None,
-                send_window: SendWindow::default(),
-                in_blocked: false,
-                in_held_back: false,
-                queued: Chunks::default(),
-                queued_len: 0,
-                end_queued: None,
-                in_ready: false,
-                writer: None,
-                failure: None,
-                gone: None,
-                recv_handle: !end_stream,
-                send_handle: true,
-                open: true,
-            },
-        );
+        let ends = Ends::new(end_stream, false);
+        let window = self.limits.stream_window;
+        let stream = Stream::new(id, ends, window, ServerPart::new(content_length));
+        let key = self.streams.insert(u32::from(id), stream);
         self.open += 1;
         key
     }
@@ -152,13 +127,13 @@ impl ConnState {
             && pseudo.path.is_none()
             && pseudo.protocol.is_none()
             && pseudo.status.is_none();
-        if !end || !pseudo_free || s.content_length.is_some_and(|left| left != 0) {
+        if !end || !pseudo_free || s.role.content_length.is_some_and(|left| left != 0) {
             tracing::debug!(stream = ?id, "malformed trailers from an HTTP/2 client");
             return self.reset_for(key, Reason::PROTOCOL_ERROR);
         }
-        s.trailers = Some(Box::new(fields));
+        s.recv.trailers = Some(Box::new(fields));
         s.ends.close_recv();
-        wake(&mut s.reader);
+        wake(&mut s.recv.task);
         self.settle(key);
     }
 
@@ -172,7 +147,7 @@ impl ConnState {
             // Closed and forgotten: RST_STREAM STREAM_CLOSED, as h2 answers it.
             return self.conn.closed_data(id, flow, end);
         };
-        if let Some(gone) = &mut s.gone {
+        if let Some(gone) = &mut s.role.gone {
             let verdict = gone.on_data(flow, end);
             return self.conn.judge(id, verdict, flow);
         }
@@ -196,7 +171,7 @@ impl ConnState {
         if !s.recv_handle {
             return self.drop_unread(key, flow, end);
         }
-        let within = s.recv_window.receive(flow).is_ok();
+        let within = s.recv.window.receive(flow).is_ok();
         let over_length = s.count_length(payload.len(), end);
         if !within || over_length {
             let reason = if over_length {
@@ -209,15 +184,15 @@ impl ConnState {
         }
         if payload.is_empty() {
             given_back = flow;
-            s.recv_window.grant(flow);
+            s.recv.window.grant(flow);
         } else {
-            s.recv_window.grant(given_back);
-            s.hold(payload);
+            s.recv.window.grant(given_back);
+            s.recv.hold_coalesced(payload);
         }
         if end {
             s.ends.close_recv();
         }
-        wake(&mut s.reader);
+        wake(&mut s.recv.task);
         self.give_back(given_back);
         if end {
             self.settle(key);
@@ -252,18 +227,12 @@ impl ConnState {
     /// Data the request's body took off stream `key`: the stream's window given back once half of
     /// it was taken (as h2 does), unless the stream is done receiving; the connection's with it.
     pub(super) fn release(&mut self, key: usize, len: usize) {
-        let stream_grant = match self.streams.get_mut(key) {
-            Some(s) if !s.ends.recv_closed() && s.failure.is_none() => {
-                s.released = s.released.saturating_add(len as u32);
-                (s.released >= self.limits.stream_window / 2).then(|| {
-                    let grant = std::mem::take(&mut s.released);
-                    s.recv_window.grant(grant as usize);
-                    (s.id, grant)
-                })
-            }
-            _ => None,
-        };
-        if let Some((id, grant)) = stream_grant {
+        let target = self.limits.stream_window;
+        let grant = self
+            .streams
+            .get_mut(key)
+            .and_then(|s| s.release(len, target, |_| true));
+        if let Some((id, grant)) = grant {
             self.push(WindowUpdate::new(id, grant).into());
         }
         self.give_back(len);
@@ -275,35 +244,17 @@ impl ConnState {
             && s.failure.is_none()
         {
             s.failure = Some(Failure::Reset(reason));
-            s.gone = Some(Gone::Closed);
+            s.role.gone = Some(Gone::Closed);
             self.close(key);
         }
     }
 }
 
-/// A DATA payload shorter than this is copied into the stream's `small` buffer (h2's
-/// `DEFAULT_DATA_FRAME_OVERHEAD_THRESHOLD`: about what one held chunk costs beside its bytes).
-const SMALL_DATA: usize = 256;
-
 impl ServerStream {
-    /// Holds a payload for the request's body: a small one copied behind the others, a larger one
-    /// as it came (after the small ones held before it).
-    fn hold(&mut self, payload: Bytes) {
-        self.held += payload.len();
-        if payload.len() < SMALL_DATA {
-            self.small.extend_from_slice(&payload);
-            return;
-        }
-        if !self.small.is_empty() {
-            self.data.push_back(self.small.split().freeze());
-        }
-        self.data.push_back(payload);
-    }
-
     /// Counts `len` bytes of data against the request's `content-length`; whether they go past it,
     /// or end the body short of it.
     fn count_length(&mut self, len: usize, end: bool) -> bool {
-        let Some(left) = &mut self.content_length else {
+        let Some(left) = &mut self.role.content_length else {
             return false;
         };
         match left.checked_sub(len as u64) {

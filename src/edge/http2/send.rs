@@ -20,14 +20,14 @@ impl ConnState {
         if s.failure.is_some() {
             return;
         }
-        let was_shut = s.send_window.size(initial) <= s.queued_len as i64;
-        if let Err(reason) = s.send_window.widen(initial, increment) {
+        let was_shut = s.role.send_window.size(initial) <= s.role.queued_len as i64;
+        if let Err(reason) = s.role.send_window.widen(initial, increment) {
             return self.reset_for(key, reason);
         }
-        let offset = s.send_window.offset();
+        let offset = s.role.send_window.offset();
         // A pipe waiting for room takes from the apiserver's answer again (`poll_room`).
-        if was_shut && s.send_window.size(initial) > s.queued_len as i64 {
-            wake(&mut s.writer);
+        if was_shut && s.role.send_window.size(initial) > s.role.queued_len as i64 {
+            wake(&mut s.send_task);
         }
         self.send_peak = self.send_peak.max(offset);
         self.schedule(key);
@@ -43,7 +43,7 @@ impl ConnState {
             let largest = self
                 .streams
                 .iter()
-                .map(|(_, s)| s.send_window.offset())
+                .map(|(_, s)| s.role.send_window.offset())
                 .max();
             self.send_peak = largest.unwrap_or(0);
             if initial + self.send_peak > Window::MAX {
@@ -54,8 +54,8 @@ impl ConnState {
         if delta > 0 {
             for key in std::mem::take(&mut self.blocked) {
                 if let Some(s) = self.streams.get_mut(key) {
-                    s.in_blocked = false;
-                    wake(&mut s.writer);
+                    s.role.in_blocked = false;
+                    wake(&mut s.send_task);
                 }
                 self.schedule(key);
             }
@@ -65,19 +65,19 @@ impl ConnState {
     /// Stream `key` waits for room in its own window: woken when a SETTINGS widens it.
     pub(super) fn block(&mut self, key: usize) {
         list_once(&mut self.streams, &mut self.blocked, key, |s| {
-            &mut s.in_blocked
+            &mut s.role.in_blocked
         });
     }
 
     /// Puts stream `key` in the queue of streams with data to write, if it has some and room.
     pub(super) fn schedule(&mut self, key: usize) {
         if let Some(s) = self.streams.get_mut(key)
-            && !s.in_ready
+            && !s.role.in_ready
             && s.failure.is_none()
-            && (s.end_queued.is_some()
-                || (!s.queued.is_empty() && !s.send_window.is_shut(self.send_initial)))
+            && (s.role.end_queued.is_some()
+                || (!s.role.queued.is_empty() && !s.role.send_window.is_shut(self.send_initial)))
         {
-            s.in_ready = true;
+            s.role.in_ready = true;
             self.ready.push_back(key);
             self.conn.wake();
         }
@@ -98,13 +98,13 @@ impl ConnState {
             return;
         }
         if !chunk.is_empty() {
-            s.queued_len += chunk.len();
+            s.role.queued_len += chunk.len();
             let n = chunk.len();
-            s.queued.push_back(chunk);
+            s.role.queued.push_back(chunk);
             count_queued(&mut self.queued_total, self.budget.as_deref(), n as isize);
         }
         if let Some(end) = end {
-            s.end_queued = Some(end);
+            s.role.end_queued = Some(end);
             s.ends.close_send();
         }
         self.schedule(key);
@@ -117,7 +117,7 @@ impl ConnState {
             let Some(s) = self.streams.get_mut(key) else {
                 continue;
             };
-            s.in_ready = false;
+            s.role.in_ready = false;
             match self.take_frame(key) {
                 Taken::Frame(frame) => {
                     self.schedule(key);
@@ -128,7 +128,7 @@ impl ConnState {
                 Taken::ConnectionWindowShut => {
                     // The stream waits in turn for the connection's window.
                     if let Some(s) = self.streams.get_mut(key) {
-                        s.in_ready = true;
+                        s.role.in_ready = true;
                     }
                     self.ready.push_front(key);
                     return None;
@@ -147,8 +147,8 @@ impl ConnState {
         if s.failure.is_some() {
             return Taken::Nothing;
         }
-        let Some(mut chunk) = s.queued.pop_front() else {
-            return match s.end_queued.take() {
+        let Some(mut chunk) = s.role.queued.pop_front() else {
+            return match s.role.end_queued.take() {
                 Some(Some(trailers)) => {
                     let mut frame = Headers::trailers(s.id, *trailers);
                     frame.set_end_stream();
@@ -164,14 +164,15 @@ impl ConnState {
         };
         let initial = self.send_initial;
         let room = s
+            .role
             .send_window
             .size(initial)
             .min(self.conn.send_window.size())
             .min(self.conn.max_frame as i64);
         if room <= 0 {
-            s.queued.push_front(chunk);
+            s.role.queued.push_front(chunk);
             // Shut by the stream's own window, it waits out of turn for its WINDOW_UPDATE.
-            return if self.conn.send_window.is_shut() && !s.send_window.is_shut(initial) {
+            return if self.conn.send_window.is_shut() && !s.role.send_window.is_shut(initial) {
                 Taken::ConnectionWindowShut
             } else {
                 self.block(key);
@@ -180,26 +181,26 @@ impl ConnState {
         }
         if chunk.len() as i64 > room {
             let rest = chunk.split_off(room as usize);
-            s.queued.push_front(rest);
+            s.role.queued.push_front(rest);
         }
         let n = chunk.len();
-        s.send_window.spend(n);
+        s.role.send_window.spend(n);
         self.conn.send_window.spend(n);
-        s.queued_len -= n;
+        s.role.queued_len -= n;
         count_queued(
             &mut self.queued_total,
             self.budget.as_deref(),
             -(n as isize),
         );
-        let last = s.queued.is_empty() && matches!(s.end_queued, Some(None));
+        let last = s.role.queued.is_empty() && matches!(s.role.end_queued, Some(None));
         if last {
-            s.end_queued = None;
+            s.role.end_queued = None;
         }
         self.written += 1;
         let mut frame = Data::new(s.id, chunk);
         frame.set_end_stream(last);
         // The pipe may take more now (it checks how much).
-        wake(&mut s.writer);
+        wake(&mut s.send_task);
         if self.queued_total == 0 && !self.held_back.is_empty() {
             self.release_held_back();
         }

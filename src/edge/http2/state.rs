@@ -8,14 +8,14 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::task::Waker;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use h2::Reason;
 use h2::frame::{Frame, Reset, StreamId};
 use http::{HeaderMap, Request};
 
 use super::Limits;
 pub(super) use super::send_window::SendWindow;
-use crate::http2core::{Bounds, Conn, Ends, Gone, Role, Store, StreamState, Window};
+use crate::http2core::{Bounds, Conn, Gone, Role, Store, Stream, StreamState};
 use crate::http2core::{Chunks, Failure, wake};
 use crate::upstream::ResponseBudget;
 
@@ -24,30 +24,15 @@ use crate::upstream::ResponseBudget;
 /// its socket is not read either, as h2 does not read past an unsent PONG.
 pub(super) const MAX_QUEUED: usize = 256;
 
-/// One stream of the connection.
-pub(super) struct ServerStream {
-    pub(super) id: StreamId,
-    // The request, as the client sends it.
-    /// Request data not yet taken by the request's body, and its length (`small` with it).
-    pub(super) data: Chunks,
-    pub(super) held: usize,
-    /// Payloads of small DATA frames, copied together after `data`: a client that sends its body
-    /// in frames of a few bytes holds no more chunks than bytes allow, nor pins the read buffers
-    /// they came in (h2 bounds them with its `data_frame_budget`).
-    pub(super) small: BytesMut,
-    /// Boxed: few requests have trailers.
-    pub(super) trailers: Option<Box<HeaderMap>>,
-    /// Which ends are closed (RFC 9113, 5.1): the request's by END_STREAM received, the
-    /// response's once its end was queued to be written; both by a reset.
-    pub(super) ends: Ends,
-    /// How much more the client may send on the stream, as skewgate granted it.
-    pub(super) recv_window: Window,
-    /// Data the request took and skewgate has not given back to the client yet.
-    pub(super) released: u32,
+/// One stream of the connection (`http2core::Stream`): its request received as its receiving
+/// half, its response sent from the server's part.
+pub(super) type ServerStream = Stream<ServerPart>;
+
+/// What only the server keeps of a stream: what the request's `content-length` still allows, the
+/// response queued and the client's window for it, and how the stream closed.
+pub(super) struct ServerPart {
     /// What the request's `content-length` says is still to come.
     pub(super) content_length: Option<u64>,
-    pub(super) reader: Option<Waker>,
-    // The response, as skewgate sends it.
     /// How much more skewgate may send on the stream, as the client granted it, beside its
     /// initial window (`ConnState::send_initial`).
     pub(super) send_window: SendWindow,
@@ -62,16 +47,28 @@ pub(super) struct ServerStream {
     pub(super) end_queued: Option<Option<Box<HeaderMap>>>,
     /// In the queue of streams with data to write.
     pub(super) in_ready: bool,
-    /// The stream's response (its pipe), waiting for room or for a reset.
-    pub(super) writer: Option<Waker>,
-    pub(super) failure: Option<Failure>,
     /// How the stream closed, when it was reset: what the client may still send on it.
     pub(super) gone: Option<Gone>,
-    /// The handles still held: the request body's and the response's.
-    pub(super) recv_handle: bool,
-    pub(super) send_handle: bool,
     /// Counted among the open streams.
     pub(super) open: bool,
+}
+
+impl ServerPart {
+    /// A stream just opened, its request's `content-length` as it said.
+    pub(super) fn new(content_length: Option<u64>) -> ServerPart {
+        ServerPart {
+            content_length,
+            send_window: SendWindow::default(),
+            in_blocked: false,
+            in_held_back: false,
+            queued: Chunks::default(),
+            queued_len: 0,
+            end_queued: None,
+            in_ready: false,
+            gone: None,
+            open: true,
+        }
+    }
 }
 
 /// The connection's state.
@@ -224,7 +221,7 @@ impl ConnState {
         }
         let id = s.id;
         s.failure = Some(Failure::Reset(reason));
-        s.gone = Some(s.gone_by_reset());
+        s.role.gone = Some(s.gone_by_reset());
         self.close(key);
         self.refuse(id, reason);
     }
@@ -240,7 +237,7 @@ impl ConnState {
         }
         let id = s.id;
         s.failure = Some(Failure::Reset(reason));
-        s.gone = Some(s.gone_by_reset());
+        s.role.gone = Some(s.gone_by_reset());
         self.close(key);
         self.push(Reset::new(id, reason).into());
     }
@@ -249,14 +246,11 @@ impl ConnState {
     pub(super) fn close(&mut self, key: usize) {
         if let Some(s) = self.streams.get_mut(key) {
             s.ends.close();
-            let dropped = std::mem::take(&mut s.held);
-            s.data.clear();
-            s.small = BytesMut::new();
-            s.queued.clear();
-            let unwritten = std::mem::take(&mut s.queued_len);
-            s.end_queued = None;
-            wake(&mut s.reader);
-            wake(&mut s.writer);
+            let dropped = s.recv.drop_held();
+            s.role.queued.clear();
+            let unwritten = std::mem::take(&mut s.role.queued_len);
+            s.role.end_queued = None;
+            s.wake_both();
             self.give_back(dropped);
             self.count_queued(-(unwritten as isize));
         }
@@ -270,14 +264,14 @@ impl ConnState {
             return;
         };
         let over = s.is_over();
-        if over && std::mem::take(&mut s.open) {
+        if over && std::mem::take(&mut s.role.open) {
             self.open -= 1;
         }
-        if s.recv_handle || s.send_handle || s.in_ready {
+        if s.recv_handle || s.send_handle || s.role.in_ready {
             return;
         }
         if !over {
-            if s.ends.send_closed() && (!s.queued.is_empty() || s.end_queued.is_some()) {
+            if s.ends.send_closed() && (!s.role.queued.is_empty() || s.role.end_queued.is_some()) {
                 // The response is whole but not yet written (it waits for the client's window):
                 // settled again when its end is written.
                 return;
@@ -292,7 +286,7 @@ impl ConnState {
             };
             return self.reset(key, reason);
         }
-        let (id, gone) = (u32::from(s.id), s.gone.unwrap_or(Gone::Ended));
+        let (id, gone) = (u32::from(s.id), s.role.gone.unwrap_or(Gone::Ended));
         self.streams.remove(key, id);
         self.conn.remember(StreamId::from(id), gone);
     }
@@ -314,15 +308,15 @@ impl ConnState {
     /// Stream `key` waits, held back by the budget, for the connection's data to be written.
     pub(super) fn hold_back(&mut self, key: usize) {
         let list = &mut self.held_back;
-        super::send::list_once(&mut self.streams, list, key, |s| &mut s.in_held_back);
+        super::send::list_once(&mut self.streams, list, key, |s| &mut s.role.in_held_back);
     }
 
     /// The connection's data is all written: the streams held back by the budget go on.
     pub(super) fn release_held_back(&mut self) {
         for key in std::mem::take(&mut self.held_back) {
             if let Some(s) = self.streams.get_mut(key) {
-                s.in_held_back = false;
-                wake(&mut s.writer);
+                s.role.in_held_back = false;
+                wake(&mut s.send_task);
             }
         }
     }
@@ -346,12 +340,12 @@ impl ConnState {
         }
         self.ready.clear();
         for (_, s) in self.streams.iter_mut() {
-            s.in_ready = false;
+            s.role.in_ready = false;
         }
     }
 }
 
-impl ServerStream {
+impl Stream<ServerPart> {
     /// How the stream closes when it is reset now: what the client may still send on it, if it
     /// had not ended its side.
     pub(super) fn gone_by_reset(&self) -> Gone {
@@ -360,7 +354,7 @@ impl ServerStream {
             StreamState::HalfClosedRemote | StreamState::Closed => Gone::Closed,
             // Still open: what was in flight, up to its window, may come yet.
             StreamState::Open | StreamState::HalfClosedLocal => Gone::Reset {
-                window: self.recv_window.size().max(0),
+                window: self.recv.window.size().max(0),
             },
         }
     }
@@ -368,7 +362,9 @@ impl ServerStream {
     /// Over both ways: reset, or the request received whole and the response's end written.
     pub(super) fn is_over(&self) -> bool {
         self.failure.is_some()
-            || (self.ends.is_closed() && self.queued.is_empty() && self.end_queued.is_none())
+            || (self.ends.is_closed()
+                && self.role.queued.is_empty()
+                && self.role.end_queued.is_none())
     }
 }
 

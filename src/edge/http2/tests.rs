@@ -257,7 +257,7 @@ fn a_settings_moves_every_streams_window_and_touches_only_the_streams_waiting_fo
     let initial = state.send_initial;
     for key in &keys {
         let s = state.streams.get_mut(*key).expect("stream");
-        assert_eq!(s.send_window.size(initial), 1 << 20);
+        assert_eq!(s.role.send_window.size(initial), 1 << 20);
     }
     assert!(state.conn.error.is_none());
     // A window taken past 2^31-1 by a SETTINGS is the connection's FLOW_CONTROL_ERROR.

@@ -77,9 +77,9 @@ fn take_responses(state: &mut LinkState) {
         let Some(s) = state.streams.get_mut(key) else {
             continue;
         };
-        s.head.take();
+        s.role.head.take();
         let mut taken = 0;
-        while let Some(chunk) = s.data.pop_front() {
+        while let Some(chunk) = s.recv.data.pop_front() {
             taken += chunk.len();
         }
         state.taken(taken);
@@ -98,17 +98,17 @@ fn check(state: &LinkState, budget: &ResponseBudget) {
     );
     let (mut held, mut promised) = (0, 0);
     for (_, s) in state.streams.iter() {
-        assert!(s.send_window.size() <= MAX_WINDOW);
-        assert!(s.recv_window.size() <= i64::from(STREAM_WINDOW));
+        assert!(s.role.send_window.size() <= MAX_WINDOW);
+        assert!(s.recv.window.size() <= i64::from(STREAM_WINDOW));
         // No stream holds more than its window, and none is given more than that.
         assert!(
-            s.data.len() <= STREAM_WINDOW as usize,
+            s.recv.data.len() <= STREAM_WINDOW as usize,
             "{} held",
-            s.data.len()
+            s.recv.data.len()
         );
-        assert!(s.recv_window.size() + s.data.len() as i64 <= i64::from(STREAM_WINDOW));
-        held += s.data.len();
-        promised += s.promised as usize;
+        assert!(s.recv.window.size() + s.recv.data.len() as i64 <= i64::from(STREAM_WINDOW));
+        held += s.recv.data.len();
+        promised += s.role.promised as usize;
     }
     assert_eq!(promised, state.promised);
     assert_eq!(promised, budget.promised());

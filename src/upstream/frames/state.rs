@@ -12,10 +12,10 @@ use h2::frame::{Data, Frame, Headers, Reset, StreamId, WindowUpdate};
 use http::{HeaderMap, StatusCode};
 
 use super::CONNECTION_WINDOW;
-use super::stream::UpstreamStream;
+use super::stream::{self, UpstreamStream};
 use super::windows::Shrink;
-use crate::http2core::{Bounds, Conn, Ends, MAX_STREAM_ID, Role, Store, Window};
-use crate::http2core::{Chunks, Failure, wake};
+use crate::http2core::{Bounds, Conn, MAX_STREAM_ID, Role, Store};
+use crate::http2core::{Failure, wake};
 use crate::upstream::budget::{Level, ResponseBudget, SMALL_WINDOW};
 
 /// The connection's state.
@@ -97,26 +97,9 @@ impl LinkState {
             .unwrap_or(StreamId::from(MAX_STREAM_ID));
         let frame = headers(id);
         let end = frame.is_end_stream();
-        let key = self.streams.insert(
-            u32::from(id),
-            UpstreamStream {
-                id,
-                head: None,
-                head_seen: false,
-                data: Chunks::default(),
-                trailers: None,
-                ends: Ends::new(false, end),
-                failure: None,
-                recv_window: Window::new(self.level.window()),
-                released: 0,
-                send_window: self.conn.peer_initial_window.window(),
-                recv_task: None,
-                send_task: None,
-                recv_handle: true,
-                send_handle: !end,
-                promised: 0,
-            },
-        );
+        let send_window = self.conn.peer_initial_window.window();
+        let stream = stream::open(id, end, self.level.window(), send_window);
+        let key = self.streams.insert(u32::from(id), stream);
         self.recount(key);
         self.push(frame.into());
         key
@@ -127,28 +110,15 @@ impl LinkState {
     /// than keeps what the apiserver may send and what the stream holds within the window (the
     /// small one under pressure).
     pub(super) fn release(&mut self, key: usize, len: usize) {
-        let target = i64::from(self.target());
+        let target = self.target();
         let Some(s) = self.streams.get_mut(key) else {
             return;
         };
-        if s.ends.recv_closed() || s.failure.is_some() {
-            return;
-        }
-        s.released = s.released.saturating_add(len as u32);
-        if i64::from(s.released) >= target / 2 {
-            let credit = s.recv_window.size() + s.data.len() as i64;
-            let grant = (target - credit).min(i64::from(s.released));
-            // Only what the response budget has room for: it is a bound for the process.
-            if grant > 0 && !self.budget.has_room(grant as usize) {
-                return;
-            }
-            s.released = 0;
-            if grant > 0 {
-                s.recv_window.grant(grant as usize);
-                let id = s.id;
-                self.push(WindowUpdate::new(id, grant as u32).into());
-                self.recount(key);
-            }
+        // Only what the response budget has room for: it is a bound for the process.
+        let budget = &self.budget;
+        if let Some((id, grant)) = s.release(len, target, |grant| budget.has_room(grant)) {
+            self.push(WindowUpdate::new(id, grant).into());
+            self.recount(key);
         }
     }
 
@@ -172,15 +142,11 @@ impl LinkState {
     /// told; its id, to reset it.
     fn stop(&mut self, key: usize, reason: Reason) -> Option<StreamId> {
         let s = self.streams.get_mut(key)?;
-        if s.failure.is_some() || s.ends.is_closed() {
+        if s.ends.is_closed() || !s.fail(Failure::Reset(reason)) {
             return None;
         }
-        s.failure = Some(Failure::Reset(reason));
         s.ends.close_send();
-        let dropped = s.data.len();
-        s.data.clear();
-        wake(&mut s.recv_task);
-        wake(&mut s.send_task);
+        let dropped = s.recv.drop_held();
         let id = s.id;
         self.taken(dropped);
         self.recount(key);
@@ -203,8 +169,8 @@ impl LinkState {
             self.reset(key, Reason::CANCEL);
         }
         if gone && let Some(s) = self.streams.remove(key, u32::from(id)) {
-            self.taken(s.data.len());
-            self.unpromise(s.promised as usize);
+            self.taken(s.recv.held());
+            self.unpromise(s.role.promised as usize);
             // The pool let go of the connection: it ends with its last stream.
             if self.released_by_pool && self.streams.is_empty() {
                 self.conn.wake();
@@ -224,11 +190,11 @@ impl LinkState {
         let Some((key, s)) = self.stream(id) else {
             return self.conn.closed_headers(id, end);
         };
-        if s.failure.is_some() || s.ends.recv_closed() {
+        if !s.receiving() {
             return;
         }
         let (pseudo, fields) = frame.into_parts();
-        let wellformed = match (!s.head_seen, pseudo.status) {
+        let wellformed = match (!s.role.head_seen, pseudo.status) {
             // An informational head is skipped; one that ends the stream is malformed (RFC 9113,
             // 8.1), and no client is to take it for the final answer.
             (true, Some(status)) if status.is_informational() => {
@@ -238,13 +204,13 @@ impl LinkState {
                 false
             }
             (true, Some(status)) => {
-                s.head = Some(response_head(status, fields));
-                s.head_seen = true;
+                s.role.head = Some(response_head(status, fields));
+                s.role.head_seen = true;
                 true
             }
             // Trailers end the stream; a second head that does not is malformed.
             (false, None) if end => {
-                s.trailers = Some(Box::new(fields));
+                s.recv.trailers = Some(Box::new(fields));
                 true
             }
             _ => false,
@@ -255,7 +221,7 @@ impl LinkState {
         if end {
             s.ends.close_recv();
         }
-        wake(&mut s.recv_task);
+        wake(&mut s.recv.task);
         self.recount(key);
     }
 
@@ -275,11 +241,11 @@ impl LinkState {
         let Some(s) = self.streams.get_mut(key) else {
             return;
         };
-        if s.failure.is_some() || s.ends.recv_closed() {
+        if !s.receiving() {
             return;
         }
-        let within = s.recv_window.receive(flow_len);
-        if !s.head_seen || within.is_err() {
+        let within = s.recv.window.receive(flow_len);
+        if !s.role.head_seen || within.is_err() {
             // Data before the head, or past the window skewgate granted.
             let reason = within.err().unwrap_or(Reason::PROTOCOL_ERROR);
             return self.refuse(key, reason);
@@ -288,23 +254,23 @@ impl LinkState {
         if !payload.is_empty() {
             // The budget is spent, and this stream's client has not read what it holds: the
             // response is cut rather than held (`budget.rs`).
-            if s.data.len() >= SMALL_WINDOW as usize && self.budget.over() {
+            if s.recv.held() >= SMALL_WINDOW as usize && self.budget.over() {
                 self.budget.count_reset();
                 tracing::debug!(
                     stream = u32::from(s.id),
-                    held = s.data.len(),
+                    held = s.recv.held(),
                     "upstream stream reset: the response buffer is at its bound and the client does not read"
                 );
                 return self.reset(key, Reason::CANCEL);
             }
             self.held += payload.len();
             self.budget.add(payload.len());
-            s.data.push_back(payload);
+            s.recv.hold(payload);
         }
         if end {
             s.ends.close_recv();
         }
-        wake(&mut s.recv_task);
+        wake(&mut s.recv.task);
         self.recount(key);
     }
 
@@ -313,11 +279,8 @@ impl LinkState {
         let Some((key, s)) = self.stream(id) else {
             return;
         };
-        if s.failure.is_none() {
-            s.failure = Some(Failure::Reset(reason));
+        if s.fail(Failure::Reset(reason)) {
             s.ends.close_send();
-            wake(&mut s.recv_task);
-            wake(&mut s.send_task);
             self.recount(key);
         }
     }
@@ -334,7 +297,7 @@ impl LinkState {
     /// increment is the codec's connection error, on any stream, before it gets here.)
     pub(super) fn on_window_update(&mut self, id: StreamId, increment: u32) {
         if let Some((key, s)) = self.stream(id) {
-            if let Err(reason) = s.send_window.widen(increment) {
+            if let Err(reason) = s.role.send_window.widen(increment) {
                 return self.refuse(key, reason);
             }
             wake(&mut s.send_task);
@@ -345,7 +308,7 @@ impl LinkState {
     /// (RFC 9113, 6.9.2); one moved past 2^31-1 is the connection's FLOW_CONTROL_ERROR.
     pub(super) fn on_initial_window(&mut self, delta: i64) -> Result<(), Reason> {
         for (_, s) in self.streams.iter_mut() {
-            s.send_window.shift(delta)?;
+            s.role.send_window.shift(delta)?;
             if delta > 0 {
                 wake(&mut s.send_task);
             }
@@ -357,10 +320,8 @@ impl LinkState {
     pub(super) fn on_go_away(&mut self, last: StreamId) {
         self.closing.get_or_insert(Failure::Refused);
         for (_, s) in self.streams.iter_mut() {
-            if s.id > last && s.failure.is_none() {
-                s.failure = Some(Failure::Refused);
-                wake(&mut s.recv_task);
-                wake(&mut s.send_task);
+            if s.id > last {
+                s.fail(Failure::Refused);
             }
         }
         self.recount_all();
@@ -374,8 +335,7 @@ impl LinkState {
             if s.failure.is_none() && !s.ends.is_closed() {
                 s.failure = Some(why.clone());
             }
-            wake(&mut s.recv_task);
-            wake(&mut s.send_task);
+            s.wake_both();
         }
         self.recount_all();
     }

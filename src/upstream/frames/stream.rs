@@ -1,39 +1,34 @@
-//! One stream of an upstream connection, as its state holds it: what has come of its response,
-//! what its request may still send, and why it failed if it did.
-
-use std::task::Waker;
+//! One stream of an upstream connection (`http2core::Stream`): its response received as its
+//! receiving half; what only the client keeps beside it is here.
 
 use h2::frame::StreamId;
-use http::HeaderMap;
 
-use crate::http2core::{Chunks, Ends, Failure, Window};
+use crate::http2core::{Ends, Stream, Window};
 
-/// One stream: what has come of its response, and what its request may still send.
-pub(super) struct UpstreamStream {
-    pub(super) id: StreamId,
+/// One stream: its response received, its request sent from the client's part.
+pub(super) type UpstreamStream = Stream<ClientPart>;
+
+/// What only the client keeps of a stream: the response head until the request takes it, what
+/// its request may still send, and what the stream is counted for in the response budget.
+pub(super) struct ClientPart {
     /// The response head, until the request takes it.
     pub(super) head: Option<http::response::Parts>,
     /// Whether the (final) response head has come.
     pub(super) head_seen: bool,
-    /// Response data not yet taken by the request's body.
-    pub(super) data: Chunks,
-    /// Boxed: few responses have trailers, and every stream would carry an inline map's size.
-    pub(super) trailers: Option<Box<HeaderMap>>,
-    /// Which ends are closed (RFC 9113, 5.1): the response's by END_STREAM received, the
-    /// request's by END_STREAM or RST_STREAM sent.
-    pub(super) ends: Ends,
-    pub(super) failure: Option<Failure>,
-    /// How much more the apiserver may send on the stream, as skewgate granted it.
-    pub(super) recv_window: Window,
-    /// Data the request took and skewgate has not given back to the apiserver yet.
-    pub(super) released: u32,
     /// How much more the request's body may send on the stream, as the apiserver granted it.
     pub(super) send_window: Window,
-    pub(super) recv_task: Option<Waker>,
-    pub(super) send_task: Option<Waker>,
-    /// The handles still held: the response's (head, then body) and the request body's sender.
-    pub(super) recv_handle: bool,
-    pub(super) send_handle: bool,
     /// What the stream may still be sent, as counted in the budget (`windows.rs`).
     pub(super) promised: u32,
+}
+
+/// A stream opened as `id`, its request whole already when `end`: the apiserver may send
+/// `window`, and the request's body `send_window`.
+pub(super) fn open(id: StreamId, end: bool, window: u32, send_window: Window) -> UpstreamStream {
+    let part = ClientPart {
+        head: None,
+        head_seen: false,
+        send_window,
+        promised: 0,
+    };
+    Stream::new(id, Ends::new(false, end), window, part)
 }

@@ -92,7 +92,7 @@ impl LinkState {
         for key in keys {
             if let Some(s) = self.streams.get_mut(key) {
                 // Skewgate's own window, moved by what it announced: never past the largest.
-                let _ = s.recv_window.shift(delta);
+                let _ = s.recv.window.shift(delta);
             }
             self.recount(key);
         }
@@ -111,10 +111,10 @@ impl LinkState {
         let Some(s) = self.streams.get_mut(key) else {
             return;
         };
-        if !s.recv_window.is_shut()
+        if !s.recv.window.is_shut()
             || s.ends.recv_closed()
             || s.failure.is_some()
-            || !s.data.is_empty()
+            || !s.recv.data.is_empty()
         {
             return;
         }
@@ -125,15 +125,15 @@ impl LinkState {
             }
             return;
         }
-        let grant = i64::from(SMALL_WINDOW) - s.recv_window.size();
+        let grant = i64::from(SMALL_WINDOW) - s.recv.window.size();
         let Some(increment) = u32::try_from(grant)
             .ok()
             .filter(|i| i64::from(*i) <= Window::MAX)
         else {
             return;
         };
-        s.recv_window.grant(increment as usize);
-        s.released = 0;
+        s.recv.window.grant(increment as usize);
+        s.recv.released = 0;
         let id = s.id;
         self.push(WindowUpdate::new(id, increment).into());
         self.recount(key);
@@ -154,9 +154,9 @@ impl LinkState {
         let now = if s.ends.recv_closed() || s.failure.is_some() {
             0
         } else {
-            u32::try_from(s.recv_window.size().clamp(0, Window::MAX)).unwrap_or(0)
+            u32::try_from(s.recv.window.size().clamp(0, Window::MAX)).unwrap_or(0)
         };
-        let before = std::mem::replace(&mut s.promised, now);
+        let before = std::mem::replace(&mut s.role.promised, now);
         if now != before {
             self.promised = self.promised + now as usize - before as usize;
             self.budget.promise(i64::from(now) - i64::from(before));
