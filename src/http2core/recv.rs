@@ -19,8 +19,9 @@ const SMALL_DATA: usize = 256;
 pub(crate) struct Recv {
     /// Data not yet taken, oldest first.
     pub(crate) data: Chunks,
-    /// Payloads of small DATA frames, copied together after `data` (`hold_coalesced`).
-    pub(crate) small: BytesMut,
+    /// Payloads of small DATA frames, copied together after `data` (`hold_coalesced`). None on
+    /// a stream that was never sent one, as every upstream stream: it costs nothing to drop.
+    small: Option<BytesMut>,
     /// Boxed: few bodies have trailers, and every stream would carry an inline map's size.
     pub(crate) trailers: Option<Box<HeaderMap>>,
     /// How much more the peer may send on the stream, as skewgate granted it.
@@ -44,10 +45,11 @@ pub(crate) enum Next {
 
 impl Recv {
     /// A stream's receiving half, with `window` granted.
+    #[inline]
     pub(crate) fn new(window: u32) -> Recv {
         Recv {
             data: Chunks::default(),
-            small: BytesMut::new(),
+            small: None,
             trailers: None,
             window: Window::new(window),
             released: 0,
@@ -56,8 +58,14 @@ impl Recv {
     }
 
     /// Bytes held for the reader.
+    #[inline]
     pub(crate) fn held(&self) -> usize {
-        self.data.len() + self.small.len()
+        self.data.len() + self.small.as_ref().map_or(0, BytesMut::len)
+    }
+
+    /// Whether small payloads are held.
+    fn holds_small(&self) -> bool {
+        self.small.as_ref().is_some_and(|s| !s.is_empty())
     }
 
     /// Holds a payload for the reader as it came.
@@ -70,11 +78,13 @@ impl Recv {
     /// buffers they came in (h2 bounds them with its `data_frame_budget`).
     pub(crate) fn hold_coalesced(&mut self, payload: Bytes) {
         if payload.len() < SMALL_DATA {
-            self.small.extend_from_slice(&payload);
+            self.small
+                .get_or_insert_with(BytesMut::new)
+                .extend_from_slice(&payload);
             return;
         }
-        if !self.small.is_empty() {
-            self.data.push_back(self.small.split().freeze());
+        if let Some(small) = self.small.as_mut().filter(|s| !s.is_empty()) {
+            self.data.push_back(small.split().freeze());
         }
         self.data.push_back(payload);
     }
@@ -82,14 +92,18 @@ impl Recv {
     /// What the reader takes next: data first (the small payloads after the others), then the
     /// trailers, then the end once the peer ended its side (`closed`); and whether the body ends
     /// with it.
+    #[inline(always)]
     pub(crate) fn take(&mut self, closed: bool) -> (Next, bool) {
-        let data = self
-            .data
-            .pop_front()
-            .or_else(|| (!self.small.is_empty()).then(|| self.small.split().freeze()));
+        let data = match self.data.pop_front() {
+            Some(data) => Some(data),
+            None => match &mut self.small {
+                Some(small) if !small.is_empty() => Some(small.split().freeze()),
+                _ => None,
+            },
+        };
         if let Some(data) = data {
             let ended =
-                closed && self.data.is_empty() && self.small.is_empty() && self.trailers.is_none();
+                closed && self.data.is_empty() && !self.holds_small() && self.trailers.is_none();
             return (Next::Data(data), ended);
         }
         if let Some(trailers) = self.trailers.take() {
@@ -105,9 +119,7 @@ impl Recv {
     pub(crate) fn drop_held(&mut self) -> usize {
         let held = self.held();
         self.data.clear();
-        if !self.small.is_empty() || self.small.capacity() > 0 {
-            self.small = BytesMut::new();
-        }
+        self.small = None;
         held
     }
 

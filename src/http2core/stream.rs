@@ -34,6 +34,7 @@ pub(crate) struct Stream<R> {
 impl<R> Stream<R> {
     /// A stream opened as `id` with `ends` closed, the peer granted `window`; a handle is held for
     /// each end still open.
+    #[inline]
     pub(crate) fn new(id: StreamId, ends: Ends, window: u32, role: R) -> Stream<R> {
         Stream {
             id,
@@ -48,6 +49,7 @@ impl<R> Stream<R> {
     }
 
     /// The error a handle is told, when the stream failed, or the whole connection did.
+    #[inline]
     pub(crate) fn failed(&self, connection: Option<&Failure>) -> Option<h2::Error> {
         self.failure.as_ref().or(connection).map(Failure::to_error)
     }
@@ -75,6 +77,7 @@ impl<R> Stream<R> {
     }
 
     /// What the reader takes next, and whether the body ends with it (`Recv::take`).
+    #[inline(always)]
     pub(crate) fn take(&mut self) -> (Next, bool) {
         self.recv.take(self.ends.recv_closed())
     }

@@ -14,23 +14,30 @@ use crate::identity::ClientKey;
 use crate::metrics::Metrics;
 use crate::steer::Clock;
 
-/// What of the process the respond phase reads, and no more (as `fence::Fence`): the metrics of
-/// upstream errors, and the errors lately answered, kept by the clock.
+/// What of the process the respond phase reads, and no more (as `forward::Forwarding`): the
+/// metrics of upstream errors, and the errors lately answered, kept by the clock. One pointer,
+/// which only these open: most answers read none of them.
 #[derive(Clone, Copy)]
-pub(super) struct Answering<'a> {
-    metrics: &'a Metrics,
-    recent: &'a Recent,
-    clock: &'a dyn Clock,
-}
+pub(super) struct Answering<'a>(&'a Proxy);
 
 impl Proxy {
     /// What the respond phase reads of the pipeline.
     pub(super) fn answering(&self) -> Answering<'_> {
-        Answering {
-            metrics: &self.metrics,
-            recent: &self.recent,
-            clock: &*self.settings.clock,
-        }
+        Answering(self)
+    }
+}
+
+impl<'a> Answering<'a> {
+    fn metrics(self) -> &'a Metrics {
+        &self.0.metrics
+    }
+
+    fn recent(self) -> &'a Recent {
+        &self.0.recent
+    }
+
+    fn clock(self) -> &'a dyn Clock {
+        &*self.0.settings.clock
     }
 }
 
@@ -60,7 +67,7 @@ pub(super) fn respond(
                 }
                 tracing::debug!(%backend, ?error, "upstream request failed");
                 proxy
-                    .metrics
+                    .metrics()
                     .upstream_errors
                     .with_label_values(&[backend, reason])
                     .inc();
@@ -100,5 +107,5 @@ fn keep_recent(
             .to_owned(),
         client: ClientKey::of(caller.identity, caller.remote).to_string(),
     };
-    proxy.recent.answered(proxy.clock.now(), answered);
+    proxy.recent().answered(proxy.clock().now(), answered);
 }

@@ -111,21 +111,26 @@ pub(crate) fn handle(
     }
 }
 
-/// What of the process the decide phase reads, and no more (as `fence::Fence`): the clock a
-/// rollout's schedule is read by, and the metrics of fallbacks.
+/// What of the process the decide phase reads, and no more (as `forward::Forwarding`): the clock
+/// a rollout's schedule is read by, and the metrics of fallbacks. One pointer, which only these
+/// open.
 #[derive(Clone, Copy)]
-struct Deciding<'a> {
-    clock: &'a dyn Clock,
-    metrics: &'a Metrics,
-}
+struct Deciding<'a>(&'a Proxy);
 
 impl Proxy {
     /// What the decide phase reads of the pipeline.
     fn deciding(&self) -> Deciding<'_> {
-        Deciding {
-            clock: &*self.settings.clock,
-            metrics: &self.metrics,
-        }
+        Deciding(self)
+    }
+}
+
+impl<'a> Deciding<'a> {
+    fn clock(self) -> &'a dyn Clock {
+        &*self.0.settings.clock
+    }
+
+    fn metrics(self) -> &'a Metrics {
+        &self.0.metrics
     }
 }
 
@@ -152,7 +157,7 @@ fn decide<'r>(
         groups: &groups,
         client: Client::from_user_agent(ua),
     };
-    let clock = proxy.clock;
+    let clock = proxy.clock();
     let mut decision = routing
         .steering
         .decide_reading(&req, || clock.now(), routing);
@@ -169,7 +174,7 @@ fn decide<'r>(
     if let Some(Merge::Source(b) | Merge::SourceAnswer(b, _)) = &merge {
         decision.backend = *b;
     }
-    count(proxy.metrics, routing, &decision);
+    count(proxy.metrics(), routing, &decision);
     Ctx {
         routing,
         caller,

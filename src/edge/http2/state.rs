@@ -55,6 +55,7 @@ pub(super) struct ServerPart {
 
 impl ServerPart {
     /// A stream just opened, its request's `content-length` as it said.
+    #[inline]
     pub(super) fn new(content_length: Option<u64>) -> ServerPart {
         ServerPart {
             content_length,

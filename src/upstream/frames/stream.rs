@@ -23,6 +23,7 @@ pub(super) struct ClientPart {
 
 /// A stream opened as `id`, its request whole already when `end`: the apiserver may send
 /// `window`, and the request's body `send_window`.
+#[inline]
 pub(super) fn open(id: StreamId, end: bool, window: u32, send_window: Window) -> UpstreamStream {
     let part = ClientPart {
         head: None,
