@@ -241,9 +241,8 @@ impl ConnState {
     /// RST_STREAM from the client: its request is dropped, its response stops.
     pub(super) fn on_reset(&mut self, id: StreamId, reason: Reason) {
         if let Some((key, s)) = self.stream(id)
-            && s.failure.is_none()
+            && s.fail(Failure::Reset(reason))
         {
-            s.failure = Some(Failure::Reset(reason));
             s.role.gone = Some(Gone::Closed);
             self.close(key);
         }

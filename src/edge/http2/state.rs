@@ -217,11 +217,10 @@ impl ConnState {
         let Some(s) = self.streams.get_mut(key) else {
             return;
         };
-        if s.failure.is_some() {
+        if !s.fail(Failure::Reset(reason)) {
             return;
         }
         let id = s.id;
-        s.failure = Some(Failure::Reset(reason));
         s.role.gone = Some(s.gone_by_reset());
         self.close(key);
         self.refuse(id, reason);
@@ -233,11 +232,10 @@ impl ConnState {
         let Some(s) = self.streams.get_mut(key) else {
             return;
         };
-        if s.is_over() {
+        if s.is_over() || !s.fail(Failure::Reset(reason)) {
             return;
         }
         let id = s.id;
-        s.failure = Some(Failure::Reset(reason));
         s.role.gone = Some(s.gone_by_reset());
         self.close(key);
         self.push(Reset::new(id, reason).into());
@@ -333,9 +331,8 @@ impl ConnState {
         let keys = self.streams.keys();
         for key in keys {
             if let Some(s) = self.streams.get_mut(key)
-                && s.failure.is_none()
+                && s.fail(why.clone())
             {
-                s.failure = Some(why.clone());
                 self.close(key);
             }
         }

@@ -50,11 +50,7 @@ impl LinkState {
             if self.conn.settings_unacked().next().is_some() {
                 return;
             }
-            let receiving = self
-                .streams
-                .iter()
-                .filter(|(_, s)| !s.ends.recv_closed() && s.failure.is_none())
-                .count();
+            let receiving = self.streams.iter().filter(|(_, s)| s.receiving()).count();
             let growth = receiving * (size - before) as usize;
             if !self.budget.below_entry(self.level, growth) {
                 return;
@@ -84,9 +80,7 @@ impl LinkState {
         let keys: Vec<usize> = self
             .streams
             .iter()
-            .filter(|(_, s)| {
-                u32::from(s.id) < from_id && !s.ends.recv_closed() && s.failure.is_none()
-            })
+            .filter(|(_, s)| u32::from(s.id) < from_id && s.receiving())
             .map(|(key, _)| key)
             .collect();
         for key in keys {
@@ -111,11 +105,7 @@ impl LinkState {
         let Some(s) = self.streams.get_mut(key) else {
             return;
         };
-        if !s.recv.window.is_shut()
-            || s.ends.recv_closed()
-            || s.failure.is_some()
-            || !s.recv.data.is_empty()
-        {
+        if !s.recv.window.is_shut() || !s.receiving() || s.recv.held() > 0 {
             return;
         }
         if !self.budget.has_room(SMALL_WINDOW as usize) {
@@ -151,7 +141,7 @@ impl LinkState {
         let Some(s) = self.streams.get_mut(key) else {
             return;
         };
-        let now = if s.ends.recv_closed() || s.failure.is_some() {
+        let now = if !s.receiving() {
             0
         } else {
             u32::try_from(s.recv.window.size().clamp(0, Window::MAX)).unwrap_or(0)
