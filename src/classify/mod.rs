@@ -6,6 +6,7 @@
 
 mod builtin;
 mod client;
+mod component;
 mod labels;
 mod query;
 mod verb;
@@ -15,6 +16,7 @@ use std::borrow::Cow;
 pub use builtin::{BUILTIN_RESOURCES, builtin_resources};
 pub use client::Client;
 pub(crate) use client::ClientVersion;
+pub use component::{Component, ComponentSet};
 pub(crate) use query::escapes_are_whole;
 pub(crate) use verb::Verb;
 

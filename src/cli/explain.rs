@@ -272,7 +272,13 @@ fn print_text(
         println!("  class:        {}", d.class.as_str());
     }
     println!("  rule:         {}", d.rule_name(t));
-    println!("  backend:      {}", t.backend_name(d.backend));
+    match d.skew.filter(|s| s.step.refuses()) {
+        Some(s) => println!(
+            "  backend:      none: refused by the version-skew policy ({})",
+            s.step.as_str()
+        ),
+        None => println!("  backend:      {}", t.backend_name(d.backend)),
+    }
     println!("  why:          {}", d.explain(t));
 }
 
@@ -366,6 +372,13 @@ fn explain_json(
         "rule": { "kind": rule_kind, "name": d.rule_name(t) },
         "backend": t.backend_name(d.backend),
         "rollout": rollout,
+        "skewPolicy": d.skew.map_or(serde_json::Value::Null, |s| json!({
+            "component": s.component.name(),
+            "version": s.version.to_string(),
+            "chosen": t.backend_name(s.chosen),
+            "outcome": s.step.as_str(),
+            "refused": s.step.refuses(),
+        })),
         "reason": d.explain(t).to_string(),
     })
 }

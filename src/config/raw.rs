@@ -22,6 +22,16 @@ pub(super) struct FileRouteTable {
     pub reads: Spanned<FileReads>,
     #[serde(default)]
     pub guards: Vec<Spanned<FileGuard>>,
+    #[serde(default)]
+    pub skew_policy: Option<Spanned<FileSkewPolicy>>,
+}
+
+/// The version-skew policy's exceptions as written.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub(super) struct FileSkewPolicy {
+    #[serde(default)]
+    pub allow_older_apiserver: Option<TextList>,
 }
 
 /// An update guard as written.

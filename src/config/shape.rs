@@ -133,6 +133,8 @@ const GUARD: &[Field] = &[
 
 const METADATA: &[Field] = &[opt("name", Shape::Text, "upgrade-1-30")];
 
+const SKEW_POLICY: &[Field] = &[opt("allowOlderApiserver", Shape::Texts, "[kubelet]")];
+
 const ROOT: &[Field] = &[
     req("apiVersion", Shape::Text, "skewgate.io/v1alpha1"),
     req("kind", Shape::Text, "RouteTable"),
@@ -148,6 +150,11 @@ const ROOT: &[Field] = &[
         "guards",
         Shape::List(GUARD),
         "[{name: old-kubectl, action: reject}]",
+    ),
+    opt(
+        "skewPolicy",
+        Shape::Map(SKEW_POLICY),
+        "{allowOlderApiserver: [kubelet]}",
     ),
 ];
 

@@ -44,9 +44,20 @@ pub struct RouteTable {
     pub reads: Reads,
     /// Update guards, in file order: the first that matches an update decides.
     pub guards: Vec<Guard>,
+    /// The version-skew policy: which components the table may send to an older apiserver.
+    pub skew_policy: SkewPolicy,
     /// What the file says that loads but likely is not meant (rules that never decide or change
     /// nothing): printed by `check`, logged at load.
     pub warnings: Vec<super::ConfigError>,
+}
+
+/// The version-skew policy as the table keeps it: a Kubernetes component (`classify::Component`)
+/// whose User-Agent names its version is never served by a backend whose `version` is older,
+/// except the components named in `skewPolicy.allowOlderApiserver`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SkewPolicy {
+    /// The components the table may send to an older backend, as it decides.
+    pub allow_older_apiserver: crate::classify::ComponentSet,
 }
 
 /// An update guard: full-object updates it matches, from clients older than the backend serving

@@ -181,6 +181,12 @@ async fn admit<'r>(
     tracker: &mut RequestTracker,
 ) -> Result<(&'r Arc<EndpointPool>, Option<WriteTicket>), ProxyError> {
     let backend = &routing.backends[request.decision.backend.index()];
+    if let Some(skewed) = request.decision.skew.filter(|s| s.step.refuses()) {
+        return Err(ProxyError::SkewPolicy {
+            step: skewed.step,
+            why: skewed.explain(routing.table(), request.decision.backend),
+        });
+    }
     if !request.long_running {
         tracker.hold(
             admit_client(proxy.limits(), caller.limit, caller.identity, caller.remote).await?,

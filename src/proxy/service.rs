@@ -171,8 +171,15 @@ fn decide<'r>(
         .and_then(|path| merged_discovery(routing.discovery().as_deref(), path));
     // A group/version's discovery and OpenAPI documents come from the backend merged discovery
     // took them from, so that what kubectl reads about a kind matches where its requests go.
+    // Not for a component newer than that backend (the version-skew policy): its request goes
+    // where its decision sends it.
+    let mut merge = merge;
     if let Some(Merge::Source(b) | Merge::SourceAnswer(b, _)) = &merge {
-        decision.backend = *b;
+        if routing.steering.serves_component(*b, &req.client) {
+            decision.backend = *b;
+        } else {
+            merge = None;
+        }
     }
     count(proxy.metrics(), routing, &decision);
     Ctx {
@@ -215,6 +222,12 @@ fn token_caller(
 /// Counts a decision, and a fallback with the backend pair it went between.
 fn count(metrics: &Metrics, routing: &Routing, decision: &Decision) {
     routing.count_decision(decision);
+    if let Some(s) = &decision.skew {
+        metrics
+            .skew_policy
+            .with_label_values(&[s.component.name(), s.step.as_str()])
+            .inc();
+    }
     if let Some(from) = decision.fallback_from {
         routing.note_fallback(decision.backend);
         let t = routing.table();

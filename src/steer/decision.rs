@@ -2,6 +2,7 @@
 
 use std::fmt;
 
+use crate::classify::{ClientVersion, Component};
 use crate::config::{BackendId, Percent, RouteTable};
 
 /// Whether a request is a pinned write or a read (everything that is not a pinned write).
@@ -85,6 +86,9 @@ pub struct Decision {
     /// The backend the rules chose, when it does not serve the request's group/version/resource
     /// and `backend` does.
     pub fallback_from: Option<BackendId>,
+    /// What the version-skew policy did, when the client is a component the rules would send to
+    /// an older backend (`skew_policy.rs`).
+    pub skew: Option<Skewed>,
 }
 
 impl Decision {
@@ -95,6 +99,7 @@ impl Decision {
             rule,
             reason,
             fallback_from: None,
+            skew: None,
         }
     }
 
@@ -127,15 +132,19 @@ impl fmt::Display for Explained<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let d = &self.decision;
         let t = self.table;
-        let backend = t.backend_name(d.fallback_from.unwrap_or(d.backend));
+        let chosen = d.skew.map_or(d.backend, |s| s.chosen);
+        let backend = t.backend_name(d.fallback_from.unwrap_or(chosen));
         let rule = d.rule_name(t);
         self.explain_rule(f, backend, rule)?;
         if d.fallback_from.is_some() {
             write!(
                 f,
                 "; {backend} does not serve this group/version/resource, so it falls back to {}, which does",
-                t.backend_name(d.backend)
+                t.backend_name(chosen)
             )?;
+        }
+        if let Some(skewed) = &d.skew {
+            write!(f, "; {}", skewed.explain(t, d.backend))?;
         }
         Ok(())
     }
@@ -195,6 +204,113 @@ impl Explained<'_> {
                     "its sticky key falls at {key}, {side} the share, so it goes to {backend}"
                 )
             }
+        }
+    }
+}
+
+/// A component's request whose rules would send it to an older backend, and what the policy did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Skewed {
+    /// The component.
+    pub component: Component,
+    /// Its version, from its User-Agent.
+    pub version: ClientVersion,
+    /// The backend the rules chose (older than the component, or for `LeadershipHeld` the
+    /// backend of the Lease's own rule).
+    pub chosen: BackendId,
+    /// What the policy did.
+    pub step: SkewStep,
+}
+
+/// What the version-skew policy did with a component's request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SkewStep {
+    /// Sent to `Decision::backend`, the oldest backend not older than the component.
+    Raised,
+    /// Sent to the older backend: `skewPolicy.allowOlderApiserver` names the component.
+    Allowed,
+    /// A pinned write: refused (429), sent nowhere.
+    WriteRefused,
+    /// A leader-election Lease write while `rule` sends writes to `backend`, older than the
+    /// component: refused (429), sent nowhere.
+    LeadershipHeld {
+        /// The write rule that holds it back.
+        rule: Rule,
+        /// Where that rule's writes go.
+        backend: BackendId,
+    },
+    /// No backend is as new as the component: refused (503), sent nowhere.
+    NoBackend,
+}
+
+impl SkewStep {
+    /// The label of `skewgate_skew_policy_total{outcome}`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SkewStep::Raised => "raised",
+            SkewStep::Allowed => "allowed",
+            SkewStep::WriteRefused => "write_refused",
+            SkewStep::LeadershipHeld { .. } => "leadership_held",
+            SkewStep::NoBackend => "no_backend",
+        }
+    }
+
+    /// Whether the request is refused, sent nowhere.
+    pub fn refuses(self) -> bool {
+        matches!(
+            self,
+            SkewStep::WriteRefused | SkewStep::LeadershipHeld { .. } | SkewStep::NoBackend
+        )
+    }
+}
+
+impl Skewed {
+    /// A sentence for a person: what the policy did with the request and why (`explain`, and the
+    /// `Status` of a refusal). `backend` is where the decision sends it.
+    pub fn explain(&self, table: &RouteTable, backend: BackendId) -> String {
+        let named = |b: BackendId| {
+            let version = table
+                .backends
+                .get(b.index())
+                .and_then(|x| x.version)
+                .map_or(String::new(), |(ma, mi)| format!(" (v{ma}.{mi})"));
+            format!("backend {:?}{version}", table.backend_name(b))
+        };
+        let who = format!("{} v{}", self.component, self.version);
+        let minor = format!("v{}.{}", self.version.major, self.version.minor);
+        let chosen = named(self.chosen);
+        match self.step {
+            SkewStep::Raised => format!(
+                "{who} is newer than {chosen}, which the rules chose; the version-skew policy \
+                 sends it to {}, the oldest backend not older than it",
+                named(backend)
+            ),
+            SkewStep::Allowed => format!(
+                "{who} is newer than {chosen}; skewPolicy.allowOlderApiserver lets the table \
+                 send it there"
+            ),
+            SkewStep::WriteRefused => format!(
+                "{who} may not write through {chosen}, which is older (the version-skew policy), \
+                 and the write's rule keeps its writes there: refused (429) until the rule moves \
+                 them to {minor} or newer"
+            ),
+            SkewStep::LeadershipHeld { rule, backend } => {
+                let rule = match rule {
+                    Rule::Pin(i) => format!("pin {:?}", table.writes.pins[i].name),
+                    _ => "writes.default".to_owned(),
+                };
+                format!(
+                    "{who} elects a leader, and {rule} still sends writes to {}, older than it: \
+                     its Lease writes are refused (429), so it does not lead until the writes \
+                     move to {minor} or newer",
+                    named(backend)
+                )
+            }
+            SkewStep::NoBackend => format!(
+                "{who} is newer than every backend, and the version-skew policy forbids an older \
+                 apiserver to serve it: refused (503); add a backend of {minor}, or name the \
+                 component in skewPolicy.allowOlderApiserver"
+            ),
         }
     }
 }

@@ -13,6 +13,7 @@ mod judge;
 mod ledger;
 mod pin_move;
 mod request;
+mod skew_policy;
 pub(crate) mod sticky;
 
 use std::sync::Arc;
@@ -23,7 +24,7 @@ pub(crate) use clock::{Clock, SystemClock};
 #[cfg(any(test, feature = "test-util"))]
 pub use clock::{ManualClock, OffsetClock};
 pub(crate) use decision::Class;
-pub use decision::{Decision, Reason, Rule};
+pub use decision::{Decision, Reason, Rule, SkewStep, Skewed};
 pub use judge::Judged;
 pub(crate) use ledger::{WriteLedger, WriteTicket, object_key};
 pub use pin_move::{FleetPin, PinGate};
@@ -137,6 +138,8 @@ pub struct Steering {
     /// Whether some rule looks at the user or groups (`users`, `groups`, `stickyBy: user`): only
     /// then is a bearer token read for its routing identity.
     uses_identity: bool,
+    /// The backends' versions, for the version-skew policy.
+    skew: skew_policy::SkewIndex,
 }
 
 impl Steering {
@@ -153,6 +156,7 @@ impl Steering {
             rollouts: RuleIndex::build(0..rollouts.len(), |i| &rollouts[i].selectors),
             salts: rollouts.iter().map(|r| sticky::salt(&r.name)).collect(),
             uses_identity: uses_identity(&table),
+            skew: skew_policy::SkewIndex::new(&table),
             table,
         }
     }
@@ -188,6 +192,13 @@ impl Steering {
         live: &impl LiveState,
     ) -> Decision {
         let d = self.decide_by_rules(req, &now, live);
+        let d = self.fall_back(req, d, live);
+        self.keep_skew_policy(req, d, &now, live)
+    }
+
+    /// `d`, or another backend when `d`'s does not serve the request's group/version/resource and
+    /// another does (known from discovery).
+    fn fall_back(&self, req: &SteerRequest<'_>, d: Decision, live: &impl LiveState) -> Decision {
         let info = req.info;
         if !info.is_resource || info.resource.is_empty() {
             return d;
@@ -370,5 +381,7 @@ fn uses_identity(t: &RouteTable) -> bool {
             .any(|r| names(&r.selectors) || r.sticky_by == crate::config::StickyBy::User)
 }
 
+#[cfg(test)]
+mod skew_policy_tests;
 #[cfg(test)]
 mod tests;

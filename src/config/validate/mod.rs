@@ -6,6 +6,7 @@
 
 mod guards;
 mod selectors;
+mod skew_policy;
 mod splits;
 mod steering;
 
@@ -36,6 +37,7 @@ pub(super) fn validate(file: &Path, raw: FileRouteTable) -> Result<RouteTable, C
         errors: Vec::new(),
         warnings: Vec::new(),
         backend_names: Vec::new(),
+        backend_spans: Vec::new(),
         spans: splits::RuleSpans::default(),
     };
     let mut table = v.table(raw);
@@ -52,6 +54,7 @@ struct Validator<'f> {
     errors: Vec<ConfigError>,
     warnings: Vec<ConfigError>,
     backend_names: Vec<String>,
+    backend_spans: Vec<Location>,
     spans: splits::RuleSpans,
 }
 
@@ -97,6 +100,7 @@ impl Validator<'_> {
         self.spans.reads_default = Some(raw.reads.value.default.referenced);
         let rollouts = self.rollouts(raw.reads.value.rollouts, read_default);
         let guards = self.guards(raw.guards, &backends);
+        let skew_policy = self.skew_policy(raw.skew_policy, &backends);
         let table = RouteTable {
             source: self.file.to_owned(),
             name: raw.metadata.and_then(|m| m.name).map(|n| n.value),
@@ -112,9 +116,11 @@ impl Validator<'_> {
                 rollouts,
             },
             guards,
+            skew_policy,
             warnings: Vec::new(),
         };
         if self.errors.is_empty() {
+            self.leader_leases_fenced(&table);
             let spans = std::mem::take(&mut self.spans);
             self.splits(&table, &spans);
         }
@@ -150,6 +156,7 @@ impl Validator<'_> {
                 );
             }
             self.backend_names.push(b.name.value.clone());
+            self.backend_spans.push(b.name.referenced);
             let version = b.version.as_ref().and_then(|v| {
                 let parsed = ClientVersion::parse_minor(&v.value);
                 if parsed.is_none() {

@@ -100,6 +100,13 @@ pub(crate) enum ProxyError {
         /// Whether the guard's action is `preserve`, which cannot put these back.
         preserve: bool,
     },
+    /// The version-skew policy refused a component's request (`steer::SkewStep`).
+    SkewPolicy {
+        /// What it did.
+        step: crate::steer::SkewStep,
+        /// Why, for a person.
+        why: String,
+    },
     /// A guard (reject or preserve) could not check the update: it fails closed.
     GuardCannotCheck {
         /// The guard.
@@ -156,6 +163,7 @@ impl ProxyError {
             ProxyError::GuardCannotCheck { why, .. } => {
                 return format!("guard_cannot_check: {why}");
             }
+            ProxyError::SkewPolicy { step, .. } => return format!("skew_policy_{}", step.as_str()),
         };
         reason.to_owned()
     }
@@ -218,6 +226,14 @@ impl ProxyError {
                 format!("skewgate guard {guard:?} cannot check this update ({why}); nothing was sent"),
                 true,
             ),
+            ProxyError::SkewPolicy { step, why } => {
+                let (code, reason) = if *step == crate::steer::SkewStep::NoBackend {
+                    (StatusCode::SERVICE_UNAVAILABLE, "ServiceUnavailable")
+                } else {
+                    (StatusCode::TOO_MANY_REQUESTS, "TooManyRequests")
+                };
+                (code, reason, format!("skewgate: {why}"), true)
+            }
             ProxyError::NoEndpoint { backend, why } => (
                 StatusCode::SERVICE_UNAVAILABLE,
                 "ServiceUnavailable",
