@@ -6,7 +6,7 @@ use std::time::{Duration, SystemTime};
 
 fn table(to: &str, from: &str, flip_at: SystemTime) -> String {
     format!(
-        "apiVersion: skewgate.io/v1alpha1\nkind: RouteTable\nbackends:\n  - {{name: old, endpoints: [\"https://10.0.0.1:6443\"]}}\n  - {{name: new, endpoints: [\"https://10.0.0.2:6443\"]}}\nwrites:\n  default: old\n  pins:\n    - name: team-a\n      namespaces: [team-a]\n      backend: {to}\n      from: {from}\n      flipAt: \"{}\"\nreads:\n  default: old\n",
+        "apiVersion: skewgate.io/v1alpha1\nkind: RouteTable\nbackends:\n  - {{name: old, version: v1.35, endpoints: [\"https://10.0.0.1:6443\"]}}\n  - {{name: new, version: v1.36, endpoints: [\"https://10.0.0.2:6443\"]}}\nwrites:\n  default: old\n  pins:\n    - name: team-a\n      namespaces: [team-a]\n      backend: {to}\n      from: {from}\n      flipAt: \"{}\"\nreads:\n  default: old\n",
         humantime::format_rfc3339_seconds(flip_at)
     )
 }
@@ -100,4 +100,12 @@ fn check_warns_of_a_pin_with_no_selector() {
         err.contains("pin \"everything\" has no selector") && err.contains("takes every write"),
         "{err}"
     );
+    // With flipAt it is the way a fleet moves every write at once (writes.default has none).
+    let moving = text.replace(
+        "{name: everything, backend: new}",
+        "{name: everything, backend: new, from: old, flipAt: \"2030-01-01T00:00:00Z\"}",
+    );
+    std::fs::write(&file, moving).expect("write");
+    let (ok, err) = check(&[&file.to_string_lossy()]);
+    assert!(ok && !err.contains("has no selector"), "{err}");
 }

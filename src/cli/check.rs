@@ -8,12 +8,13 @@ use anyhow::Result;
 use skewgate::config::{self, RouteTable};
 
 /// Checks `paths` (route files, or directories of them, each file checked) and `routes` (read as
-/// `serve --routes` reads them: a directory holds one route file).
+/// `serve --routes` reads them: a directory holds one route file). The flipAts are judged at `at`
+/// (now when `None`), against the fleet's Lease `round`.
 pub fn check(
     paths: &[PathBuf],
     routes: &[PathBuf],
     running: Option<&std::path::Path>,
-    round: std::time::Duration,
+    (round, at): (std::time::Duration, Option<std::time::SystemTime>),
 ) -> Result<ExitCode> {
     let running = match running.map(config::load_path) {
         Some(Ok(t)) => Some(t),
@@ -37,7 +38,7 @@ pub fn check(
                 for w in &table.warnings {
                     show("warning", w);
                 }
-                let now = std::time::SystemTime::now();
+                let now = at.unwrap_or_else(std::time::SystemTime::now);
                 let settle = config::fleet_settle(round);
                 for w in config::move_warnings(&table, running.as_ref(), now, settle) {
                     eprintln!("warning: {}: {w}", file.display());

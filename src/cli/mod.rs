@@ -49,6 +49,10 @@ pub enum Command {
         /// The fleet's Lease round, as `serve` takes it: warn of a flipAt closer than four rounds.
         #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
         lease_renew_interval: std::time::Duration,
+        /// Judge the flipAts at this time (RFC 3339, UTC) instead of now, as the table will be
+        /// loaded then: a runbook's file checked for the moment of its step.
+        #[arg(long, value_parser = humantime::parse_rfc3339)]
+        at: Option<std::time::SystemTime>,
     },
     /// Print the RequestInfo, the client, the class, the rule and the backend of one request, and why.
     Explain(ExplainArgs),

@@ -33,7 +33,9 @@ impl Validator<'_> {
             let backend = self.backend_ref(&p.backend, &format!("{path}.backend"));
             let reads = self.pin_reads(&p, pin.referenced, &path);
             let (flip_at, flip_from) = self.pin_move(&p, &path);
-            if selectors.is_match_all() {
+            // With flipAt, a pin of everything is how a fleet moves every write at one moment
+            // (writes.default has no flipAt): said in the runbook, not warned of.
+            if selectors.is_match_all() && flip_at.is_none() {
                 self.warn(pin.referenced, &path, format!("pin {name:?} has no selector (namespaces, resources, verbs, users, groups, clients): it takes every write, and the reads that follow it, so writes.default and the pins after it never decide; give it a selector, or set writes.default instead"));
             }
             if let Some(first) = out.iter().find(|o: &&Pin| o.selectors.covers(&selectors)) {
