@@ -237,6 +237,7 @@ impl Proxy {
                     &self.settings.clock,
                     (&self.openapi, &self.fleet_gates),
                 ));
+                self.schemas.carry_over(&routing.backends);
                 self.routing.store(routing.clone());
                 if routing.new_moves {
                     self.fleet_gates.publish_now();

@@ -11,11 +11,18 @@ use arc_swap::ArcSwap;
 use crate::skew::{DocumentCache, Report, VersionFields, compare, version_fields};
 use crate::upstream::BackendPool;
 
+/// A backend as its fields are remembered: its name and its declared version.
+type BackendKey = (String, Option<(u32, u32)>);
+
 /// Each backend's fields, by backend name.
 #[derive(Default)]
 pub(crate) struct Schemas {
     caches: Mutex<HashMap<String, Arc<DocumentCache>>>,
     fields: ArcSwap<Vec<(String, Arc<VersionFields>)>>,
+    /// The fields last read of every backend this process has known, by name and version: a
+    /// backend that a reload brings back (a rollback's table), or whose endpoints are down for a
+    /// round, is judged by them until it is read again, rather than the guards failing closed.
+    last_known: Mutex<HashMap<BackendKey, Arc<VersionFields>>>,
     refreshing: AtomicBool,
 }
 
@@ -29,23 +36,53 @@ impl Schemas {
         tokio::spawn(async move {
             let mut fields = Vec::new();
             for backend in &backends {
-                let (Some(ep), Some(served)) = (backend.pick(), backend.served.load_full()) else {
-                    continue;
-                };
-                let Some(paths) = served.openapi.as_ref() else {
-                    continue;
-                };
-                let cache = me.cache_of(&backend.name);
-                match version_fields(ep, paths, &cache).await {
-                    Ok(f) => fields.push((backend.name.clone(), Arc::new(f))),
-                    Err(e) => {
-                        tracing::debug!(backend = %backend.name, error = %e, "cannot read the OpenAPI documents")
+                match me.read(backend).await {
+                    Some(f) => {
+                        let key = (backend.name.clone(), backend.version);
+                        me.remembered().insert(key, f.clone());
+                        fields.push((backend.name.clone(), f));
                     }
+                    None => fields.extend(me.last_known_of(backend)),
                 }
             }
             me.fields.store(Arc::new(fields));
             me.refreshing.store(false, Ordering::Release);
         });
+    }
+
+    /// Backend `backend`'s fields read now, if an endpoint and its discovery answer.
+    async fn read(&self, backend: &BackendPool) -> Option<Arc<VersionFields>> {
+        let (ep, served) = (backend.pick()?, backend.served.load_full()?);
+        let paths = served.openapi.as_ref()?;
+        let cache = self.cache_of(&backend.name);
+        match version_fields(ep, paths, &cache).await {
+            Ok(f) => Some(Arc::new(f)),
+            Err(e) => {
+                tracing::debug!(backend = %backend.name, error = %e, "cannot read the OpenAPI documents");
+                None
+            }
+        }
+    }
+
+    fn remembered(&self) -> std::sync::MutexGuard<'_, HashMap<BackendKey, Arc<VersionFields>>> {
+        self.last_known.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The fields last read of `backend` (its name and version), if any.
+    fn last_known_of(&self, backend: &BackendPool) -> Option<(String, Arc<VersionFields>)> {
+        let key = (backend.name.clone(), backend.version);
+        let f = self.remembered().get(&key).cloned()?;
+        Some((backend.name.clone(), f))
+    }
+
+    /// The fields of a reloaded table's backends, from what was last read of each, at once: a
+    /// guard does not wait for the next refresh to judge by a backend the reload brought back.
+    pub(crate) fn carry_over(&self, backends: &[Arc<BackendPool>]) {
+        let fields: Vec<_> = backends
+            .iter()
+            .filter_map(|b| self.last_known_of(b))
+            .collect();
+        self.fields.store(Arc::new(fields));
     }
 
     fn cache_of(&self, backend: &str) -> Arc<DocumentCache> {
