@@ -1,7 +1,8 @@
 //! What deploy/ ships is what it claims: every manifest parses into the objects it names, with the
-//! properties the layouts rely on; the kubeadm configuration uses only fields of kubeadm.k8s.io/v1beta3 (kubeadm 1.29 and 1.30, the
-//! versions of its example) and keeps the apiserver off skewgate's port across upgrades;
-//! every route file passes `skewgate check`; and the static pod's and the Deployment's arguments
+//! properties the layouts rely on; the kubeadm configuration uses only fields of
+//! kubeadm.k8s.io/v1beta4 (kubeadm 1.35 and 1.36, the versions of its example) and keeps the
+//! apiserver off skewgate's port across upgrades; every route file passes `skewgate check` without
+//! a warning; and the static pod's and the Deployment's arguments
 //! start `skewgate serve --dry-run` on a kubeadm-shaped /etc/kubernetes/pki.
 
 mod common;
@@ -146,18 +147,20 @@ fn hardened(c: &Value, what: &str) {
     );
 }
 
-/// The fields of kubeadm.k8s.io/v1beta3 that the configuration may use, by kind and path.
+/// The fields of kubeadm.k8s.io/v1beta4 that the configuration may use, by kind.
 fn kubeadm_fields(kind: &str) -> &'static [&'static str] {
     match kind {
         "InitConfiguration" => &[
             "apiVersion",
             "kind",
             "bootstrapTokens",
+            "dryRun",
             "nodeRegistration",
             "localAPIEndpoint",
             "certificateKey",
             "skipPhases",
             "patches",
+            "timeouts",
         ],
         "ClusterConfiguration" => &[
             "apiVersion",
@@ -170,68 +173,94 @@ fn kubeadm_fields(kind: &str) -> &'static [&'static str] {
             "controllerManager",
             "scheduler",
             "dns",
+            "proxy",
             "certificatesDir",
             "imageRepository",
             "featureGates",
             "clusterName",
+            "encryptionAlgorithm",
+            "certificateValidityPeriod",
+            "caCertificateValidityPeriod",
         ],
         "JoinConfiguration" => &[
             "apiVersion",
             "kind",
+            "dryRun",
             "nodeRegistration",
             "caCertPath",
             "discovery",
             "controlPlane",
             "skipPhases",
             "patches",
+            "timeouts",
+        ],
+        "UpgradeConfiguration" => &[
+            "apiVersion",
+            "kind",
+            "apply",
+            "diff",
+            "node",
+            "plan",
+            "timeouts",
         ],
         _ => &[],
     }
 }
 
-/// The kubeadm configuration's documents.
+/// The kubeadm configuration's documents: kubeadm-config.yaml's and upgrade-config.yaml's.
 fn kubeadm_config(docs: &[(PathBuf, Value)]) -> Vec<&Value> {
     docs.iter()
-        .filter(|(p, _)| p.ends_with("kubeadm/kubeadm-config.yaml"))
+        .filter(|(p, _)| {
+            p.ends_with("kubeadm/kubeadm-config.yaml") || p.ends_with("kubeadm/upgrade-config.yaml")
+        })
         .map(|(_, d)| d)
         .collect()
 }
 
+/// An apiserver flag of a v1beta4 `extraArgs` list of name/value pairs.
+fn extra_arg<'a>(extra: &'a Value, name: &str) -> Option<&'a Value> {
+    extra
+        .as_array()?
+        .iter()
+        .find(|a| a["name"] == name)
+        .map(|a| &a["value"])
+}
+
+const PATCHES: &str = "/etc/kubernetes/skewgate/kubeadm-patches";
+
 #[test]
-fn the_kubeadm_configuration_uses_only_v1beta3_fields_of_its_kubernetes_versions() {
+fn the_kubeadm_configuration_uses_only_v1beta4_fields_of_its_kubernetes_versions() {
     let docs = documents();
     let config = kubeadm_config(&docs);
-    assert_eq!(config.len(), 3);
+    assert_eq!(config.len(), 4);
     for d in &config {
-        assert_eq!(d["apiVersion"], "kubeadm.k8s.io/v1beta3");
+        assert_eq!(d["apiVersion"], "kubeadm.k8s.io/v1beta4");
         let kind = d["kind"].as_str().unwrap_or_default();
         let known = kubeadm_fields(kind);
         assert!(!known.is_empty(), "unknown kind {kind}");
         for key in d.as_object().into_iter().flat_map(|o| o.keys()) {
             assert!(
                 known.contains(&key.as_str()),
-                "{kind}.{key} is not a v1beta3 field"
+                "{kind}.{key} is not a v1beta4 field"
             );
         }
     }
-    let cluster = config
-        .iter()
-        .find(|d| d["kind"] == "ClusterConfiguration")
-        .expect("ClusterConfiguration");
-    // kubeadm 1.29 and 1.30 read v1beta3 (v1beta4 came with 1.31), and deploy a control plane of
-    // their own minor.
+    let kind = |k: &str| config.iter().find(|d| d["kind"] == k).copied();
+    let cluster = kind("ClusterConfiguration").expect("ClusterConfiguration");
+    // The cluster runs v1.35 and upgrades to v1.36: kubeadm 1.31 and later read v1beta4.
     let version = cluster["kubernetesVersion"].as_str().unwrap_or_default();
+    assert!(version.starts_with("v1.35."), "{version}");
+    // v1beta4 extraArgs are a list of name/value pairs (a map of strings in v1beta3).
+    let extra = &cluster["apiServer"]["extraArgs"];
+    let pairs = extra.as_array().expect("a list of name/value pairs");
     assert!(
-        version.starts_with("v1.29.") || version.starts_with("v1.30."),
-        "{version}"
+        pairs
+            .iter()
+            .all(|a| a["name"].is_string() && a["value"].is_string()),
+        "{extra}"
     );
-    // v1beta3 extraArgs are a map of strings (a list of name/value pairs in v1beta4).
-    let extra = cluster["apiServer"]["extraArgs"]
-        .as_object()
-        .expect("a map");
-    assert!(extra.values().all(Value::is_string));
     assert_eq!(
-        extra.get("endpoint-reconciler-type"),
+        extra_arg(extra, "endpoint-reconciler-type"),
         Some(&Value::from("none")),
         "the apiservers leave the kubernetes endpoints to skewgate"
     );
@@ -240,6 +269,15 @@ fn the_kubeadm_configuration_uses_only_v1beta3_fields_of_its_kubernetes_versions
             .as_str()
             .is_some_and(|e| e.ends_with(":6443"))
     );
+    // `kubeadm upgrade apply` and `node` with upgrade-config.yaml patch every kube-apiserver.yaml
+    // they write anew.
+    let upgrade = kind("UpgradeConfiguration").expect("UpgradeConfiguration");
+    let to = upgrade["apply"]["kubernetesVersion"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(to.starts_with("v1.36."), "{to}");
+    assert_eq!(upgrade["apply"]["patches"]["directory"], PATCHES);
+    assert_eq!(upgrade["node"]["patches"]["directory"], PATCHES);
 }
 
 /// Every kubeconfig kubeadm writes names bindPort: the VIP's for admin.conf and the kubelets,
@@ -257,12 +295,11 @@ fn every_kubeconfig_kubeadm_writes_names_skewgate_and_upgrades_keep_it() {
     };
     assert_eq!(init["localAPIEndpoint"]["bindPort"], 6443);
     assert_eq!(join["controlPlane"]["localAPIEndpoint"]["bindPort"], 6443);
-    let patches = "/etc/kubernetes/skewgate/kubeadm-patches";
-    assert_eq!(init["patches"]["directory"], patches);
-    assert_eq!(join["patches"]["directory"], patches);
+    assert_eq!(init["patches"]["directory"], PATCHES);
+    assert_eq!(join["patches"]["directory"], PATCHES);
     let cluster = config.iter().find(|d| d["kind"] == "ClusterConfiguration");
     let extra = &cluster.expect("ClusterConfiguration")["apiServer"]["extraArgs"];
-    assert_eq!(extra["secure-port"], "6444");
+    assert_eq!(extra_arg(extra, "secure-port"), Some(&Value::from("6444")));
     // The patch: a JSON patch of kube-apiserver (kubeadm's name for it) moving its three probes.
     let text = std::fs::read_to_string(deploy().join("kubeadm/patches/kube-apiserver+json.yaml"))
         .expect("the patch");
@@ -292,22 +329,29 @@ fn every_kubeconfig_kubeadm_writes_names_skewgate_and_upgrades_keep_it() {
     );
 }
 
+/// Every route file under deploy/ passes `check` without a warning, checked before its flipAts
+/// (the runbook's at 09:00Z of the upgrade's night): a flipAt past or close is warned of, and the
+/// files keep their example dates.
 #[test]
-fn every_route_file_under_deploy_passes_check() {
+fn every_route_file_under_deploy_passes_check_without_a_warning() {
     let exe = env!("CARGO_BIN_EXE_skewgate");
-    for dir in [
-        deploy().join("routes"),
-        deploy().join("kubeadm/routes"),
-        deploy().join("kubeadm/upgrade"),
+    let night = "2026-12-01T09:00:00Z";
+    for (dir, at) in [
+        // (the in-cluster example's pin moves at 2026-11-22T10:00Z)
+        (deploy().join("routes"), "2026-11-22T09:00:00Z"),
+        (deploy().join("kubeadm/routes"), night),
+        (deploy().join("kubeadm/upgrade"), night),
+        (deploy().join("kubeadm/rollback"), night),
     ] {
         let out = Command::new(exe)
-            .arg("check")
+            .args(["check", "--at", at])
             .arg(&dir)
             .output()
             .expect("check");
+        let said = String::from_utf8_lossy(&out.stderr);
         assert!(
-            out.status.success(),
-            "{}: {}",
+            out.status.success() && !said.contains("warning"),
+            "{}: {}{said}",
             dir.display(),
             String::from_utf8_lossy(&out.stdout)
         );
@@ -481,8 +525,12 @@ fn every_skewgate_command_of_the_runbook_runs_on_the_files_it_names() {
             String::from_utf8_lossy(&out.stderr)
         );
         if command[1] == "explain" {
+            // Each explains a request the new version serves, or the skew policy holds back.
             let text = String::from_utf8_lossy(&out.stdout);
-            assert!(text.contains("backend:      v1-30"), "{command:?}: {text}");
+            assert!(
+                text.contains("backend:      v1-36") || text.contains("version-skew policy"),
+                "{command:?}: {text}"
+            );
         }
     }
 }

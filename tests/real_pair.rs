@@ -17,6 +17,7 @@
 //! | `real/fleet.rs` | two replicas as a fleet, one with its route file 5 s late: the move waits for it, every write 200, no overlap in the audit logs |
 //! | `real/supersede.rs` | two replicas, the pin moved four times, each table 3 s late on the second, which is frozen across two `flipAt`s: moves superseded before they were made, and moves spaced out; no overlap per object in the audit logs, every write 200 or 429 with `Retry-After` |
 //! | `real/fleet_controllers.rs` | a real controller-manager and scheduler (v1.35) through the two replicas of a fleet while their namespace's pin moves four times, each table 3 s late on one: their protobuf updates pass, the Deployment settles, no overlap per object in the audit logs |
+//! | `real/rehearsal.rs` | the whole upgrade as deploy/UPGRADE.md orders it, by deploy/kubeadm's own route files, and its rollback: real controller-managers and schedulers of both versions leading in turn, writers throughout, guards on; no object written by two versions at once, no component served by an older apiserver, no field lost, no 5xx, the Deployment scheduled at each step (`real/rehearsal_judge.rs`) |
 //! | `real/cluster.rs` | the endpoints reconciler under deploy/'s RBAC; readiness while the old apiserver stops and returns; `User-Agent: skewgate/<version>` on its own requests |
 
 #[path = "real/clients.rs"]
@@ -42,6 +43,12 @@ mod moves;
 mod process;
 #[path = "real/protobuf.rs"]
 mod protobuf;
+#[path = "real/rehearsal.rs"]
+mod rehearsal;
+#[path = "real/rehearsal_judge.rs"]
+mod rehearsal_judge;
+#[path = "real/rehearsal_writers.rs"]
+mod rehearsal_writers;
 #[path = "real/supersede.rs"]
 mod supersede;
 
@@ -105,6 +112,9 @@ fn skewgate_in_front_of_real_apiservers_of_two_versions() {
         supersede::moves_that_supersede_pending_ones_never_overlap(&pair);
         supersede::spaced_moves_never_overlap(&pair);
         fleet_controllers::real_components_write_through_superseded_moves(&pair);
+    }
+    if wanted("rehearsal") {
+        rehearsal::the_whole_upgrade_and_its_rollback(&pair);
     }
     if wanted("cluster") {
         cluster::the_endpoints_reconciler_writes_under_the_shipped_rbac(&pair);

@@ -138,24 +138,30 @@ fn move_while_scaling(
 
 /// The Deployment at `replicas`, and every one of its pods bound to node-0.
 fn settled(kubectl: &dyn Fn(&[&str]) -> (bool, String), replicas: u32, pair: &Pair, kcm: &str) {
-    let done = within(180, || {
-        let (_, text) = kubectl(&["-n", NS, "get", "deployment", "web", "-o", "json"]);
-        let d: Value = serde_json::from_str(&text).unwrap_or_default();
-        let (_, text) = kubectl(&["-n", NS, "get", "pods", "-o", "json"]);
-        let pods: Value = serde_json::from_str(&text).unwrap_or_default();
-        // Without a kubelet, a bound pod deleted stays terminating: the live ones count.
-        let items: Vec<Value> = pods["items"].as_array().cloned().unwrap_or_default();
-        let items: Vec<&Value> = items
-            .iter()
-            .filter(|p| p["metadata"]["deletionTimestamp"].is_null())
-            .collect();
-        d["status"]["observedGeneration"] == d["metadata"]["generation"]
-            && d["status"]["updatedReplicas"] == replicas
-            && items.len() == replicas as usize
-            && items.iter().all(|p| p["spec"]["nodeName"] == "node-0")
-    });
+    let done = within(180, || deployment_settled(kubectl, NS, replicas));
     let (_, pods) = kubectl(&["-n", NS, "get", "pods", "-o", "wide"]);
     let log = pair.log(kcm);
     let tail: Vec<&str> = log.lines().rev().take(20).collect();
     assert!(done, "{pods}\n{tail:?}");
+}
+
+/// Whether Deployment `web` of `ns` is at `replicas` and every live pod of it bound to node-0
+/// (without a kubelet, a bound pod deleted stays terminating: the live ones count).
+pub fn deployment_settled(
+    kubectl: &dyn Fn(&[&str]) -> (bool, String),
+    ns: &str,
+    replicas: u32,
+) -> bool {
+    let (_, text) = kubectl(&["-n", ns, "get", "deployment", "web", "-o", "json"]);
+    let d: Value = serde_json::from_str(&text).unwrap_or_default();
+    let (_, text) = kubectl(&["-n", ns, "get", "pods", "-o", "json"]);
+    let pods: Value = serde_json::from_str(&text).unwrap_or_default();
+    let items: Vec<Value> = pods["items"].as_array().cloned().unwrap_or_default();
+    let live: Vec<&Value> = (items.iter())
+        .filter(|p| p["metadata"]["deletionTimestamp"].is_null())
+        .collect();
+    d["status"]["observedGeneration"] == d["metadata"]["generation"]
+        && d["status"]["updatedReplicas"] == replicas
+        && live.len() == replicas as usize
+        && live.iter().all(|p| p["spec"]["nodeName"] == "node-0")
 }

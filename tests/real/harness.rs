@@ -228,9 +228,14 @@ pub fn gate(pair: &Pair, routes: &str) -> (Serving, PathBuf) {
 
 /// [`gate`], with more `skewgate serve` flags.
 pub fn gate_with(pair: &Pair, routes: &str, more: &[&str]) -> (Serving, PathBuf) {
+    gate_table(pair, &table(pair, routes), more)
+}
+
+/// [`gate_with`] on a whole route file, backends and all.
+pub fn gate_table(pair: &Pair, text: &str, more: &[&str]) -> (Serving, PathBuf) {
     let dir = temp_dir("real-gate");
     let file = dir.join("routes.yaml");
-    std::fs::write(&file, table(pair, routes)).expect("routes");
+    std::fs::write(&file, text).expect("routes");
     let (ca, crt, key) = (
         pair.pki("ca.crt"),
         pair.pki("apiserver.crt"),
@@ -326,9 +331,14 @@ pub fn resources(text: &str) -> Vec<(String, String)> {
 
 /// Only the status code of a curl request with the admin certificate.
 pub fn curl_code(pair: &Pair, args: &[&str]) -> u16 {
+    curl_code_with((&pair.pki("admin.crt"), &pair.pki("admin.key")), args)
+}
+
+/// Only the status code of a curl request with this certificate and key (from a thread that
+/// holds no `Pair`).
+pub fn curl_code_with((crt, key): (&str, &str), args: &[&str]) -> u16 {
     let out = Command::new("curl")
-        .args(["-sk", "--cert", &pair.pki("admin.crt")])
-        .args(["--key", &pair.pki("admin.key")])
+        .args(["-sk", "--cert", crt, "--key", key])
         .args(["-o", "/dev/null", "-w", "%{http_code}"])
         .args(args)
         .output()

@@ -74,7 +74,10 @@ if [ "$cmd" = run ]; then
     *) echo "COMPONENT: kube-controller-manager or kube-scheduler" >&2; exit 2 ;;
   esac
   [ -f "$here/$comp-$ver.xz" ] || { echo "no $comp-$ver.xz in $here" >&2; exit 2; }
-  unxz_bin "$comp-$ver.xz" "$D/bin/$comp-$ver"
+  # Under its own name, in a folder per version: client-go's User-Agent names the binary's file
+  # (`kube-controller-manager/v1.36.3 ...`), as kubeadm's static pods run it; a binary named
+  # kube-controller-manager-v1.36.3 would call itself that, and be no component to skewgate.
+  mkdir -p "$D/bin/$ver"; unxz_bin "$comp-$ver.xz" "$D/bin/$ver/$comp"
   [ -f "$P/$comp.crt" ] || ( cd "$P" && leaf "$comp" "/CN=$who" ca 'basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\nextendedKeyUsage=clientAuth' )
   name=${NAME:-$comp-$ver}; kc=$D/$name.kubeconfig
   cat > "$kc" <<KC
@@ -90,7 +93,7 @@ current-context: c
 KC
   for i in "${!flags[@]}"; do flags[$i]=${flags[$i]//@KC/$kc}; done
   [ -f "$D/run/$name.pid" ] && kill -0 "$(cat "$D/run/$name.pid")" 2>/dev/null && { echo "$name already runs" >&2; exit 1; }
-  setsid sh -c 'echo $$ > "$0"; exec "$@"' "$D/run/$name.pid" "$D/bin/$comp-$ver" --kubeconfig="$kc" "${flags[@]}" "$@" \
+  setsid sh -c 'echo $$ > "$0"; exec "$@"' "$D/run/$name.pid" "$D/bin/$ver/$comp" --kubeconfig="$kc" "${flags[@]}" "$@" \
     </dev/null >>"$D/logs/$name.log" 2>&1 &
   for _ in $(seq 1 50); do [ -s "$D/run/$name.pid" ] && break; sleep 0.1; done
   echo "$name started against $server (pid $(cat "$D/run/$name.pid"), log $D/logs/$name.log)"

@@ -315,7 +315,7 @@ pub fn judge_writes(pair: &Pair, ns: &str) -> BTreeMap<String, Judged> {
 }
 
 /// Per object that `key` names an audit event's object for (`None`: not judged), its writes.
-fn judge_by(
+pub fn judge_by(
     pair: &Pair,
     key: impl Fn(&serde_json::Value) -> Option<String>,
 ) -> BTreeMap<String, Judged> {
