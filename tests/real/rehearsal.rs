@@ -14,7 +14,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
-
 use crate::harness::{Pair, admin_get, gate_table, within};
 use crate::process::Serving;
 use crate::protobuf::metric;
