@@ -159,7 +159,7 @@ impl<'p> Rehearsal<'p> {
         self.never_led(&["kcm-new", "scheduler-new"]);
         sleep_until(flip + Duration::from_secs(6));
         // The fence held the leaders' Lease renewals, for less than their renew deadline: they
-        // lead on (with a fence as long as the deadline they lost the lead at the flip).
+        // lead on (with a fence as long as the deadline, one run of two saw the lead lost there).
         self.never_led(&["kcm-new", "scheduler-new"]);
         self.scale();
         self.never_led(&["kcm-new", "scheduler-new"]);

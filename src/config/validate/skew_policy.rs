@@ -109,7 +109,7 @@ const LEADER_FENCE: std::time::Duration = std::time::Duration::from_secs(8);
 impl Validator<'_> {
     /// A warning for each pin that moves at `flipAt` and takes the writes of the Leases in
     /// kube-system, when `writes.fence` holds them as long as a leader's renew deadline: at the
-    /// flip the control plane's leaders would lose the lead (found with the real ones).
+    /// flip the control plane's leaders may lose the lead (found with the real ones).
     pub(super) fn leader_leases_fenced(&mut self, t: &crate::config::RouteTable) {
         if t.writes.fence < LEADER_FENCE {
             return;
@@ -129,7 +129,7 @@ impl Validator<'_> {
             };
             if pin.flip_at.is_some() && namespace && leases {
                 let text = format!(
-                    "pin {:?} moves the leader-election Leases (kube-system) at flipAt, and writes.fence ({fence}) holds their renewals as long as kube-controller-manager's and kube-scheduler's renew deadline (10s by default, and the last renewal may be 2s old): their leaders lose the lead at the flip; write a fence under {}s",
+                    "pin {:?} moves the leader-election Leases (kube-system) at flipAt, and writes.fence ({fence}) holds their renewals as long as kube-controller-manager's and kube-scheduler's renew deadline (10s by default, and the last renewal may be 2s old): their leaders may lose the lead at the flip; write a fence under {}s",
                     pin.name,
                     LEADER_FENCE.as_secs()
                 );
