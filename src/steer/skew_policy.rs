@@ -25,7 +25,7 @@ use std::time::SystemTime;
 use super::decision::{Class, Decision, Rule, SkewStep, Skewed};
 use super::request::SteerRequest;
 use super::{LiveState, Steering};
-use crate::classify::{Component, Verb};
+use crate::classify::{Client, ClientVersion, Component, Verb};
 use crate::config::{BackendId, RouteTable};
 
 /// The backends' versions, made once per table.
@@ -78,12 +78,7 @@ impl Steering {
         now: &impl Fn() -> SystemTime,
         live: &impl LiveState,
     ) -> Decision {
-        if !self.skew.judged {
-            return d;
-        }
-        let (Some(version), Some(component)) =
-            (req.client.version, Component::from_name(req.client.name))
-        else {
+        let Some((component, version)) = self.bound(&req.client) else {
             return d;
         };
         let minor = (version.major, version.minor);
@@ -106,8 +101,7 @@ impl Steering {
         if !self.skew.older(d.backend, minor) {
             return d;
         }
-        let allowed = self.table().skew_policy.allow_older_apiserver;
-        let (backend, step) = if allowed.contains(component) {
+        let (backend, step) = if self.allowed(component) {
             (d.backend, SkewStep::Allowed)
         } else if d.class == Class::Write {
             (d.backend, SkewStep::WriteRefused)
@@ -131,12 +125,24 @@ impl Steering {
 
     /// Whether a component of `version` may be served by backend `b` (for discovery's documents,
     /// which merged discovery takes from one backend).
-    pub fn serves_component(&self, b: BackendId, client: &crate::classify::Client<'_>) -> bool {
-        let allowed = self.table().skew_policy.allow_older_apiserver;
-        match (client.version, Component::from_name(client.name)) {
-            (Some(v), Some(c)) if !allowed.contains(c) => !self.skew.older(b, (v.major, v.minor)),
-            _ => true,
+    pub fn serves_component(&self, b: BackendId, client: &Client<'_>) -> bool {
+        self.bound(client)
+            .is_none_or(|(c, v)| self.allowed(c) || !self.skew.older(b, (v.major, v.minor)))
+    }
+
+    /// The component `client` is, with its version, when the policy binds it: the table declares
+    /// a backend's version, and the User-Agent names a component and a version.
+    fn bound(&self, client: &Client<'_>) -> Option<(Component, ClientVersion)> {
+        if !self.skew.judged {
+            return None;
         }
+        let version = client.version?;
+        Some((Component::from_name(client.name)?, version))
+    }
+
+    /// Whether the table lets `component` be served by an older backend.
+    fn allowed(&self, component: Component) -> bool {
+        (self.table().skew_policy.allow_older_apiserver).contains(component)
     }
 
     /// The first write rule, in the order writes are decided, that sends writes to a backend older
