@@ -88,7 +88,10 @@ impl Steering {
             chosen,
             step,
         };
+        // A component the table allows on older backends writes where the pins say, so its
+        // lead needs no holding back.
         if component.elects_a_leader()
+            && !self.allowed(component)
             && is_lease_write(req)
             && let Some((rule, backend)) = self.older_write_rule(minor, now(), live)
         {

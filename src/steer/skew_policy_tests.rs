@@ -195,6 +195,15 @@ fn the_table_may_allow_an_older_apiserver_in_so_many_words() {
         Some(SkewStep::Raised),
         "only the kubelet"
     );
+    // A controller-manager the table allows writes through v1.35 as the pins say: its lead is
+    // not held back either.
+    let text = format!("{TABLE}skewPolicy:\n  allowOlderApiserver: [kube-controller-manager]\n");
+    let s = steering(&text);
+    let d = decide(&s, KCM_NEW, "PUT", LEASE);
+    assert_eq!(
+        (backend(&s, &d), d.skew.map(|x| x.step)),
+        ("v1-35".into(), Some(SkewStep::Allowed))
+    );
 }
 
 #[test]
