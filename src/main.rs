@@ -23,15 +23,18 @@ fn main() -> ExitCode {
             running,
             lease_renew_interval,
             at,
+            rollback_record,
         } => cli::check::check(
             &paths,
             &routes,
             running.as_deref(),
             (lease_renew_interval, at),
+            rollback_record.as_deref(),
         ),
         Command::Explain(args) => cli::explain::explain(&args).map(|()| ExitCode::SUCCESS),
         Command::Serve(args) => cli::serve::run(*args),
         Command::Skew(args) => cli::skew::run(&args),
+        Command::RollbackCheck(args) => cli::rollback_check::run(&args),
         #[cfg(feature = "demo")]
         Command::Demo(args) => cli::demo::run(args),
         #[cfg(feature = "demo")]

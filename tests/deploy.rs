@@ -336,6 +336,13 @@ fn every_kubeconfig_kubeadm_writes_names_skewgate_and_upgrades_keep_it() {
 fn every_route_file_under_deploy_passes_check_without_a_warning() {
     let exe = env!("CARGO_BIN_EXE_skewgate");
     let night = "2026-12-01T09:00:00Z";
+    // The rollback's tables move writes back: checked with what rollback-check found before it
+    // (here: nothing at stake), as UPGRADE.md has it.
+    let record = std::env::temp_dir().join(format!(
+        "skewgate-deploy-record-{}.json",
+        std::process::id()
+    ));
+    std::fs::write(&record, clean_record(night)).expect("record");
     for (dir, at) in [
         // (the in-cluster example's pin moves at 2026-11-22T10:00Z)
         (deploy().join("routes"), "2026-11-22T09:00:00Z"),
@@ -343,11 +350,12 @@ fn every_route_file_under_deploy_passes_check_without_a_warning() {
         (deploy().join("kubeadm/upgrade"), night),
         (deploy().join("kubeadm/rollback"), night),
     ] {
-        let out = Command::new(exe)
-            .args(["check", "--at", at])
-            .arg(&dir)
-            .output()
-            .expect("check");
+        let mut check = Command::new(exe);
+        check.args(["check", "--at", at]).arg(&dir);
+        if dir.ends_with("rollback") {
+            check.arg("--rollback-record").arg(&record);
+        }
+        let out = check.output().expect("check");
         let said = String::from_utf8_lossy(&out.stderr);
         assert!(
             out.status.success() && !said.contains("warning"),
@@ -356,6 +364,69 @@ fn every_route_file_under_deploy_passes_check_without_a_warning() {
             String::from_utf8_lossy(&out.stdout)
         );
     }
+}
+
+/// What `rollback-check --record` writes when nothing is at stake, checked at `at`.
+fn clean_record(at: &str) -> String {
+    serde_json::json!({
+        "format": "skewgate.io/rollback-check/v1",
+        "checkedAt": at,
+        "routes": "/etc/skewgate/routes/routes.yaml",
+        "to": {"name": "v1-35", "version": "v1.35"},
+        "from": [{"name": "v1-36", "version": "v1.36"}],
+        "objects": 0,
+        "resources": 0,
+        "findings": [],
+        "storageVersions": {"visible": false, "unreadable": [], "unknown": []},
+        "loses": false
+    })
+    .to_string()
+}
+
+/// The rollback's step 2 moves every write back to v1.35: `check` says so when no rollback-check
+/// record is given, and names what a record found at stake that the step would send there.
+#[test]
+fn the_rollback_is_checked_against_what_rollback_check_found() {
+    let exe = env!("CARGO_BIN_EXE_skewgate");
+    let night = "2026-12-01T09:00:00Z";
+    let r2 = deploy().join("kubeadm/rollback/r2-move-writes-back.yaml");
+    let check = |more: &[&std::ffi::OsStr]| {
+        let out = Command::new(exe)
+            .args(["check", "--at", night])
+            .arg(&r2)
+            .args(more)
+            .output()
+            .expect("check");
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let said = check(&[]);
+    assert!(
+        said.contains("pin \"everything\" moves writes back from \"v1-36\" to \"v1-35\", and no rollback-check says what that strands"),
+        "{said}"
+    );
+    let mut record: Value = serde_json::from_str(&clean_record(night)).expect("json");
+    record["findings"] = serde_json::json!([{
+        "resource": {"group": "", "version": "v1", "resource": "pods"},
+        "stake": {"type": "field", "field": "status.containerStatuses[].allocatedResourcesStatus[].resources[].message"},
+        "count": 3,
+        "namespaces": [{"namespace": "gpu-jobs", "count": 3, "names": ["a", "b", "c"]}]
+    }]);
+    let file =
+        std::env::temp_dir().join(format!("skewgate-deploy-lossy-{}.json", std::process::id()));
+    std::fs::write(&file, record.to_string()).expect("record");
+    let said = check(&["--rollback-record".as_ref(), file.as_os_str()]);
+    assert!(
+        said.contains("3 pods objects hold status.containerStatuses[].allocatedResourcesStatus[].resources[].message, which backend \"v1-35\" (v1.35) cannot store, and this table sends their writes there (3 in gpu-jobs)"),
+        "{said}"
+    );
+    // Stale: checked a day before the step.
+    record["checkedAt"] = Value::from("2026-11-30T09:00:00Z");
+    std::fs::write(&file, record.to_string()).expect("record");
+    let said = check(&["--rollback-record".as_ref(), file.as_os_str()]);
+    assert!(
+        said.contains("the rollback-check record is 1day old"),
+        "{said}"
+    );
 }
 
 /// kubeadm's /etc/kubernetes/pki, as far as skewgate reads it.

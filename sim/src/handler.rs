@@ -206,7 +206,7 @@ async fn resource(
         (Method::GET | Method::HEAD, None) if watch::wants_watch(&query) => {
             watch::serve(sim.clone(), t.res, t.namespace, &query)
         }
-        (Method::GET | Method::HEAD, None) => list(sim, &t),
+        (Method::GET | Method::HEAD, None) => list(sim, &t, &query),
         (Method::POST, None) | (Method::PUT | Method::PATCH | Method::DELETE, Some(_)) => {
             write(sim, t, req).await
         }
@@ -229,11 +229,12 @@ fn get(sim: &SimState, t: &Target<'_>, name: &str) -> Response<SimBody> {
     }
 }
 
-fn list(sim: &SimState, t: &Target<'_>) -> Response<SimBody> {
+fn list(sim: &SimState, t: &Target<'_>, query: &str) -> Response<SimBody> {
     let (items, rv) = sim
         .store
         .list(&ObjectKey::new(t.res, "", "").resource, t.namespace);
-    let body = super::list::ListBody::new(sim.version, t.res, items, rv);
+    let (items, next) = super::list::page(items, query);
+    let body = super::list::ListBody::new(sim.version, t.res, items, rv).with_continue(next);
     let mut resp = Response::new(body.boxed());
     resp.headers_mut().insert(
         header::CONTENT_TYPE,

@@ -20,6 +20,7 @@ pub struct ListBody {
     res: &'static ApiResource,
     items: std::vec::IntoIter<Arc<Value>>,
     head: Option<Bytes>,
+    rv: u64,
     first: bool,
     done: bool,
 }
@@ -42,9 +43,25 @@ impl ListBody {
             res,
             items: items.into_iter(),
             head: Some(Bytes::from(head)),
+            rv,
             first: true,
             done: false,
         }
+    }
+
+    /// The list as one page of several: `metadata.continue` names where the next begins.
+    pub fn with_continue(mut self, next: Option<String>) -> ListBody {
+        if let Some(token) = next {
+            let head = format!(
+                r#"{{"kind":"{}List","apiVersion":"{}","metadata":{{"resourceVersion":"{}","continue":{}}},"items":["#,
+                self.res.kind,
+                self.res.api_version(),
+                self.rv,
+                Value::String(token)
+            );
+            self.head = Some(Bytes::from(head));
+        }
+        self
     }
 
     fn item(&mut self, stored: &Value) -> Bytes {
@@ -89,4 +106,37 @@ impl Body for ListBody {
     fn size_hint(&self) -> SizeHint {
         SizeHint::default()
     }
+}
+
+/// One page of `items` as `limit` and `continue` in `query` ask, as kube-apiserver pages a list
+/// from etcd: in key order (namespace, name), from the key after the token's. The token is opaque
+/// to clients; like the apiserver's (base64), it holds characters a query must escape.
+pub fn page(mut items: Vec<Arc<Value>>, query: &str) -> (Vec<Arc<Value>>, Option<String>) {
+    let mut limit = 0usize;
+    let mut after: Option<String> = None;
+    for (k, v) in form_urlencoded::parse(query.as_bytes()) {
+        match &*k {
+            "limit" => limit = v.parse().unwrap_or(0),
+            "continue" => after = v.strip_prefix("k+/").map(str::to_owned),
+            _ => {}
+        }
+    }
+    let key = |o: &Value| {
+        let m = &o["metadata"];
+        format!(
+            "{}/{}",
+            m["namespace"].as_str().unwrap_or(""),
+            m["name"].as_str().unwrap_or("")
+        )
+    };
+    items.sort_by_cached_key(|o| key(o));
+    if let Some(after) = &after {
+        items.retain(|o| key(o).as_str() > after.as_str());
+    }
+    if limit == 0 || items.len() <= limit {
+        return (items, None);
+    }
+    items.truncate(limit);
+    let next = items.last().map(|o| format!("k+/{}", key(o)));
+    (items, next)
 }

@@ -6,16 +6,26 @@ use std::process::ExitCode;
 use anyhow::Result;
 
 use skewgate::config::{self, RouteTable};
+use skewgate::skew::rollback::{RollbackCheck, record_warnings};
 
 /// Checks `paths` (route files, or directories of them, each file checked) and `routes` (read as
 /// `serve --routes` reads them: a directory holds one route file). The flipAts are judged at `at`
-/// (now when `None`), against the fleet's Lease `round`.
+/// (now when `None`), against the fleet's Lease `round`. `record`: what `rollback-check --record`
+/// wrote, judged against each table.
 pub fn check(
     paths: &[PathBuf],
     routes: &[PathBuf],
     running: Option<&std::path::Path>,
     (round, at): (std::time::Duration, Option<std::time::SystemTime>),
+    record: Option<&std::path::Path>,
 ) -> Result<ExitCode> {
+    let record = match record.map(read_record).transpose() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("--rollback-record: {e}");
+            return Ok(ExitCode::FAILURE);
+        }
+    };
     let running = match running.map(config::load_path) {
         Some(Ok(t)) => Some(t),
         Some(Err(errors)) => {
@@ -40,7 +50,9 @@ pub fn check(
                 }
                 let now = at.unwrap_or_else(std::time::SystemTime::now);
                 let settle = config::fleet_settle(round);
-                for w in config::move_warnings(&table, running.as_ref(), now, settle) {
+                let moves = config::move_warnings(&table, running.as_ref(), now, settle);
+                let back = record_warnings(&table, running.as_ref(), record.as_ref(), now);
+                for w in moves.iter().chain(&back) {
                     eprintln!("warning: {}: {w}", file.display());
                 }
                 println!("{}: ok ({})", file.display(), summary(&table));
@@ -63,6 +75,17 @@ pub fn check(
         ExitCode::FAILURE
     } else {
         ExitCode::SUCCESS
+    })
+}
+
+/// A record `rollback-check --record` wrote.
+fn read_record(path: &std::path::Path) -> Result<RollbackCheck, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    serde_json::from_str(&text).map_err(|e| {
+        format!(
+            "{}: not a record of skewgate rollback-check: {e}",
+            path.display()
+        )
     })
 }
 

@@ -5,6 +5,7 @@ pub mod check;
 pub mod demo;
 pub mod explain;
 pub mod logging;
+pub mod rollback_check;
 pub mod serve;
 #[cfg(feature = "demo")]
 pub mod sim;
@@ -53,12 +54,21 @@ pub enum Command {
         /// loaded then: a runbook's file checked for the moment of its step.
         #[arg(long, value_parser = humantime::parse_rfc3339)]
         at: Option<std::time::SystemTime>,
+        /// What `rollback-check --record` wrote: warn where a checked table sends the writes of an
+        /// object it found at stake to the older backend. Without it, a table that moves writes
+        /// back to an older backend is warned of.
+        #[arg(long)]
+        rollback_record: Option<PathBuf>,
     },
     /// Print the RequestInfo, the client, the class, the rule and the backend of one request, and why.
     Explain(ExplainArgs),
     /// What differs between the backends' versions (from their OpenAPI v3): fields only some know,
     /// changed defaults, resources only some serve, and the pins that follow.
     Skew(SkewArgs),
+    /// What moving writes back to an older backend would strand or damage: objects of kinds it does
+    /// not serve, objects holding fields it cannot store, storage versions it cannot read; read
+    /// through the newer backends. Exits 1 when something would be lost.
+    RollbackCheck(RollbackCheckArgs),
     #[cfg(feature = "demo")]
     /// Run simulated apiservers of two versions with skewgate in front, and print commands to try.
     Demo(DemoArgs),
@@ -151,6 +161,40 @@ pub struct SkewArgs {
     #[arg(long = "openapi-dir", value_parser = version_dir)]
     pub openapi_dir: Vec<(String, PathBuf)>,
     /// How to connect (with --routes).
+    #[command(flatten)]
+    pub upstream: UpstreamArgs,
+    /// Output format.
+    #[arg(short = 'o', long, value_enum, default_value_t = Output::Text)]
+    pub output: Output,
+}
+
+/// `skewgate rollback-check`.
+#[derive(clap::Args)]
+pub struct RollbackCheckArgs {
+    /// The route file the backends are read from (the running table), connecting as `serve` would.
+    #[arg(long)]
+    pub routes: PathBuf,
+    /// The older backend writes would move back to.
+    #[arg(long)]
+    pub to: String,
+    /// The rollback table to judge: what its pins keep on a newer backend (once its moves are
+    /// done) is kept, not lost. Without it, every write moves to --to.
+    #[arg(long)]
+    pub plan: Option<PathBuf>,
+    /// Write the whole check as JSON here, for `check --rollback-record`.
+    #[arg(long)]
+    pub record: Option<PathBuf>,
+    /// Names shown per resource, field and namespace.
+    #[arg(long, default_value_t = 10)]
+    pub max_names: usize,
+    /// Objects per list page (the apiserver's `limit`).
+    #[arg(long, default_value_t = 500)]
+    pub page_size: usize,
+    /// The groups the check's reads name besides its user (--proxy-user), as X-Remote-Group; the
+    /// user needs get and list of every resource (deploy/kubeadm/rbac.yaml: skewgate-rollback-check).
+    #[arg(long = "as-group")]
+    pub groups: Vec<String>,
+    /// How to connect.
     #[command(flatten)]
     pub upstream: UpstreamArgs,
     /// Output format.

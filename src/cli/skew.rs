@@ -9,7 +9,7 @@ use skewgate::skew::{Report, VersionFields, compare, fetch, from_dir};
 use skewgate::upstream::PoolSettings;
 
 use super::serve::{runtime, upstream_tls};
-use super::{Output, SkewArgs};
+use super::{Output, SkewArgs, UpstreamArgs};
 
 /// Runs `skew`.
 pub fn run(args: &SkewArgs) -> Result<ExitCode> {
@@ -38,9 +38,21 @@ type Compared = (Versions, String, Option<RouteTable>);
 fn live(args: &SkewArgs, routes: &std::path::Path) -> Result<Compared> {
     let table = skewgate::config::load_path(routes).map_err(|e| anyhow!("{e}"))?;
     let writes_to = table.backend_name(table.writes.default).to_owned();
-    let pool = PoolSettings {
-        tls: upstream_tls(&args.upstream)?,
-        own_user: match args.upstream.proxy_user.as_str() {
+    let pool = own_pool(&args.upstream)?;
+    let fetched = runtime()?.block_on(fetch(&table, pool));
+    let mut versions = Vec::new();
+    for (backend, result) in fetched {
+        let fields = result.map_err(|e| anyhow!("backend {backend}: {e}"))?;
+        versions.push((backend, fields));
+    }
+    Ok((versions, writes_to, Some(table)))
+}
+
+/// How skewgate's own requests reach the apiservers, as `serve` connects: its TLS, and its user.
+pub(super) fn own_pool(upstream: &UpstreamArgs) -> Result<PoolSettings> {
+    Ok(PoolSettings {
+        tls: upstream_tls(upstream)?,
+        own_user: match upstream.proxy_user.as_str() {
             "" => None,
             user => Some((
                 http::HeaderName::from_static("x-remote-user"),
@@ -49,14 +61,7 @@ fn live(args: &SkewArgs, routes: &std::path::Path) -> Result<Compared> {
             )),
         },
         ..PoolSettings::default()
-    };
-    let fetched = runtime()?.block_on(fetch(&table, pool));
-    let mut versions = Vec::new();
-    for (backend, result) in fetched {
-        let fields = result.map_err(|e| anyhow!("backend {backend}: {e}"))?;
-        versions.push((backend, fields));
-    }
-    Ok((versions, writes_to, Some(table)))
+    })
 }
 
 /// The saved documents of `--openapi-dir`; the pins go to the first version given.

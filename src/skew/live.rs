@@ -92,7 +92,7 @@ pub async fn fetch(
     out
 }
 
-async fn fetch_endpoint(ep: &Arc<EndpointPool>) -> Result<VersionFields, String> {
+pub(super) async fn fetch_endpoint(ep: &Arc<EndpointPool>) -> Result<VersionFields, String> {
     let (code, body) = own_get(ep, "/openapi/v3").await?;
     if !code.is_success() {
         return Err(format!("{}: /openapi/v3 answered {code}", ep.endpoint.url));

@@ -8,6 +8,7 @@ mod live;
 mod loss;
 mod placement;
 mod report;
+pub mod rollback;
 
 pub use fields::{Gvk, KindFields, VersionFields};
 pub(crate) use live::{DocumentCache, version_fields};

@@ -20,7 +20,10 @@ pub use budget::{DEFAULT_LIMIT as DEFAULT_RESPONSE_BUFFER, ResponseBudget};
 pub(crate) use deadline::WheelTimer;
 pub(crate) use dial::{DialError, Dialed};
 pub(crate) use health::spawn_health_checks;
-pub(crate) use own::{dated as own_dated, get as own_get, request as own_request};
+pub(crate) use own::{
+    answered as own_answered, dated as own_dated, get as own_get,
+    get_with_groups as own_get_with_groups, request as own_request,
+};
 pub use pool::PoolSettings;
 pub(crate) use pool::{Credential, EndpointPool, EndpointState};
 pub(crate) use send::{UpstreamBody, send};

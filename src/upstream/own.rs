@@ -42,6 +42,29 @@ pub(crate) async fn dated(
     path: &str,
     body: Option<Vec<u8>>,
 ) -> Result<(StatusCode, Bytes, Option<SystemTime>), String> {
+    exchange(ep, (method, path, body), &[], Duration::from_secs(5)).await
+}
+
+/// GETs `path` as skewgate's own user with `groups` (`X-Remote-Group`, as the front-proxy header
+/// the apiserver reads by default), within `timeout`: for reads a user's role must allow, such as
+/// `rollback-check`'s lists.
+pub(crate) async fn get_with_groups(
+    ep: &Arc<EndpointPool>,
+    path: &str,
+    groups: &[header::HeaderValue],
+    timeout: Duration,
+) -> Result<(StatusCode, Bytes), String> {
+    exchange(ep, (Method::GET, path, None), groups, timeout)
+        .await
+        .map(|(code, body, _)| (code, body))
+}
+
+async fn exchange(
+    ep: &Arc<EndpointPool>,
+    (method, path, body): (Method, &str, Option<Vec<u8>>),
+    groups: &[header::HeaderValue],
+    timeout: Duration,
+) -> Result<(StatusCode, Bytes, Option<SystemTime>), String> {
     let uri: Uri = format!(
         "{}://{}{path}",
         if ep.endpoint.tls { "https" } else { "http" },
@@ -62,6 +85,12 @@ pub(crate) async fn dated(
     );
     if let Some((name, value)) = &ep.settings().own_user {
         req.headers_mut().insert(name.clone(), value.clone());
+    }
+    for group in groups {
+        req.headers_mut().append(
+            header::HeaderName::from_static("x-remote-group"),
+            group.clone(),
+        );
     }
     if body.is_some() {
         req.headers_mut().insert(
@@ -88,7 +117,7 @@ pub(crate) async fn dated(
             .to_bytes();
         Ok((code, body, date))
     };
-    tokio::time::timeout(Duration::from_secs(5), exchange)
+    tokio::time::timeout(timeout, exchange)
         .await
         .map_err(|_| TIMED_OUT.to_owned())?
 }
