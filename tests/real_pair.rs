@@ -18,6 +18,7 @@
 //! | `real/supersede.rs` | two replicas, the pin moved four times, each table 3 s late on the second, which is frozen across two `flipAt`s: moves superseded before they were made, and moves spaced out; no overlap per object in the audit logs, every write 200 or 429 with `Retry-After` |
 //! | `real/fleet_controllers.rs` | a real controller-manager and scheduler (v1.35) through the two replicas of a fleet while their namespace's pin moves four times, each table 3 s late on one: their protobuf updates pass, the Deployment settles, no overlap per object in the audit logs |
 //! | `real/rehearsal.rs` | the whole upgrade as deploy/UPGRADE.md orders it, by deploy/kubeadm's own route files, and its rollback: real controller-managers and schedulers of both versions leading in turn, writers throughout, guards on; no object written by two versions at once, no component served by an older apiserver, no field lost, no 5xx, the Deployment scheduled at each step (`real/rehearsal_judge.rs`) |
+//! | `real/rollback.rs` | what only v1.36 keeps (a pod status field, a MutatingAdmissionPolicy) written through skewgate and counted as it passes; `rollback-check --to` v1.35 names both and their namespace and fails; with its suggested pins the rollback table passes, `check` finds nothing in its record, and once loaded the pinned objects keep their fields on v1.36 while every other write goes to v1.35 (audit logs) |
 //! | `real/cluster.rs` | the endpoints reconciler under deploy/'s RBAC; readiness while the old apiserver stops and returns; `User-Agent: skewgate/<version>` on its own requests |
 
 #[path = "real/clients.rs"]
@@ -49,6 +50,8 @@ mod rehearsal;
 mod rehearsal_judge;
 #[path = "real/rehearsal_writers.rs"]
 mod rehearsal_writers;
+#[path = "real/rollback.rs"]
+mod rollback;
 #[path = "real/supersede.rs"]
 mod supersede;
 
@@ -115,6 +118,9 @@ fn skewgate_in_front_of_real_apiservers_of_two_versions() {
     }
     if wanted("rehearsal") {
         rehearsal::the_whole_upgrade_and_its_rollback(&pair);
+    }
+    if wanted("rollback") {
+        rollback::rollback_check_names_what_only_v1_36_keeps_and_the_pins_keep_it(&pair);
     }
     if wanted("cluster") {
         cluster::the_endpoints_reconciler_writes_under_the_shipped_rbac(&pair);

@@ -275,3 +275,63 @@ async fn a_backend_not_in_the_table_is_a_clear_error() {
     let stderr = stderr_to("new").await;
     assert!(stderr.contains("no backend of"), "{stderr}");
 }
+
+/// The sample `name{labels}` in Prometheus text, 0 when absent.
+fn sample(metrics: &str, series: &str) -> f64 {
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
+        .unwrap_or(0.0)
+}
+
+/// While writes go to v1.30, the proxy counts those that stored what v1.29 could not keep: a
+/// field it cannot store (judged in the answer, in JSON and protobuf alike), and a create of a
+/// kind it does not serve; the writes that keep nothing of the kind count nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_proxy_counts_what_a_rollback_would_strand_as_writes_pass() {
+    let sims = sims().await;
+    let gate = gate(&routes(&sims, RUNNING)).await;
+    let known = eventually(10, || async {
+        gate.debug_skew().await["report"]["kinds"]
+            .as_array()
+            .is_some_and(|k| !k.is_empty())
+    })
+    .await;
+    assert!(known, "the schemas were read");
+    populate(&gate.url()).await;
+    let c = h1();
+    let cm = format!("{}/api/v1/namespaces/ns-b/configmaps/cm-00", gate.url());
+    let patch = json!({"data": {"k": "w"}});
+    let r = c
+        .patch(&cm)
+        .header("content-type", "application/merge-patch+json")
+        .json(&patch)
+        .send()
+        .await
+        .expect("patch");
+    assert_eq!(r.status(), 200);
+    // A write answered with an error stores nothing.
+    let missing = format!("{}/api/v1/namespaces/ns-b/configmaps/nope", gate.url());
+    let r = c
+        .patch(&missing)
+        .header("content-type", "application/merge-patch+json")
+        .json(&patch)
+        .send()
+        .await
+        .expect("patch");
+    assert_eq!(r.status(), 404);
+    let m = gate.metrics().await;
+    let series = |resource: &str, stake: &str| {
+        sample(
+            &m,
+            &format!(
+                "skewgate_rollback_exposure_total{{older=\"old\",resource=\"{resource}\",stake=\"{stake}\"}}"
+            ),
+        )
+    };
+    // 12 configmaps created with the field and one patched that holds it; one pod of two.
+    assert_eq!(series("configmaps", "field"), 13.0, "{m}");
+    assert_eq!(series("pods", "field"), 1.0, "{m}");
+    assert_eq!(series("widgets.sim.skewgate.io", "kind"), 1.0, "{m}");
+    assert!(sample(&m, "skewgate_rollback_exposure_since_timestamp_seconds") > 0.0);
+}

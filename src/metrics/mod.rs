@@ -84,6 +84,13 @@ pub(crate) struct Metrics {
     pub fallbacks: IntCounterVec,
     /// `skewgate_skew_policy_total{component,outcome}`.
     pub skew_policy: IntCounterVec,
+    /// `skewgate_rollback_exposure_total{older,resource,stake}`: writes a backend newer than
+    /// `older` answered 2xx whose stored object holds a field `older` cannot store (stake
+    /// `field`), and objects created of a kind it does not serve (`kind`).
+    pub rollback_exposure: IntCounterVec,
+    /// `skewgate_rollback_exposure_since_timestamp_seconds`: when this replica first sent a write
+    /// to a backend newer than another (0: never).
+    pub rollback_exposure_since: Gauge,
     /// `skewgate_pin_moves_total{pin}`.
     pub pin_moves: IntCounterVec,
     /// `skewgate_pin_fence_ends_total{pin}`.
@@ -233,6 +240,8 @@ impl Metrics {
             endpoint_reconciles: counter(&r, "skewgate_endpoint_reconciles_total", "Rounds of renewing this replica's Lease and keeping the default/kubernetes endpoints naming the live replicas, by result (success, failure).", &["result"]),
             clients_held_back: counter(&r, "skewgate_clients_held_back_total", "Holds put on a misbehaving client's next connections, by reason (premature_resets, malformed_requests).", &["reason"]),
             client_connections_delayed: register(&r, valid(prometheus::IntCounter::new("skewgate_client_connections_delayed_total", "Client connections that waited out their client's hold (skewgate_clients_held_back_total) before they were served."))),
+            rollback_exposure: counter(&r, "skewgate_rollback_exposure_total", "Writes a backend newer than `older` answered whose stored object holds a field `older` cannot store (stake=field), and objects created of a kind `older` does not serve (stake=kind): what a rollback to `older` would strand, as it grows.", &["older", "resource", "stake"]),
+            rollback_exposure_since: register(&r, valid(Gauge::new("skewgate_rollback_exposure_since_timestamp_seconds", "When this replica first sent a write to a backend newer than another (Unix seconds; 0: never)."))),
             skew_policy: counter(&r, "skewgate_skew_policy_total", "Requests of a Kubernetes component that the rules would send to an older apiserver, by what the version-skew policy did: raised (sent to a backend not older), allowed (skewPolicy.allowOlderApiserver), write_refused, leadership_held (429), no_backend (503).", &["component", "outcome"]),
             fallbacks: counter(&r, "skewgate_fallbacks_total", "Requests sent to another backend because the one the rules chose does not serve their group/version/resource.", &["from", "to"]),
             pin_moves: counter(&r, "skewgate_pin_moves_total", "Pins (or writes.default, as rule writes.default) moved to another backend: at their flip (flipAt, or when the fleet makes the move), or at the reload for one without flipAt.", &["pin"]),

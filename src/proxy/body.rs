@@ -10,6 +10,7 @@ use http_body::{Body, Frame, SizeHint};
 use tokio_util::sync::WaitForCancellationFutureOwned;
 
 use super::access_log::AccessRecord;
+use super::exposure::Copy;
 use super::routing::RequestTracker;
 use super::wire::{Exchange, StreamGuard};
 use crate::upstream::UpstreamBody;
@@ -23,6 +24,8 @@ pub(crate) struct ProxyBody {
     exchange: Option<Exchange>,
     /// The access-log record, written when the body is dropped.
     access: Option<Box<AccessRecord>>,
+    /// A write's answer copied for `exposure.rs`, judged at its end.
+    copy: Option<Box<Copy>>,
 }
 
 enum Inner {
@@ -46,6 +49,7 @@ impl ProxyBody {
             stream: None,
             exchange: None,
             access: None,
+            copy: None,
         }
     }
 
@@ -65,6 +69,7 @@ impl ProxyBody {
             stream: None,
             exchange: None,
             access: None,
+            copy: None,
         }
     }
 
@@ -92,6 +97,11 @@ impl ProxyBody {
         if access.is_some() {
             self.access = access;
         }
+    }
+
+    /// Copies the body as it streams, for `exposure.rs` to judge at its end.
+    pub(crate) fn copy_into(&mut self, copy: Box<Copy>) {
+        self.copy = Some(copy);
     }
 
     /// Attaches the request's tracker, dropped when the body ends.
@@ -137,6 +147,12 @@ impl Body for ProxyBody {
         {
             a.add_bytes(data.len() as u64);
         }
+        if let (Some(c), Poll::Ready(Some(Ok(frame)))) = (&mut this.copy, &polled)
+            && let Some(data) = frame.data_ref()
+            && !c.push(data)
+        {
+            this.copy = None;
+        }
         let ended = match &polled {
             Poll::Ready(None) => true,
             // A failure on the apiserver's side is no premature reset of the client's.
@@ -151,6 +167,14 @@ impl Body for ProxyBody {
             }
             if let Poll::Ready(None) = polled {
                 this.tracker = None;
+            }
+            match &polled {
+                Poll::Ready(Some(Err(_))) => this.copy = None,
+                _ => {
+                    if let Some(c) = this.copy.take() {
+                        c.finish();
+                    }
+                }
             }
         }
         polled

@@ -13,6 +13,7 @@ use super::admission::admit_client;
 use super::body::ProxyBody;
 use super::context::{Caller, Ctx, Decided};
 use super::discovery::MergedAnswer;
+use super::exposure;
 use super::fence::{Fence, admit_write, last_look, whole_before_the_move};
 use super::forwarding::{credential_of, prepare_headers, strip_hop_by_hop, upstream_uri};
 use super::guard::{self, Guarding, InTransit};
@@ -59,6 +60,11 @@ impl<'a> Forwarding<'a> {
 
     fn response_timeout(self) -> Duration {
         self.0.settings.response_timeout
+    }
+
+    /// What a write to a newer backend is looked at for (`exposure.rs`).
+    fn exposing(self) -> (&'a super::schemas::Schemas, &'a crate::metrics::Metrics) {
+        (&self.0.schemas, &self.0.metrics)
     }
 }
 
@@ -140,9 +146,16 @@ pub(super) fn forward<'c>(
             last_look(proxy.fence(), routing, write)?;
         }
         let deadline = response_deadline(proxy.response_timeout(), routing, request);
+        // Boxed: a write's alone, as the guard's.
+        let watch = exposure::watch(proxy.exposing(), routing, request, &head).map(Box::new);
         let sent = send(endpoint, credential, (head, body), deadline).await;
         let resp = judge(routing, request, backend, sent, &client_fault)?;
+        let copy =
+            watch.and_then(|w| w.answered(resp.status(), resp.headers().get(header::CONTENT_TYPE)));
         let mut resp = relay(routing, request, merged_answer, resp, tracker);
+        if let Some(copy) = copy {
+            resp.body_mut().copy_into(Box::new(copy));
+        }
         if let Some(w) = warning {
             resp.headers_mut().append(header::WARNING, w);
         }

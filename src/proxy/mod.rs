@@ -10,6 +10,7 @@ mod context;
 mod debug;
 mod discovery;
 pub(crate) mod entry;
+mod exposure;
 mod fence;
 mod fleet;
 mod forward;

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 
 use arc_swap::ArcSwap;
 
-use crate::skew::{DocumentCache, Report, VersionFields, compare, version_fields};
+use crate::skew::{DocumentCache, Gvk, Report, VersionFields, compare, version_fields};
 use crate::upstream::BackendPool;
 
 /// A backend as its fields are remembered: its name and its declared version.
@@ -24,6 +24,63 @@ pub(crate) struct Schemas {
     /// round, is judged by them until it is read again, rather than the guards failing closed.
     last_known: Mutex<HashMap<BackendKey, Arc<VersionFields>>>,
     refreshing: AtomicBool,
+    /// What each (newer, older) pair of backends differs in, made on first use, forgotten when
+    /// the fields change: what `exposure.rs` asks of every write a newer backend serves.
+    pairs: Mutex<Vec<(String, String, Arc<PairSkew>)>>,
+}
+
+/// What a newer backend serves that an older cannot keep: the kinds whose fields differ (with both
+/// descriptions) and the resources the older does not serve at all.
+#[derive(Default)]
+pub(crate) struct PairSkew {
+    pub(crate) newer: Arc<VersionFields>,
+    pub(crate) older: Arc<VersionFields>,
+    /// Kinds both serve, in the newer's description with fields the older lacks.
+    pub(crate) differs: Vec<Gvk>,
+    /// (group, resource) the newer serves and the older does not, in any version.
+    pub(crate) unserved: Vec<(String, String)>,
+}
+
+impl PairSkew {
+    fn new(newer: Arc<VersionFields>, older: Arc<VersionFields>) -> PairSkew {
+        let mut differs = Vec::new();
+        let mut unserved = Vec::new();
+        for (gvk, kind) in &newer.kinds {
+            let served = (older.kinds.iter())
+                .any(|(g, k)| g.group == gvk.group && k.resource == kind.resource);
+            if !served {
+                unserved.push((gvk.group.clone(), kind.resource.clone()));
+            } else if let Some(old) = older.kinds.get(gvk)
+                && kind.fields.keys().any(|p| !old.fields.contains_key(p))
+            {
+                differs.push(gvk.clone());
+            }
+        }
+        PairSkew {
+            newer,
+            older,
+            differs,
+            unserved,
+        }
+    }
+
+    /// The kind of `resource` in `group`/`version` whose fields differ, if it is one.
+    pub(crate) fn differing(&self, group: &str, version: &str, resource: &str) -> Option<&Gvk> {
+        self.differs.iter().find(|g| {
+            g.group == group
+                && g.version == version
+                && self
+                    .newer
+                    .kinds
+                    .get(*g)
+                    .is_some_and(|k| k.resource == resource)
+        })
+    }
+
+    /// Whether the older does not serve `resource` of `group` at all.
+    pub(crate) fn unserved(&self, group: &str, resource: &str) -> bool {
+        (self.unserved.iter()).any(|(g, r)| g == group && r == resource)
+    }
 }
 
 impl Schemas {
@@ -45,7 +102,7 @@ impl Schemas {
                     None => fields.extend(me.last_known_of(backend)),
                 }
             }
-            me.fields.store(Arc::new(fields));
+            me.store(fields);
             me.refreshing.store(false, Ordering::Release);
         });
     }
@@ -82,7 +139,25 @@ impl Schemas {
             .iter()
             .filter_map(|b| self.last_known_of(b))
             .collect();
+        self.store(fields);
+    }
+
+    fn store(&self, fields: Vec<(String, Arc<VersionFields>)>) {
         self.fields.store(Arc::new(fields));
+        self.pairs.lock().unwrap_or_else(|e| e.into_inner()).clear();
+    }
+
+    /// What backend `newer` serves that backend `older` cannot keep, once both were read.
+    pub(crate) fn pair(&self, newer: &str, older: &str) -> Option<Arc<PairSkew>> {
+        let mut pairs = self.pairs.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((_, _, p)) = pairs.iter().find(|(n, o, _)| n == newer && o == older) {
+            return Some(p.clone());
+        }
+        let all = self.fields.load();
+        let of = |name: &str| all.iter().find(|(n, _)| n == name).map(|(_, f)| f.clone());
+        let made = Arc::new(PairSkew::new(of(newer)?, of(older)?));
+        pairs.push((newer.to_owned(), older.to_owned(), made.clone()));
+        Some(made)
     }
 
     fn cache_of(&self, backend: &str) -> Arc<DocumentCache> {

@@ -293,7 +293,7 @@ fn pod_yaml(name: &str) -> String {
 }
 
 /// A JSON merge patch with the admin certificate: the status code.
-fn merge_patch(pair: &Pair, url: &str, body: &str) -> u16 {
+pub fn merge_patch(pair: &Pair, url: &str, body: &str) -> u16 {
     let kind = "content-type: application/merge-patch+json";
     curl_code(pair, &["-X", "PATCH", "-H", kind, "--data", body, url])
 }

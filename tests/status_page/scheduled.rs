@@ -69,6 +69,8 @@ async fn a_flip_its_fence_a_schedule_a_guard_and_errors_show_on_the_open_page() 
         .await;
     assert!(loaded.is_some(), "rendered: {}", page.text("body").await);
     the_next_step_and_a_backend_down_show(&mut page).await;
+    let none = page.text("#rollback-cost").await;
+    assert!(none.contains("a rollback strands nothing yet"), "{none}");
     let pin = format!(
         "backend: new, flipAt: \"{}\"",
         humantime::format_rfc3339_seconds(flip_at)
@@ -77,6 +79,7 @@ async fn a_flip_its_fence_a_schedule_a_guard_and_errors_show_on_the_open_page() 
     a_flip_shows_before_in_and_after_its_fence(&mut page, (&sims, &gate), &clock, flip_at).await;
     an_error_skewgate_answered_shows(&mut page, &gate).await;
     a_guards_refusal_shows(&mut page, (&sims, &gate)).await;
+    a_rollbacks_cost_shows(&mut page, (&sims, &gate)).await;
     let moves = |back_at: SystemTime| {
         let at = humantime::format_rfc3339_seconds(back_at);
         table(&format!("backend: old, from: new, flipAt: \"{at}\""))
@@ -209,6 +212,33 @@ async fn a_guards_refusal_shows(page: &mut Browser, (sims, gate): (&Sims, &Gate)
         .shows("#guards", "skew\treject\tconfigmaps\t1\tjson 1", SOON)
         .await;
     assert!(counted.is_some(), "{}", page.text("#guards").await);
+}
+
+/// A patch through 1.30 (team-b's pin, moved there) of a configmap that holds 1.30's `policy`: the
+/// page counts it as what a rollback to 1.29 would strand.
+async fn a_rollbacks_cost_shows(page: &mut Browser, (sims, gate): (&Sims, &Gate)) {
+    let cm =
+        serde_json::json!({"metadata": {"name": "kept"}, "data": {"a": "1"}, "policy": "keep"});
+    let url = format!("{}/api/v1/namespaces/team-b/configmaps", sims.new.url());
+    let created = h1().post(url).json(&cm).send().await.expect("create");
+    assert_eq!(created.status(), 201);
+    let url = format!("{}/api/v1/namespaces/team-b/configmaps/kept", gate.url());
+    let patched = h1()
+        .patch(url)
+        .header("content-type", "application/merge-patch+json")
+        .body(r#"{"data":{"a":"2"}}"#)
+        .send()
+        .await
+        .expect("patch");
+    assert_eq!(patched.status(), 200);
+    let shown = page
+        .shows(
+            "#rollback-cost",
+            "to old: writes that stored fields it cannot store: configmaps 1",
+            SOON,
+        )
+        .await;
+    assert!(shown.is_some(), "{}", page.text("#rollback-cost").await);
 }
 
 /// On a phone's screen, nothing is wider than the screen: wide tables scroll in their box. With
