@@ -181,22 +181,31 @@ async fn a_rollback_names_what_it_would_strand_and_passes_with_the_pins_it_sugge
         assert!(pins.contains(pin), "{pin} in\n{pins}");
     }
 
-    // The rollback table: the suggested pins first, then every other write back to v1.29.
-    let plan_text = routes(
-        &sims,
-        &format!(
-            "{}    - {{name: everything, backend: old, from: new, flipAt: 2099-01-01T00:00:00Z}}\nreads:\n  default: new\n",
-            pins.lines()
-                .filter(|l| !l.starts_with('#'))
-                .collect::<Vec<_>>()
-                .join("\n")
-                .replace(
-                    "writes:\n  pins:",
-                    "writes:\n  default: new\n  fence: 5s\n  pins:"
-                )
-                + "\n"
-        ),
+    // The older's own word: a dry-run update of one object per field, through v1.29, drops the
+    // field, and stores nothing.
+    let (_, told, stderr) = rollback_check(&running, &["--dry-run"]).await;
+    let pods = (told["findings"].as_array().into_iter().flatten())
+        .find(|f| f["resource"]["resource"] == "pods")
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(
+        pods["dryRun"],
+        json!({"object": "ns-a/p1", "dropped": ["spec.sidecarPolicy"]}),
+        "{stderr}\n{told:#}"
     );
+    let p1 = format!("{}/api/v1/namespaces/ns-a/pods/p1", sims.new.url());
+    let stored: Value = h1()
+        .get(p1)
+        .send()
+        .await
+        .expect("get")
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(stored["spec"]["sidecarPolicy"], "Always");
+
+    // The rollback table: the suggested pins first, then every other write back to v1.29.
+    let plan_text = routes(&sims, &rollback_plan(&pins, "2099-01-01T00:00:00Z", "5s"));
     let plan = dir.join("plan.yaml");
     std::fs::write(&plan, &plan_text).expect("plan");
     let plan_arg = plan.display().to_string();

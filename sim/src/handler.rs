@@ -207,6 +207,7 @@ async fn resource(
             watch::serve(sim.clone(), t.res, t.namespace, &query)
         }
         (Method::GET | Method::HEAD, None) => list(sim, &t, &query),
+        (Method::PUT, Some(name)) if dry_run(&query) => update_dry_run(sim, &t, name, req).await,
         (Method::POST, None) | (Method::PUT | Method::PATCH | Method::DELETE, Some(_)) => {
             write(sim, t, req).await
         }
@@ -241,6 +242,39 @@ fn list(sim: &SimState, t: &Target<'_>, query: &str) -> Response<SimBody> {
         header::HeaderValue::from_static("application/json"),
     );
     resp
+}
+
+/// Whether a write is a server-side dry run (`dryRun=All`).
+fn dry_run(query: &str) -> bool {
+    form_urlencoded::parse(query.as_bytes()).any(|(k, v)| k == "dryRun" && v == "All")
+}
+
+/// An update with `dryRun=All`, as kube-apiserver answers it: the object as this version would
+/// store it (decoded into its own schema: what it does not know is dropped), stored nowhere.
+async fn update_dry_run(
+    sim: &Arc<SimState>,
+    t: &Target<'_>,
+    name: &str,
+    req: Request<Incoming>,
+) -> Response<SimBody> {
+    let body = match read_body(req.into_body()).await {
+        Ok(b) => b,
+        Err(resp) => return resp,
+    };
+    let Some(current) = sim.store.get(&ObjectKey::new(t.res, t.namespace, name)) else {
+        return store_error(&StoreError {
+            code: 404,
+            reason: "NotFound",
+            message: format!("{} \"{name}\" not found", t.res.resource),
+        });
+    };
+    let sent: Value = match serde_json::from_slice(&body) {
+        Ok(v) => v,
+        Err(e) => return store_error(&bad_request(format!("the body is not JSON: {e}"))),
+    };
+    let mut object = with_status(t, &current, sent);
+    schema::apply(sim.version, t.res.resource, &mut object);
+    json_response(StatusCode::OK, &sim.read_view(t.res, &object))
 }
 
 async fn write(sim: &Arc<SimState>, t: Target<'_>, req: Request<Incoming>) -> Response<SimBody> {

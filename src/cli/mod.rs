@@ -184,6 +184,12 @@ pub struct RollbackCheckArgs {
     /// Write the whole check as JSON here, for `check --rollback-record`.
     #[arg(long)]
     pub record: Option<PathBuf>,
+    /// Ask the older apiserver what it drops: one server-side dry-run update (`?dryRun=All`) per
+    /// field found, of an object that holds it, read through the newer backend. It tells what a
+    /// feature gate off in the older version drops though its OpenAPI describes it. Needs update
+    /// on those resources (admission webhooks see a dry run).
+    #[arg(long)]
+    pub dry_run: bool,
     /// Names shown per resource, field and namespace.
     #[arg(long, default_value_t = 10)]
     pub max_names: usize,

@@ -38,6 +38,7 @@ pub fn run(args: &RollbackCheckArgs) -> Result<ExitCode> {
             groups,
             page_timeout: Duration::from_secs(60),
         },
+        dry_run: args.dry_run,
     };
     let mut progress = Stderr::default();
     let check = runtime()?

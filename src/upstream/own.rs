@@ -54,7 +54,17 @@ pub(crate) async fn get_with_groups(
     groups: &[header::HeaderValue],
     timeout: Duration,
 ) -> Result<(StatusCode, Bytes), String> {
-    exchange(ep, (Method::GET, path, None), groups, timeout)
+    send_with_groups(ep, (Method::GET, path, None), groups, timeout).await
+}
+
+/// [`get_with_groups`] for any method, with a JSON body if any.
+pub(crate) async fn send_with_groups(
+    ep: &Arc<EndpointPool>,
+    request: (Method, &str, Option<Vec<u8>>),
+    groups: &[header::HeaderValue],
+    timeout: Duration,
+) -> Result<(StatusCode, Bytes), String> {
+    exchange(ep, request, groups, timeout)
         .await
         .map(|(code, body, _)| (code, body))
 }

@@ -432,3 +432,17 @@ pub async fn big_configmaps(sims: &Sims, n: usize, size: usize) {
         assert_eq!(resp.status(), 201);
     }
 }
+
+/// A rollback table's `writes` and `reads` (backends left to the caller): the pins
+/// `rollback-check` suggested first, then a pin moving every other write from `new` back to `old`
+/// at `flip_at`, under `fence`.
+pub fn rollback_plan(suggested_pins: &str, flip_at: &str, fence: &str) -> String {
+    let pins: Vec<&str> = suggested_pins
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.starts_with("writes:") && !l.starts_with("  pins:"))
+        .collect();
+    format!(
+        "writes:\n  default: new\n  fence: {fence}\n  pins:\n{}\n    - {{name: everything, backend: old, from: new, flipAt: \"{flip_at}\"}}\nreads:\n  default: new\n",
+        pins.join("\n")
+    )
+}

@@ -154,6 +154,17 @@ pub fn rollback_check_names_what_only_v1_36_keeps_and_the_pins_keep_it(pair: &Pa
         names(finding(&check, policies, "kindNotServed"), "", POLICY),
         "{check:#}"
     );
+    // v1.35.6's own word, by a dry-run update: it drops the whole allocatedResourcesStatus (its
+    // feature gate is off), not only the `message` its OpenAPI lacks.
+    let (_, told) = rollback_check(pair, &routes, &["-o", "json", "--dry-run"]);
+    let told: Value = serde_json::from_str(&told).expect("JSON");
+    let dry = &finding(&told, "pods", field).expect("the pods finding")["dryRun"];
+    println!("rollback-check --dry-run of the pod through v1.35: {dry}");
+    assert!(
+        (dry["dropped"].as_array().into_iter().flatten())
+            .any(|d| d == "status.containerStatuses[].allocatedResourcesStatus"),
+        "{dry}"
+    );
     let (_, text) = rollback_check(pair, &routes, &[]);
     assert!(
         text.contains("LOSES DATA") && text.contains(&format!("namespace {NS}: 1 (gpu)  LOST")),
@@ -163,22 +174,8 @@ pub fn rollback_check_names_what_only_v1_36_keeps_and_the_pins_keep_it(pair: &Pa
     // The rollback table: the suggested pins first, then every other write back to v1.35.
     let pins = check["suggestedPins"].as_str().unwrap_or_default();
     let flip = SystemTime::now() + Duration::from_secs(8);
-    let plan_text = table(
-        pair,
-        &format!(
-            "{}    - {{name: everything, backend: old, from: new, flipAt: \"{}\"}}\nreads:\n  default: new\n",
-            pins.lines()
-                .filter(|l| !l.starts_with('#'))
-                .collect::<Vec<_>>()
-                .join("\n")
-                .replace(
-                    "writes:\n  pins:",
-                    "writes:\n  default: new\n  fence: 3s\n  pins:"
-                )
-                + "\n",
-            humantime::format_rfc3339_seconds(flip)
-        ),
-    );
+    let at = humantime::format_rfc3339_seconds(flip).to_string();
+    let plan_text = table(pair, &crate::common::rollback_plan(pins, &at, "3s"));
     let plan = routes.with_file_name("plan.yaml");
     std::fs::write(&plan, &plan_text).expect("plan");
     let plan_arg = plan.display().to_string();

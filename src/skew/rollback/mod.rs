@@ -9,6 +9,7 @@ mod record;
 mod scan;
 mod storage;
 mod text;
+mod verify;
 
 use std::collections::BTreeMap;
 
@@ -18,6 +19,7 @@ pub use plan::{Kept, Plan, suggested_pins};
 pub use record::{RECORD_FORMAT, record_warnings};
 pub use scan::{Progress, ScanOptions};
 pub use storage::{StorageVersions, StoredAs};
+pub use verify::DryRun;
 
 use crate::config::RouteTable;
 use crate::upstream::PoolSettings;
@@ -102,6 +104,9 @@ pub struct Finding {
     pub stake: Stake,
     pub count: u64,
     pub namespaces: Vec<InNamespace>,
+    /// What the older apiserver said it would drop of one of them (`--dry-run`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dry_run: Option<DryRun>,
 }
 
 impl Finding {
@@ -159,6 +164,8 @@ pub struct Request {
     /// How to connect, as `serve` does.
     pub pool: PoolSettings,
     pub options: ScanOptions,
+    /// Ask the older apiserver, by a dry-run update of one object per field finding, what it drops.
+    pub dry_run: bool,
 }
 
 /// Runs the check: reads every backend's kinds, lists what is at stake through the newer ones,
@@ -203,6 +210,9 @@ pub async fn run(req: Request, progress: &mut dyn Progress) -> Result<RollbackCh
         storage_versions,
         loses: false,
     };
+    if req.dry_run {
+        verify::verify(&mut check.findings, (to, newest), &req.options.groups).await;
+    }
     if let Some((_, table)) = req.plan {
         Plan::new(table, now).mark(&mut check.findings, &check.to);
     }
@@ -255,6 +265,7 @@ impl Tally {
                     resource,
                     stake,
                     namespaces,
+                    dry_run: None,
                 }
             })
             .collect()

@@ -57,7 +57,24 @@ fn write_finding(f: &mut fmt::Formatter<'_>, finding: &Finding, to: &str) -> fmt
     for ns in &finding.namespaces {
         writeln!(f, "    {}", namespace_line(ns))?;
     }
-    Ok(())
+    match &finding.dry_run {
+        Some(d) if d.error.is_some() => writeln!(
+            f,
+            "  dry-run of {} through {to}: not told ({})",
+            d.object,
+            d.error.as_deref().unwrap_or_default()
+        ),
+        Some(d) if d.dropped.is_empty() => {
+            writeln!(f, "  dry-run of {} through {to}: drops nothing", d.object)
+        }
+        Some(d) => writeln!(
+            f,
+            "  dry-run of {} through {to}: drops {}",
+            d.object,
+            d.dropped.join(", ")
+        ),
+        None => Ok(()),
+    }
 }
 
 fn namespace_line(ns: &InNamespace) -> String {
