@@ -231,10 +231,15 @@ fn get(sim: &SimState, t: &Target<'_>, name: &str) -> Response<SimBody> {
 }
 
 fn list(sim: &SimState, t: &Target<'_>, query: &str) -> Response<SimBody> {
-    let (items, rv) = sim
-        .store
-        .list(&ObjectKey::new(t.res, "", "").resource, t.namespace);
-    let (items, next) = super::list::page(items, query);
+    let (limit, after) = super::list::page_of(query);
+    let after = after
+        .as_ref()
+        .map(|(ns, name)| (ns.as_str(), name.as_str()));
+    let resource = ObjectKey::new(t.res, "", "").resource;
+    let (items, rv, more) = sim.store.list_from(&resource, t.namespace, after, limit);
+    let next = more
+        .then(|| items.last().map(|o| super::list::token_after(o)))
+        .flatten();
     let body = super::list::ListBody::new(sim.version, t.res, items, rv).with_continue(next);
     let mut resp = Response::new(body.boxed());
     resp.headers_mut().insert(

@@ -108,35 +108,33 @@ impl Body for ListBody {
     }
 }
 
-/// One page of `items` as `limit` and `continue` in `query` ask, as kube-apiserver pages a list
-/// from etcd: in key order (namespace, name), from the key after the token's. The token is opaque
-/// to clients; like the apiserver's (base64), it holds characters a query must escape.
-pub fn page(mut items: Vec<Arc<Value>>, query: &str) -> (Vec<Arc<Value>>, Option<String>) {
+/// The page a list asks for (`limit`, `continue`): its size (0: all) and the key it goes on
+/// after. The token is opaque to clients; like kube-apiserver's (base64), it holds characters a
+/// query must escape.
+pub fn page_of(query: &str) -> (usize, Option<(String, String)>) {
     let mut limit = 0usize;
-    let mut after: Option<String> = None;
+    let mut after = None;
     for (k, v) in form_urlencoded::parse(query.as_bytes()) {
         match &*k {
             "limit" => limit = v.parse().unwrap_or(0),
-            "continue" => after = v.strip_prefix("k+/").map(str::to_owned),
+            "continue" => {
+                after = v
+                    .strip_prefix("k+/")
+                    .and_then(|key| key.split_once('/'))
+                    .map(|(ns, name)| (ns.to_owned(), name.to_owned()));
+            }
             _ => {}
         }
     }
-    let key = |o: &Value| {
-        let m = &o["metadata"];
-        format!(
-            "{}/{}",
-            m["namespace"].as_str().unwrap_or(""),
-            m["name"].as_str().unwrap_or("")
-        )
-    };
-    items.sort_by_cached_key(|o| key(o));
-    if let Some(after) = &after {
-        items.retain(|o| key(o).as_str() > after.as_str());
-    }
-    if limit == 0 || items.len() <= limit {
-        return (items, None);
-    }
-    items.truncate(limit);
-    let next = items.last().map(|o| format!("k+/{}", key(o)));
-    (items, next)
+    (limit, after)
+}
+
+/// The token of a page whose last object is `last`.
+pub fn token_after(last: &Value) -> String {
+    let m = &last["metadata"];
+    format!(
+        "k+/{}/{}",
+        m["namespace"].as_str().unwrap_or(""),
+        m["name"].as_str().unwrap_or("")
+    )
 }

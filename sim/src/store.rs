@@ -176,6 +176,43 @@ impl Store {
         (items, state.rv)
     }
 
+    /// One page of [`Store::list`]: up to `limit` objects (0: all) in key order (namespace, name)
+    /// after `after`, as etcd ranges over its keys; and whether more follow.
+    pub fn list_from(
+        &self,
+        resource: &str,
+        namespace: &str,
+        after: Option<(&str, &str)>,
+        limit: usize,
+    ) -> (Vec<Arc<Value>>, u64, bool) {
+        use std::ops::Bound;
+        let state = self.lock();
+        let key = |ns: &str, name: &str| ObjectKey {
+            resource: resource.to_owned(),
+            namespace: ns.to_owned(),
+            name: name.to_owned(),
+        };
+        let start = match after {
+            Some((ns, name)) => Bound::Excluded(key(ns, name)),
+            None => Bound::Included(key(namespace, "")),
+        };
+        let take = if limit == 0 { usize::MAX } else { limit + 1 };
+        let mut items: Vec<Arc<Value>> = state
+            .objects
+            .range((start, Bound::Unbounded))
+            .take_while(|(k, _)| {
+                k.resource == resource && (namespace.is_empty() || k.namespace == namespace)
+            })
+            .map(|(_, v)| v.clone())
+            .take(take)
+            .collect();
+        let more = limit != 0 && items.len() > limit;
+        if more {
+            items.truncate(limit);
+        }
+        (items, state.rv, more)
+    }
+
     /// Creates an object; `object` must carry `metadata.name`.
     pub fn create(
         &self,
