@@ -17,8 +17,19 @@ const NS: &str = "rb-gpu";
 const PLAIN: &str = "rb-plain";
 const POLICY: &str = "rb-add-label";
 
-/// `skewgate rollback-check` against the pair: its exit code, its JSON (with `-o json`) or text.
+/// `skewgate rollback-check` against the pair as the pair's admin: its exit code, its JSON (with
+/// `-o json`) or text.
 fn rollback_check(pair: &Pair, routes: &std::path::Path, more: &[&str]) -> (Option<i32>, String) {
+    let admin = ["--proxy-user", "admin", "--as-group", "system:masters"];
+    rollback_check_as(pair, routes, &[&admin[..], more].concat())
+}
+
+/// `skewgate rollback-check` against the pair, its user named in `more`.
+fn rollback_check_as(
+    pair: &Pair,
+    routes: &std::path::Path,
+    more: &[&str],
+) -> (Option<i32>, String) {
     let (ca, fp, fpk) = (
         pair.pki("ca.crt"),
         pair.pki("front-proxy-client.crt"),
@@ -35,9 +46,6 @@ fn rollback_check(pair: &Pair, routes: &std::path::Path, more: &[&str]) -> (Opti
             "--proxy-client-key-file",
             &fpk,
         ])
-        // The pair's admin, as rollback-check's own user: deploy/kubeadm/rbac.yaml gives a
-        // read-only role instead.
-        .args(["--proxy-user", "admin", "--as-group", "system:masters"])
         .args(more)
         .output()
         .expect("rollback-check runs");
@@ -141,7 +149,17 @@ pub fn rollback_check_names_what_only_v1_36_keeps_and_the_pins_keep_it(pair: &Pa
     // Before the rollback: both objects named, with the namespace, and a failing exit.
     let record = routes.with_file_name("rollback-check.json");
     let record_arg = record.display().to_string();
-    let (code, out) = rollback_check(pair, &routes, &["-o", "json", "--record", &record_arg]);
+    // As its own user, under the read-only role deploy/ ships.
+    let rbac = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/deploy/kubeadm/rollback-check-rbac.yaml"
+    );
+    let (ok, text) = direct(pair, "new", &["apply", "-f", rbac]);
+    assert!(ok, "{text}");
+    let user = ["--proxy-user", "skewgate-rollback-check"];
+    let mut args = user.to_vec();
+    args.extend(["-o", "json", "--record", &record_arg]);
+    let (code, out) = rollback_check_as(pair, &routes, &args);
     assert_eq!(code, Some(1), "{out}");
     let check: Value = serde_json::from_str(&out).expect("JSON");
     let field = "status.containerStatuses[].allocatedResourcesStatus[].resources[].message";
