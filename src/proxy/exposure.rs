@@ -10,12 +10,14 @@
 //! differ copy their answer.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use bytes::Bytes;
 use http::StatusCode;
 use prometheus::IntCounter;
 use serde_json::Value;
 
+use super::body::Tap;
 use super::context::Decided;
 use super::guard::Encoding;
 use super::routing::Routing;
@@ -28,6 +30,13 @@ use crate::skew::{Gvk, unstorable};
 /// The most of an answer copied: kube-apiserver's bound on a request body, which an object stored
 /// cannot pass.
 const MAX_COPY: usize = super::guard::MAX_BODY;
+
+/// The most held in copies at once, for all writes together: past it an answer is not copied, and
+/// counts as `unjudged`. A bound is global, or it is not a bound.
+const MAX_COPIED: usize = 64 << 20;
+
+/// What the copies hold now.
+static COPIED: AtomicUsize = AtomicUsize::new(0);
 
 /// What a write to a newer backend is watched for, decided before it is sent.
 pub(super) enum Watch {
@@ -42,6 +51,8 @@ pub(crate) struct Judge {
     pair: Arc<PairSkew>,
     gvk: Gvk,
     counter: IntCounter,
+    /// Answers not judged: larger than an object, or over the copies' global bound.
+    unjudged: IntCounter,
 }
 
 /// The oldest backend older than `backend` (by declared version), if any.
@@ -89,6 +100,7 @@ pub(super) fn watch(
     let gvk = pair.differing(group, version, resource)?.clone();
     Some(Watch::Fields(Box::new(Judge {
         counter: counter("field"),
+        unjudged: counter("unjudged"),
         pair,
         gvk,
     })))
@@ -135,10 +147,24 @@ pub(crate) struct Copy {
     bytes: Vec<u8>,
 }
 
-impl Copy {
-    /// Copies a frame's data; `false` once the answer is larger than any object stored.
-    pub(crate) fn push(&mut self, data: &Bytes) -> bool {
-        if self.bytes.len() + data.len() > MAX_COPY {
+impl Drop for Copy {
+    fn drop(&mut self) {
+        COPIED.fetch_sub(self.bytes.len(), Ordering::Relaxed);
+    }
+}
+
+impl Tap for Copy {
+    /// Copies a frame's data; `false` (counted unjudged) once the answer is larger than any object
+    /// stored, or the copies together would pass their bound.
+    fn push(&mut self, data: &Bytes) -> bool {
+        let n = data.len();
+        if self.bytes.len() + n > MAX_COPY {
+            self.judge.unjudged.inc();
+            return false;
+        }
+        if COPIED.fetch_add(n, Ordering::Relaxed) + n > MAX_COPIED {
+            COPIED.fetch_sub(n, Ordering::Relaxed);
+            self.judge.unjudged.inc();
             return false;
         }
         self.bytes.extend_from_slice(data);
@@ -146,7 +172,7 @@ impl Copy {
     }
 
     /// The whole answer is in: counts it if the object holds a field the older cannot store.
-    pub(crate) fn finish(self) {
+    fn finish(self: Box<Self>) {
         let view: Option<Value> = match self.encoding {
             Encoding::Json => serde_json::from_slice(&self.bytes).ok(),
             Encoding::Protobuf => crate::protobuf::Body::decode(&self.bytes)
@@ -167,5 +193,64 @@ impl Copy {
         if !unstorable(newer, older, &object).is_empty() {
             j.counter.inc();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn copy() -> (Copy, IntCounter) {
+        let unjudged = IntCounter::new("unjudged", "test").expect("counter");
+        let judge = Judge {
+            pair: Arc::default(),
+            gvk: Gvk {
+                group: String::new(),
+                version: "v1".into(),
+                kind: "Pod".into(),
+            },
+            counter: IntCounter::new("field", "test").expect("counter"),
+            unjudged: unjudged.clone(),
+        };
+        let copy = Copy {
+            judge: Box::new(judge),
+            encoding: Encoding::Json,
+            bytes: Vec::new(),
+        };
+        (copy, unjudged)
+    }
+
+    #[test]
+    fn an_answer_larger_than_an_object_is_not_copied_and_counts_unjudged() {
+        let (mut c, unjudged) = copy();
+        let mib = Bytes::from(vec![b' '; 1 << 20]);
+        for _ in 0..3 {
+            assert!(c.push(&mib));
+        }
+        assert!(!c.push(&Bytes::from_static(b"x")), "over 3 MiB");
+        assert_eq!(unjudged.get(), 1);
+        drop(c);
+    }
+
+    #[test]
+    fn the_copies_together_stay_within_their_bound() {
+        let mut held = Vec::new();
+        let chunk = Bytes::from(vec![b' '; 2 << 20]);
+        let mut refused = 0;
+        for _ in 0..40 {
+            let (mut c, unjudged) = copy();
+            if c.push(&chunk) {
+                held.push(c);
+            } else {
+                refused += 1;
+                assert_eq!(unjudged.get(), 1);
+            }
+        }
+        // 64 MiB holds 32 copies of 2 MiB (other tests' copies in flight may take some).
+        assert!(refused >= 8, "{refused}");
+        assert!(COPIED.load(Ordering::Relaxed) <= MAX_COPIED);
+        drop(held);
+        let (mut c, _) = copy();
+        assert!(c.push(&chunk), "room again once they end");
     }
 }

@@ -97,13 +97,21 @@ pub(crate) async fn read(
     }
 }
 
-/// A StorageVersion whose encoding versions the older backend does not serve, if so.
+/// A StorageVersion (`<group>.<resource>`) stored in a version some apiserver cannot read, if so:
+/// one whose encoding version another apiserver's `decodableVersions` lacks (the older reports its
+/// own while it runs), or, where they are not given, one the older backend does not serve. A
+/// resource the older does not serve at all is a finding of its kind already.
 fn judge(item: &Value, older: &BTreeMap<String, BTreeSet<String>>) -> Option<StoredAs> {
     let name = item["metadata"]["name"].as_str()?;
     let resource_name = name.rsplit('.').next().unwrap_or(name);
-    let encodings: BTreeSet<String> = (item["status"]["storageVersions"].as_array())
-        .into_iter()
-        .flatten()
+    let servers = item["status"]["storageVersions"].as_array()?;
+    let strings = |v: &Value| -> BTreeSet<String> {
+        (v.as_array().into_iter().flatten())
+            .filter_map(|s| s.as_str().map(str::to_owned))
+            .collect()
+    };
+    let encodings: BTreeSet<String> = servers
+        .iter()
         .filter_map(|s| s["encodingVersion"].as_str().map(str::to_owned))
         .collect();
     let group = encodings
@@ -112,9 +120,20 @@ fn judge(item: &Value, older: &BTreeMap<String, BTreeSet<String>>) -> Option<Sto
         .map(|e| e.rsplit_once('/').map_or("", |(g, _)| g).to_owned())?;
     let key = selector(&group, resource_name);
     let serves = older.get(&key).cloned().unwrap_or_default();
+    if serves.is_empty() {
+        return None;
+    }
+    let decodable: Vec<BTreeSet<String>> = servers
+        .iter()
+        .map(|s| strings(&s["decodableVersions"]))
+        .filter(|d| !d.is_empty())
+        .collect();
     let lost: Vec<String> = encodings
         .iter()
-        .filter(|e| !serves.contains(*e))
+        .filter(|e| match decodable.is_empty() {
+            true => !serves.contains(*e),
+            false => decodable.iter().any(|d| !d.contains(*e)),
+        })
         .cloned()
         .collect();
     (!lost.is_empty()).then(|| StoredAs {
@@ -171,5 +190,45 @@ fn selector(group: &str, resource: &str) -> String {
         resource.to_owned()
     } else {
         format!("{resource}.{group}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::{BTreeMap, BTreeSet};
+
+    use serde_json::json;
+
+    fn older() -> BTreeMap<String, BTreeSet<String>> {
+        let mut m = BTreeMap::new();
+        m.insert(
+            "widgets.example.com".to_owned(),
+            ["example.com/v1beta1".to_owned()].into(),
+        );
+        m.insert("pods".to_owned(), ["v1".to_owned()].into());
+        m
+    }
+
+    #[test]
+    fn a_version_one_apiserver_cannot_decode_is_unreadable() {
+        // The newer stores v1; the older, running beside it, decodes only v1beta1.
+        let sv = json!({"metadata": {"name": "example.com.widgets"}, "status": {"storageVersions": [
+            {"apiServerID": "new", "encodingVersion": "example.com/v1", "decodableVersions": ["example.com/v1", "example.com/v1beta1"]},
+            {"apiServerID": "old", "encodingVersion": "example.com/v1beta1", "decodableVersions": ["example.com/v1beta1"]}
+        ]}});
+        let found = super::judge(&sv, &older()).expect("unreadable");
+        assert_eq!(found.resource, "widgets.example.com");
+        assert_eq!(found.stored_as, ["example.com/v1"]);
+        // Every apiserver decodes what the others write: nothing to say.
+        let pods = json!({"metadata": {"name": "core.pods"}, "status": {"storageVersions": [
+            {"apiServerID": "new", "encodingVersion": "v1", "decodableVersions": ["v1"]},
+            {"apiServerID": "old", "encodingVersion": "v1", "decodableVersions": ["v1"]}
+        ]}});
+        assert!(super::judge(&pods, &older()).is_none());
+        // Without decodableVersions, by what the older serves.
+        let bare = json!({"metadata": {"name": "example.com.widgets"}, "status": {"storageVersions": [
+            {"apiServerID": "new", "encodingVersion": "example.com/v1"}
+        ]}});
+        assert!(super::judge(&bare, &older()).is_some());
     }
 }
