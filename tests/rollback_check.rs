@@ -127,9 +127,28 @@ async fn a_rollback_names_what_it_would_strand_and_passes_with_the_pins_it_sugge
     let running = dir.join("running.yaml");
     std::fs::write(&running, routes(&sims, RUNNING)).expect("routes");
     let record = dir.join("record.json");
-    let record_arg = record.display().to_string();
+    let pins = names_what_it_would_strand(&running, &record).await;
+    the_older_says_what_it_drops(&sims, &running).await;
+    // The rollback table: the suggested pins first, then every other write back to v1.29.
+    let plan_text = routes(&sims, &rollback_plan(&pins, "2099-01-01T00:00:00Z", "5s"));
+    let plan = dir.join("plan.yaml");
+    std::fs::write(&plan, &plan_text).expect("plan");
+    let plan_arg = plan.display().to_string();
+    let (code, kept, stderr) = rollback_check(&running, &["--plan", &plan_arg]).await;
+    assert_eq!(
+        code,
+        Some(0),
+        "the pins keep everything: {stderr}\n{kept:#}\n{plan_text}"
+    );
+    assert_eq!(kept["loses"], false);
+    check_judges_tables_by_the_record(&sims, (&plan, &record));
+}
 
-    let (code, check, stderr) = rollback_check(&running, &["--record", &record_arg]).await;
+/// The first check, its record written: every object at stake by namespace, the names limited,
+/// a failing exit, and the pins that keep them.
+async fn names_what_it_would_strand(running: &Path, record: &Path) -> String {
+    let record_arg = record.display().to_string();
+    let (code, check, stderr) = rollback_check(running, &["--record", &record_arg]).await;
     assert_eq!(
         code,
         Some(1),
@@ -180,10 +199,13 @@ async fn a_rollback_names_what_it_would_strand_and_passes_with_the_pins_it_sugge
     ] {
         assert!(pins.contains(pin), "{pin} in\n{pins}");
     }
+    pins
+}
 
-    // The older's own word: a dry-run update of one object per field, through v1.29, drops the
-    // field, and stores nothing.
-    let (_, told, stderr) = rollback_check(&running, &["--dry-run"]).await;
+/// The older's own word: a dry-run update of one object per field, through v1.29, drops the
+/// field, and stores nothing.
+async fn the_older_says_what_it_drops(sims: &Sims, running: &Path) {
+    let (_, told, stderr) = rollback_check(running, &["--dry-run"]).await;
     let pods = (told["findings"].as_array().into_iter().flatten())
         .find(|f| f["resource"]["resource"] == "pods")
         .cloned()
@@ -203,37 +225,28 @@ async fn a_rollback_names_what_it_would_strand_and_passes_with_the_pins_it_sugge
         .await
         .expect("json");
     assert_eq!(stored["spec"]["sidecarPolicy"], "Always");
+}
 
-    // The rollback table: the suggested pins first, then every other write back to v1.29.
-    let plan_text = routes(&sims, &rollback_plan(&pins, "2099-01-01T00:00:00Z", "5s"));
-    let plan = dir.join("plan.yaml");
-    std::fs::write(&plan, &plan_text).expect("plan");
-    let plan_arg = plan.display().to_string();
-    let (code, kept, stderr) = rollback_check(&running, &["--plan", &plan_arg]).await;
-    assert_eq!(
-        code,
-        Some(0),
-        "the pins keep everything: {stderr}\n{kept:#}\n{plan_text}"
-    );
-    assert_eq!(kept["loses"], false);
-
-    // `check` judges tables by the record, without the cluster.
+/// `check` judges tables by the record, without the cluster: the plan with the pins has nothing
+/// to say; a plan without them names what it strands; no record, and the move back is named.
+fn check_judges_tables_by_the_record(sims: &Sims, (plan, record): (&Path, &Path)) {
+    let record_arg = record.display().to_string();
     let check_of = |table: &Path, more: &[&str]| {
         let mut args = vec!["check".to_owned(), table.display().to_string()];
         args.extend(more.iter().map(|s| (*s).to_owned()));
         skewgate(args)
     };
-    let with_pins = check_of(&plan, &["--rollback-record", &record_arg]);
+    let with_pins = check_of(plan, &["--rollback-record", &record_arg]);
     let said = String::from_utf8_lossy(&with_pins.stderr);
     assert!(
         with_pins.status.success() && !said.contains("warning"),
         "{said}"
     );
-    let bare = dir.join("bare.yaml");
+    let bare = plan.with_file_name("bare.yaml");
     std::fs::write(
         &bare,
         routes(
-            &sims,
+            sims,
             "writes:\n  default: new\n  fence: 5s\n  pins:\n    - {name: everything, backend: old, from: new, flipAt: 2099-01-01T00:00:00Z}\nreads:\n  default: new\n",
         ),
     )

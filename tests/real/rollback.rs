@@ -119,16 +119,48 @@ fn names(finding: Option<&Value>, namespace: &str, name: &str) -> bool {
     })
 }
 
+const FIELD: &str = "status.containerStatuses[].allocatedResourcesStatus[].resources[].message";
+
 pub fn rollback_check_names_what_only_v1_36_keeps_and_the_pins_keep_it(pair: &Pair) {
     let (gate, routes) = gate(pair, "writes:\n  default: new\nreads:\n  default: new\n");
     crate::fields::schemas_known(&gate);
     let kubeconfig = routes.with_file_name("kubeconfig");
     write_what_only_v1_36_keeps(pair, &kubeconfig, &gate.addr);
+    counted_as_they_passed(&gate);
+    let record = routes.with_file_name("rollback-check.json");
+    let check = names_both_and_fails(pair, &routes, &record);
+    the_older_drops_the_whole_field(pair, &routes);
 
-    // As the writes passed, skewgate counted what a rollback to v1.35 would strand.
+    // The rollback table: the suggested pins first, then every other write back to v1.35.
+    let pins = check["suggestedPins"].as_str().unwrap_or_default();
+    let flip = SystemTime::now() + Duration::from_secs(8);
+    let at = humantime::format_rfc3339_seconds(flip).to_string();
+    let plan_text = table(pair, &crate::common::rollback_plan(pins, &at, "3s"));
+    let plan = routes.with_file_name("plan.yaml");
+    std::fs::write(&plan, &plan_text).expect("plan");
+    let plan_arg = plan.display().to_string();
+    let (code, out) = rollback_check(pair, &routes, &["--plan", &plan_arg]);
+    assert_eq!(code, Some(0), "{out}\n{plan_text}");
+    let out = Command::new(env!("CARGO_BIN_EXE_skewgate"))
+        .arg("check")
+        .arg("--rollback-record")
+        .arg(&record)
+        .arg("--running")
+        .arg(&routes)
+        .arg(&plan)
+        .output()
+        .expect("check");
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success() && !said.contains("rollback"), "{said}");
+
+    rolled_back_keeps_what_is_pinned(pair, (&gate, &routes), &plan_text, flip);
+}
+
+/// As the writes passed, skewgate counted what a rollback to v1.35 would strand.
+fn counted_as_they_passed(gate: &crate::process::Serving) {
     let exposure = |resource: &str, stake: &str| {
         sample(
-            &gate,
+            gate,
             &format!(
                 "skewgate_rollback_exposure_total{{older=\"old\",resource=\"{resource}\",stake=\"{stake}\"}}"
             ),
@@ -145,26 +177,31 @@ pub fn rollback_check_names_what_only_v1_36_keeps_and_the_pins_keep_it(pair: &Pa
         ),
         1.0
     );
+}
 
-    // Before the rollback: both objects named, with the namespace, and a failing exit.
-    let record = routes.with_file_name("rollback-check.json");
-    let record_arg = record.display().to_string();
-    // As its own user, under the read-only role deploy/ ships.
+/// Before the rollback, as its own user under the read-only role deploy/ ships: both objects
+/// named, with the namespace, a failing exit, and the record written. The check's JSON.
+fn names_both_and_fails(pair: &Pair, routes: &std::path::Path, record: &std::path::Path) -> Value {
     let rbac = concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/deploy/kubeadm/rollback-check-rbac.yaml"
     );
     let (ok, text) = direct(pair, "new", &["apply", "-f", rbac]);
     assert!(ok, "{text}");
-    let user = ["--proxy-user", "skewgate-rollback-check"];
-    let mut args = user.to_vec();
-    args.extend(["-o", "json", "--record", &record_arg]);
-    let (code, out) = rollback_check_as(pair, &routes, &args);
+    let record_arg = record.display().to_string();
+    let args = [
+        "--proxy-user",
+        "skewgate-rollback-check",
+        "-o",
+        "json",
+        "--record",
+        &record_arg,
+    ];
+    let (code, out) = rollback_check_as(pair, routes, &args);
     assert_eq!(code, Some(1), "{out}");
     let check: Value = serde_json::from_str(&out).expect("JSON");
-    let field = "status.containerStatuses[].allocatedResourcesStatus[].resources[].message";
     assert!(
-        names(finding(&check, "pods", field), NS, "gpu"),
+        names(finding(&check, "pods", FIELD), NS, "gpu"),
         "{check:#}"
     );
     let policies = "mutatingadmissionpolicies.admissionregistration.k8s.io";
@@ -172,43 +209,26 @@ pub fn rollback_check_names_what_only_v1_36_keeps_and_the_pins_keep_it(pair: &Pa
         names(finding(&check, policies, "kindNotServed"), "", POLICY),
         "{check:#}"
     );
-    // v1.35.6's own word, by a dry-run update: it drops the whole allocatedResourcesStatus (its
-    // feature gate is off), not only the `message` its OpenAPI lacks.
-    let (_, told) = rollback_check(pair, &routes, &["-o", "json", "--dry-run"]);
+    let (_, text) = rollback_check(pair, routes, &[]);
+    assert!(
+        text.contains("LOSES DATA") && text.contains(&format!("namespace {NS}: 1 (gpu)  LOST")),
+        "{text}"
+    );
+    check
+}
+
+/// v1.35.6's own word, by a dry-run update: it drops the whole allocatedResourcesStatus (its
+/// feature gate is off), not only the `message` its OpenAPI lacks.
+fn the_older_drops_the_whole_field(pair: &Pair, routes: &std::path::Path) {
+    let (_, told) = rollback_check(pair, routes, &["-o", "json", "--dry-run"]);
     let told: Value = serde_json::from_str(&told).expect("JSON");
-    let dry = &finding(&told, "pods", field).expect("the pods finding")["dryRun"];
+    let dry = &finding(&told, "pods", FIELD).expect("the pods finding")["dryRun"];
     println!("rollback-check --dry-run of the pod through v1.35: {dry}");
     assert!(
         (dry["dropped"].as_array().into_iter().flatten())
             .any(|d| d == "status.containerStatuses[].allocatedResourcesStatus"),
         "{dry}"
     );
-    let (_, text) = rollback_check(pair, &routes, &[]);
-    assert!(
-        text.contains("LOSES DATA") && text.contains(&format!("namespace {NS}: 1 (gpu)  LOST")),
-        "{text}"
-    );
-
-    // The rollback table: the suggested pins first, then every other write back to v1.35.
-    let pins = check["suggestedPins"].as_str().unwrap_or_default();
-    let flip = SystemTime::now() + Duration::from_secs(8);
-    let at = humantime::format_rfc3339_seconds(flip).to_string();
-    let plan_text = table(pair, &crate::common::rollback_plan(pins, &at, "3s"));
-    let plan = routes.with_file_name("plan.yaml");
-    std::fs::write(&plan, &plan_text).expect("plan");
-    let plan_arg = plan.display().to_string();
-    let (code, out) = rollback_check(pair, &routes, &["--plan", &plan_arg]);
-    assert_eq!(code, Some(0), "{out}\n{plan_text}");
-    let out = Command::new(env!("CARGO_BIN_EXE_skewgate"))
-        .args(["check", "--rollback-record", &record_arg, "--running"])
-        .arg(&routes)
-        .arg(&plan)
-        .output()
-        .expect("check");
-    let said = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success() && !said.contains("rollback"), "{said}");
-
-    rolled_back_keeps_what_is_pinned(pair, (&gate, &routes), &plan_text, flip);
 }
 
 /// The plan loaded and its move made: a status write of the pinned pod and a patch of the policy
