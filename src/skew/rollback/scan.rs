@@ -209,7 +209,7 @@ async fn list(
             // from, inconsistently (objects changed meanwhile may be missed or seen twice).
             http::StatusCode::GONE => match expired_continue(&body) {
                 Some(token) => {
-                    next = Some(token);
+                    go_on(&mut next, token, &selector)?;
                     continue;
                 }
                 None => return Err(format!("{selector}: the list expired (410) mid-way")),
@@ -225,10 +225,21 @@ async fn list(
         scanned.objects += page.items.len() as u64;
         progress.page(&selector, read);
         match page.metadata.next.filter(|t| !t.is_empty()) {
-            Some(token) => next = Some(token),
+            Some(token) => go_on(&mut next, token, &selector)?,
             None => return Ok(Listed::Read),
         }
     }
+}
+
+/// The next page's token: one the apiserver gave for this page already would never end the list.
+fn go_on(next: &mut Option<String>, token: String, selector: &str) -> Result<(), String> {
+    if next.as_deref() == Some(token.as_str()) {
+        return Err(format!(
+            "{selector}: the apiserver gave the same continue token twice; the list would not end"
+        ));
+    }
+    *next = Some(token);
+    Ok(())
 }
 
 /// Counts one object.
@@ -280,4 +291,17 @@ pub(crate) fn escape(token: &str) -> String {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_list_whose_token_does_not_move_is_an_error_not_a_loop() {
+        let mut next = None;
+        assert!(super::go_on(&mut next, "a".into(), "pods").is_ok());
+        assert!(super::go_on(&mut next, "b".into(), "pods").is_ok());
+        let again = super::go_on(&mut next, "b".into(), "pods");
+        assert!(again.is_err_and(|e| e.contains("same continue token twice")));
+        assert_eq!(super::escape("a+b/c="), "a%2Bb%2Fc%3D");
+    }
 }
