@@ -93,6 +93,26 @@ guards:
             .expect("get");
         assert_eq!(r.status(), 200);
     }
+    // A write through v1.30 (team-a's pin) of a configmap holding its field `policy`: what a
+    // rollback to v1.29 would strand, counted once the schemas are known.
+    gate.knows_schemas().await;
+    let cm = serde_json::json!({"metadata": {"name": "kept"}, "policy": "keep"});
+    let url = format!("{}/api/v1/namespaces/team-a/configmaps", sims.new.url());
+    assert_eq!(
+        c.post(url).json(&cm).send().await.expect("create").status(),
+        201
+    );
+    let patched = c
+        .patch(format!(
+            "{}/api/v1/namespaces/team-a/configmaps/kept",
+            gate.url()
+        ))
+        .header("content-type", "application/merge-patch+json")
+        .body(r#"{"data":{"a":"1"}}"#)
+        .send()
+        .await
+        .expect("patch");
+    assert_eq!(patched.status(), 200);
     let m = gate.metrics().await;
     let mut exprs = dashboard_exprs();
     let groups = rule_groups();
