@@ -254,7 +254,7 @@ impl Fleet {
 
     /// Creates pod `name` bound to kubelet `node` (as the admin), and the ms until that kubelet's
     /// watch saw it.
-    pub async fn deliver_pod(&self, admin: &Conn, node: usize, name: &str) -> Option<f64> {
+    pub async fn deliver_pod(&self, admin: &Conn, node: usize, name: &str) -> Option<Delivery> {
         let node = self.names.get(node)?;
         let pod = format!(
             r#"{{"metadata":{{"name":"{name}"}},"spec":{{"nodeName":"{node}","automountServiceAccountToken":false,"containers":[{{"name":"c","image":"busybox"}}]}}}}"#
@@ -263,18 +263,27 @@ impl Fleet {
         let (code, body) = admin
             .call("POST", "/api/v1/namespaces/default/pods", JSON, JSON, pod)
             .await?;
+        let created = started.elapsed().as_secs_f64() * 1000.0;
         if code != 201 {
             eprintln!("pod {name}: {code} {}", String::from_utf8_lossy(&body));
             return None;
         }
-        for _ in 0..2000 {
+        for _ in 0..20_000 {
             if let Some(at) = lock(&self.stats.seen).get(name) {
-                return Some(at.duration_since(started).as_secs_f64() * 1000.0);
+                let total = at.duration_since(started).as_secs_f64() * 1000.0;
+                return Some(Delivery { created, total });
             }
-            tokio::time::sleep(Duration::from_millis(5)).await;
+            tokio::time::sleep(Duration::from_micros(500)).await;
         }
         None
     }
+}
+
+/// One pod's delivery, in milliseconds from its create's start: when the create was answered, and
+/// when its kubelet's watch had the event.
+pub struct Delivery {
+    pub created: f64,
+    pub total: f64,
 }
 
 /// Registers a kubelet's Node and Lease.

@@ -17,6 +17,8 @@ pub struct Figures {
     pub proxy_cpu_per_min: f64,
     pub lease: (f64, f64),
     pub delivery: (f64, f64),
+    /// The deliveries, parted: the create's answer, and the event after it.
+    pub delivery_parts: DeliveryParts,
     pub failed: u64,
     /// Seconds until every watch streamed again after the proxy's restart; the most lists in 1 s.
     pub proxy_restart: Option<(f64, usize)>,
@@ -25,6 +27,15 @@ pub struct Figures {
     pub api_restart: Option<(f64, f64, usize, usize)>,
     pub dials: u64,
     pub refused: u64,
+}
+
+/// Where a delivery's time goes (p50, p99 in ms): the create until answered, and from its answer
+/// to the kubelet's watch event.
+#[derive(Default)]
+pub struct DeliveryParts {
+    pub samples: usize,
+    pub created: (f64, f64),
+    pub after: (f64, f64),
 }
 
 impl Figures {
@@ -41,6 +52,7 @@ impl Figures {
             proxy_cpu_per_min: 0.0,
             lease: (f64::NAN, f64::NAN),
             delivery: (f64::NAN, f64::NAN),
+            delivery_parts: DeliveryParts::default(),
             failed: 0,
             proxy_restart: None,
             api_restart: None,
@@ -51,6 +63,13 @@ impl Figures {
 }
 
 pub fn print(all: &[Figures]) {
+    for f in all {
+        let d = &f.delivery_parts;
+        println!(
+            "  {}: {} deliveries; create answered p50/p99 {:.1}/{:.1} ms; event after the answer p50/p99 {:.1}/{:.1} ms",
+            f.name, d.samples, d.created.0, d.created.1, d.after.0, d.after.1
+        );
+    }
     println!(
         "\n  {:<11} {:>8} {:>8} {:>10} {:>10} {:>6} {:>9} {:>10} {:>8} {:>13} {:>13} {:>6}",
         "path",

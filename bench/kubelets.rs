@@ -41,7 +41,7 @@ use std::time::{Duration, Instant};
 
 use client::percentile;
 use fleet::Fleet;
-use plot::Figures;
+use plot::{DeliveryParts, Figures};
 use procs::{Apiserver, PHASES, Proxy};
 use targets::{arg, free_port, num_arg, proc_cpu, rss_kib};
 
@@ -61,12 +61,14 @@ async fn steady(
     let proc_of = |p: &Proxy| p.process.as_ref().map(|p| p.cpu_seconds()).unwrap_or(0.0);
     let (cpu0, pcpu0, t0) = (proc_cpu(pid), proxy.map_or(0.0, proc_of), Instant::now());
     fleet.reset_latencies();
-    let pods = (seconds / 2).max(5) as usize;
-    let mut delivery = Vec::new();
+    let pods = num_arg("--deliveries", (seconds / 2).max(5)).max(1) as usize;
+    let (mut delivery, mut created, mut after) = (Vec::new(), Vec::new(), Vec::new());
     for k in 0..pods {
         let node = (k * 7919) % fleet.n;
         if let Some(d) = fleet.deliver_pod(admin, node, &format!("p{k}")).await {
-            delivery.push(d);
+            delivery.push(d.total);
+            created.push(d.created);
+            after.push(d.total - d.created);
         }
         tokio::time::sleep(Duration::from_millis(seconds * 1000 / pods as u64)).await;
     }
@@ -81,6 +83,11 @@ async fn steady(
     }
     f.lease = fleet.lease_percentiles();
     f.delivery = (percentile(&delivery, 0.5), percentile(&delivery, 0.99));
+    f.delivery_parts = DeliveryParts {
+        samples: delivery.len(),
+        created: (percentile(&created, 0.5), percentile(&created, 0.99)),
+        after: (percentile(&after, 0.5), percentile(&after, 0.99)),
+    };
     f.failed = fleet.stats.failed.load(Ordering::Relaxed);
 }
 
