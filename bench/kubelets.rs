@@ -11,12 +11,13 @@
 //! (its pods, its Node, the ConfigMap and Secret its pod mounts) in protobuf, and every 10 s a Lease
 //! renewal and a Node status patch. For each phase: the apiserver's RSS, CPU seconds per minute,
 //! goroutines and accepted connections over a steady window of `--seconds`, the proxy's RSS and
-//! CPU, the p50/p99 of lease renewals and from a pod's creation to its kubelet's watch event; then
-//! the proxy killed and started again, and the apiserver stopped and started again: the time until
-//! every watch streams again and the most lists sent in one second (the herd).
+//! CPU, the p50/p99 of lease renewals and from a pod's creation to its kubelet's watch event
+//! (`--deliveries N` pods, default one each 2 s of the window; each also parted at the create's
+//! answer); then the proxy killed and started again, and the apiserver stopped and started again:
+//! the time until every watch streams again and the most lists sent in one second (the herd).
 //!
 //! Run: `SKEWGATE_APISERVER_ASSETS=../shared/envtest cargo bench --bench kubelets [-- --nodes 1000
-//! --seconds 60 --phases direct,skewgate,haproxy-tcp,haproxy-h2 --api-streams 0]`. Needs root
+//! --seconds 60 --phases direct,skewgate,haproxy-tcp,haproxy-h2 --api-streams 0 --deliveries 1000]`. Needs root
 //! (pair.sh), etcd, openssl, xz and curl; haproxy for its phases. Writes target/kubelets.svg.
 
 #[path = "targets.rs"]
