@@ -83,11 +83,7 @@ pub(super) fn watch(
     let info = classify(head.method.as_str(), head.uri.path(), head.uri.query());
     let (group, version, resource) = (&*info.api_group, &*info.api_version, &*info.resource);
     let counter = |stake: &str| {
-        let resource = if group.is_empty() {
-            resource.to_owned()
-        } else {
-            format!("{resource}.{group}")
-        };
+        let resource = crate::skew::rollback::selector(group, resource);
         (metrics.rollback_exposure).with_label_values(&[
             table.backend_name(older),
             resource.as_str(),

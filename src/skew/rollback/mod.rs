@@ -50,11 +50,7 @@ pub struct ResourceRef {
 impl ResourceRef {
     /// `pods`, `mutatingadmissionpolicies.admissionregistration.k8s.io`: a `resources` item.
     pub fn selector(&self) -> String {
-        if self.group.is_empty() {
-            self.resource.clone()
-        } else {
-            format!("{}.{}", self.resource, self.group)
-        }
+        selector(&self.group, &self.resource)
     }
 
     /// The path of an object of it: `/api/v1/namespaces/NS/pods/NAME`.
@@ -269,6 +265,15 @@ impl Tally {
                 }
             })
             .collect()
+    }
+}
+
+/// A resource as a route file's `resources` selector names it: `pods`, `deployments.apps`.
+pub(crate) fn selector(group: &str, resource: &str) -> String {
+    if group.is_empty() {
+        resource.to_owned()
+    } else {
+        format!("{resource}.{group}")
     }
 }
 

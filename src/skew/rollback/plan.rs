@@ -8,7 +8,7 @@ use std::time::{Duration, SystemTime};
 use serde::{Deserialize, Serialize};
 
 use super::{BackendRef, Finding, ResourceRef};
-use crate::classify::{Client, classify};
+use crate::classify::{Client, ClientVersion, classify};
 use crate::config::RouteTable;
 use crate::steer::{Quiet, Rule, SteerRequest, Steering};
 
@@ -74,7 +74,10 @@ impl Plan {
         let version = (self.table().backends.iter())
             .find(|b| b.name == name)
             .and_then(|b| b.version);
-        match (version, to.version.as_deref().and_then(parse_version)) {
+        match (
+            version,
+            to.version.as_deref().and_then(ClientVersion::parse_minor),
+        ) {
             (Some(v), Some(t)) => v > t,
             _ => true,
         }
@@ -92,12 +95,6 @@ impl Plan {
             }
         }
     }
-}
-
-/// `v1.35` as (1, 35).
-pub(crate) fn parse_version(v: &str) -> Option<(u32, u32)> {
-    let (major, minor) = v.strip_prefix('v')?.split_once('.')?;
-    Some((major.parse().ok()?, minor.parse().ok()?))
 }
 
 /// More namespaces than this, and a pin takes the whole resource.

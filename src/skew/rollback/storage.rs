@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::scan::Source;
+use super::selector;
 use crate::upstream::own_get_with_groups;
 
 /// What the check found of storage versions.
@@ -183,14 +184,6 @@ fn served_versions(source: &Source) -> BTreeMap<String, BTreeSet<String>> {
             .insert(gv);
     }
     out
-}
-
-fn selector(group: &str, resource: &str) -> String {
-    if group.is_empty() {
-        resource.to_owned()
-    } else {
-        format!("{resource}.{group}")
-    }
 }
 
 #[cfg(test)]
