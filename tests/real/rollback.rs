@@ -127,6 +127,7 @@ pub fn rollback_check_names_what_only_v1_36_keeps_and_the_pins_keep_it(pair: &Pa
     let kubeconfig = routes.with_file_name("kubeconfig");
     write_what_only_v1_36_keeps(pair, &kubeconfig, &gate.addr);
     counted_as_they_passed(&gate);
+    a_protobuf_answer_is_judged_as_its_json(pair, &gate);
     let record = routes.with_file_name("rollback-check.json");
     let check = names_both_and_fails(pair, &routes, &record);
     the_older_drops_the_whole_field(pair, &routes);
@@ -177,6 +178,38 @@ fn counted_as_they_passed(gate: &crate::process::Serving) {
         ),
         1.0
     );
+}
+
+/// A kubelet's status patch through skewgate, answered in protobuf as kubelets ask: the stored pod
+/// it answers with holds v1.36's field, and counts once, as the JSON answer did.
+fn a_protobuf_answer_is_judged_as_its_json(pair: &Pair, gate: &crate::process::Serving) {
+    let series =
+        "skewgate_rollback_exposure_total{older=\"old\",resource=\"pods\",stake=\"field\"}";
+    let before = sample(gate, series);
+    let status = format!(
+        "https://{}/api/v1/namespaces/{NS}/pods/gpu/status",
+        gate.addr
+    );
+    let condition = r#"{"status":{"conditions":[{"type":"example.com/Proto","status":"True"}]}}"#;
+    let (code, headers, body) = crate::harness::curl_bytes(
+        pair,
+        &[
+            "-X",
+            "PATCH",
+            "-H",
+            "content-type: application/merge-patch+json",
+            "-H",
+            "accept: application/vnd.kubernetes.protobuf",
+            "-H",
+            "user-agent: kubelet/v1.36.3 (linux/amd64) kubernetes/abc1234",
+            "--data",
+            condition,
+            &status,
+        ],
+    );
+    assert_eq!(code, 200, "{headers}");
+    assert!(body.starts_with(b"k8s\0"), "a protobuf answer: {headers}");
+    assert_eq!(sample(gate, series), before + 1.0, "judged in protobuf");
 }
 
 /// Before the rollback, as its own user under the read-only role deploy/ ships: both objects
