@@ -27,16 +27,39 @@ pub async fn admin(pki: &Path, addr: SocketAddr) -> Option<Conn> {
     Some(Conn::new(addr, tls(pki, &cert, &key)?, Arc::default()))
 }
 
-/// The apiserver's `go_goroutines`.
-pub async fn goroutines(admin: &Conn) -> Option<f64> {
+/// The apiserver's goroutines, and the watches it serves now (`apiserver_longrunning_requests`
+/// of verb WATCH, summed).
+pub async fn apiserver_metrics(admin: &Conn) -> Option<(f64, f64)> {
     let (_, body) = admin
         .call("GET", "/metrics", "", "text/plain", String::new())
         .await?;
     let text = String::from_utf8_lossy(&body);
-    text.lines()
+    let goroutines = text
+        .lines()
         .find_map(|l| l.strip_prefix("go_goroutines "))
-        .and_then(|v| v.trim().parse().ok())
+        .and_then(|v| v.trim().parse().ok())?;
+    let watches = text
+        .lines()
+        .filter(|l| {
+            l.starts_with("apiserver_longrunning_requests{") && l.contains("verb=\"WATCH\"")
+        })
+        .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
+        .sum();
+    Some((goroutines, watches))
 }
+
+/// What skewgate's own user needs for shared watches (deploy/kubeadm/share-watches-rbac.yaml):
+/// made by the admin for every phase (only skewgate-shared uses it).
+const SHARE_RBAC: [(&str, &str); 2] = [
+    (
+        "/apis/rbac.authorization.k8s.io/v1/clusterroles",
+        r#"{"metadata":{"name":"skewgate-shared-watches"},"rules":[{"apiGroups":["authorization.k8s.io"],"resources":["subjectaccessreviews"],"verbs":["create"]},{"apiGroups":[""],"resources":["configmaps","secrets"],"verbs":["watch"]}]}"#,
+    ),
+    (
+        "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
+        r#"{"metadata":{"name":"skewgate-shared-watches"},"roleRef":{"apiGroup":"rbac.authorization.k8s.io","kind":"ClusterRole","name":"skewgate-shared-watches"},"subjects":[{"apiGroup":"rbac.authorization.k8s.io","kind":"User","name":"skewgate"}]}"#,
+    ),
+];
 
 /// An RFC 3339 time in UTC with microseconds, as a Lease's renewTime is written.
 fn rfc3339(t: SystemTime) -> String {
@@ -82,6 +105,13 @@ fn note(stats: &Stats, who: &str, what: &str, got: Option<(u16, bytes::Bytes)>) 
 /// lets each kubelet watch them: made by the admin before the kubelets start.
 pub async fn prepare(admin: &Arc<Conn>, n: usize) -> bool {
     let ns = "/api/v1/namespaces/default";
+    for (path, body) in SHARE_RBAC {
+        let got = admin.call("POST", path, JSON, JSON, body.into()).await;
+        if !matches!(got, Some((201 | 409, _))) {
+            eprintln!("cannot create {path}");
+            return false;
+        }
+    }
     for (path, body) in [
         ("serviceaccounts", r#"{"metadata":{"name":"default"}}"#),
         (

@@ -143,7 +143,13 @@ impl Proxy {
 pub const HAPROXY_MAXCONN: usize = 9_900;
 
 /// The phases a run may hold, in order.
-pub const PHASES: [&str; 4] = ["direct", "skewgate", "haproxy-tcp", "haproxy-h2"];
+pub const PHASES: [&str; 5] = [
+    "direct",
+    "skewgate",
+    "skewgate-shared",
+    "haproxy-tcp",
+    "haproxy-h2",
+];
 
 /// The proxy of phase `name` in front of `api` (none for "direct"; none when HAProxy is absent).
 pub fn proxy(name: &'static str, api: &Apiserver) -> Option<Proxy> {
@@ -151,7 +157,8 @@ pub fn proxy(name: &'static str, api: &Apiserver) -> Option<Proxy> {
     let dir = api.dir.join(name);
     std::fs::create_dir_all(&dir).ok()?;
     let command = match name {
-        "skewgate" => skewgate(api, listen, &dir)?,
+        "skewgate" => skewgate(api, listen, &dir, false)?,
+        "skewgate-shared" => skewgate(api, listen, &dir, true)?,
         "haproxy-tcp" | "haproxy-h2" => haproxy(name, api, listen, &dir)?,
         _ => return None,
     };
@@ -163,12 +170,22 @@ pub fn proxy(name: &'static str, api: &Apiserver) -> Option<Proxy> {
     })
 }
 
-fn skewgate(api: &Apiserver, listen: SocketAddr, dir: &std::path::Path) -> Option<Command> {
+/// skewgate in front of `api`; with `shared`, the kubelets' watches of their mounts shared
+/// (`shareWatches`, as routes/example.yaml has it).
+fn skewgate(
+    api: &Apiserver,
+    listen: SocketAddr,
+    dir: &std::path::Path,
+    shared: bool,
+) -> Option<Command> {
     let routes = dir.join("routes.yaml");
-    let table = format!(
+    let mut table = format!(
         "apiVersion: skewgate.io/v1alpha1\nkind: RouteTable\nbackends:\n  - {{name: new, endpoints: [\"https://127.0.0.1:{}\"]}}\nwrites:\n  default: new\nreads:\n  default: new\n",
         api.port
     );
+    if shared {
+        table.push_str("shareWatches:\n  - name: kubelet-mounts\n    match: {resources: [configmaps, secrets], groups: [\"system:nodes\"]}\n");
+    }
     std::fs::write(&routes, table).ok()?;
     let pki = |f: &str| api.pki().join(f);
     let exe = std::env::var("SKEWGATE_BIN").unwrap_or_else(|_| "target/release/skewgate".into());

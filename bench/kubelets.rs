@@ -16,8 +16,13 @@
 //! answer); then the proxy killed and started again, and the apiserver stopped and started again:
 //! the time until every watch streams again and the most lists sent in one second (the herd).
 //!
+//! `skewgate-shared` is skewgate with the kubelets' watches of their mounts shared (`shareWatches`);
+//! the apiserver's watches are counted at the end of the steady window. `--admin-straight` creates
+//! the pods straight at the apiserver, so that a delivery through a proxy is its watch path alone.
+//!
 //! Run: `SKEWGATE_APISERVER_ASSETS=../shared/envtest cargo bench --bench kubelets [-- --nodes 1000
-//! --seconds 60 --phases direct,skewgate,haproxy-tcp,haproxy-h2 --api-streams 0 --deliveries 1000]`. Needs root
+//! --seconds 60 --phases direct,skewgate,skewgate-shared,haproxy-tcp,haproxy-h2 --api-streams 0
+//! --deliveries 1000 --admin-straight]`. Needs root
 //! (pair.sh), etcd, openssl, xz and curl; haproxy for its phases. Writes target/kubelets.svg.
 
 #[path = "targets.rs"]
@@ -76,7 +81,11 @@ async fn steady(
     let elapsed = t0.elapsed().as_secs_f64();
     f.rss_mib = rss_kib(pid) as f64 / 1024.0;
     f.cpu_per_min = (proc_cpu(pid) - cpu0) / elapsed * 60.0;
-    f.goroutines = fleet::goroutines(admin).await.unwrap_or(f64::NAN);
+    let (goroutines, watches) = fleet::apiserver_metrics(admin)
+        .await
+        .unwrap_or((f64::NAN, f64::NAN));
+    f.goroutines = goroutines;
+    f.watches = watches;
     f.connections = api.accepted();
     if let Some(p) = proxy.and_then(|p| p.process.as_ref()) {
         f.proxy_rss_mib = rss_kib(p.child.id()) as f64 / 1024.0;
@@ -138,7 +147,14 @@ async fn phase(name: &'static str, api: &Apiserver, nodes: usize, seconds: u64) 
         }
     }
     let target = proxy.as_ref().map_or(api.addr(), |p| p.listen);
-    let admin = Arc::new(fleet::admin(&api.pki(), target).await?);
+    // With --admin-straight the pods are created straight at the apiserver, so a delivery through
+    // a proxy is the watch's path alone.
+    let admin_target = if std::env::args().any(|a| a == "--admin-straight") {
+        api.addr()
+    } else {
+        target
+    };
+    let admin = Arc::new(fleet::admin(&api.pki(), admin_target).await?);
     if !fleet::prepare(&admin, nodes).await {
         return None;
     }

@@ -78,6 +78,13 @@ pub fn fuzz_protobuf_body(input: &[u8]) {
 pub fn fuzz_fleet_reports(input: &[u8]) {
     cluster::fuzzing::drive(input);
 }
+/// For the fuzz target over a shared watch (`fuzz/fuzz_targets/shared_watch.rs`): the first byte
+/// picks the encoding and where the hub begins, the rest is what the apiserver sends, delivered
+/// to clients of several starts; the invariants are checked after every event.
+#[cfg(feature = "fuzzing")]
+pub fn fuzz_shared_watch(input: &[u8]) {
+    proxy::fuzz_shared_watch(input);
+}
 pub mod identity;
 mod keys;
 pub(crate) mod metrics;

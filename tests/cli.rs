@@ -534,3 +534,48 @@ fn check_reports_the_values_beside_an_unknown_field_in_a_flow_mapping() {
         }
     }
 }
+
+#[test]
+fn explain_says_which_rule_shares_a_watch_and_why_another_goes_on_its_own() {
+    let url = "/api/v1/namespaces/a/secrets?fieldSelector=metadata.name%3Dtoken&watch=true&resourceVersion=5";
+    let kubelet = [
+        "explain",
+        "--routes",
+        "routes/example.yaml",
+        "--as",
+        "system:node:n1",
+        "--as-group",
+        "system:nodes",
+        "--accept",
+        "application/vnd.kubernetes.protobuf,application/json",
+    ];
+    let out = skewgate(&[&kubelet[..], &["GET", url]].concat());
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let said = text(&out.stdout);
+    assert!(said.contains("rule:         kubelet-mounts"), "{said}");
+    assert!(
+        said.contains("/api/v1/namespaces/a/secrets?fieldSelector=metadata.name%3Dtoken (application/vnd.kubernetes.protobuf,application/json)"),
+        "{said}"
+    );
+    let list = url.replace("&resourceVersion=5", "");
+    let said = text(&skewgate(&[&kubelet[..], &["GET", &list]].concat()).stdout);
+    assert!(
+        said.contains("not shared:   watches on its own: it begins with the state"),
+        "{said}"
+    );
+    let admin = skewgate(&[&kubelet[..], &["-o", "json", "GET", &list]].concat());
+    let v: serde_json::Value = serde_json::from_slice(&admin.stdout).expect("JSON");
+    assert_eq!(v["share"]["rule"], "kubelet-mounts");
+    assert!(v["share"]["watch"].is_null());
+    let not_a_node = skewgate(&["explain", "--routes", "routes/example.yaml", "GET", url]);
+    let said = text(&not_a_node.stdout);
+    assert!(
+        said.contains("not shared:   no shareWatches rule matches"),
+        "{said}"
+    );
+    let get = skewgate(&[&kubelet[..], &["GET", "/api/v1/namespaces/a/secrets/token"]].concat());
+    assert!(
+        !text(&get.stdout).contains("share:"),
+        "only watches are shared"
+    );
+}

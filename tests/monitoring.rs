@@ -81,6 +81,9 @@ guards:
   - name: old-kubectl
     match: {resources: [configmaps], clients: [\"kubectl<1.30\"]}
     action: reject
+shareWatches:
+  - name: kubelet-mounts
+    match: {resources: [configmaps, secrets], groups: [\"system:nodes\"]}
 ",
     ))
     .await;

@@ -19,6 +19,7 @@
 //! | `real/fleet_controllers.rs` | a real controller-manager and scheduler (v1.35) through the two replicas of a fleet while their namespace's pin moves four times, each table 3 s late on one: their protobuf updates pass, the Deployment settles, no overlap per object in the audit logs |
 //! | `real/rehearsal.rs` | the whole upgrade as deploy/UPGRADE.md orders it, by deploy/kubeadm's own route files, and its rollback: real controller-managers and schedulers of both versions leading in turn, writers throughout, guards on; no object written by two versions at once, no component served by an older apiserver, no field lost, no 5xx, the Deployment scheduled at each step (`real/rehearsal_judge.rs`) |
 //! | `real/rollback.rs` | what only v1.36 keeps (a pod status field, a MutatingAdmissionPolicy) written through skewgate and counted as it passes; `rollback-check --to` v1.35 names both and their namespace and fails; with its suggested pins the rollback table passes, `check` finds nothing in its record, and once loaded the pinned objects keep their fields on v1.36 while every other write goes to v1.35 (audit logs) |
+//! | `real/share.rs` | kubelets' watches of the ConfigMap and Secret their pods mount, shared, equal each kubelet's straight watch (JSON, and protobuf byte for byte; from behind the shared watch; a 410; across a restart of skewgate); the Node authorizer refuses through skewgate, with the apiserver's own 403, a kubelet whose pod is gone and a watch of another node's pods, while the others go on; the audit log sees skewgate's watches, not the kubelets' |
 //! | `real/cluster.rs` | the endpoints reconciler under deploy/'s RBAC; readiness while the old apiserver stops and returns; `User-Agent: skewgate/<version>` on its own requests |
 
 #[path = "real/clients.rs"]
@@ -52,6 +53,8 @@ mod rehearsal_judge;
 mod rehearsal_writers;
 #[path = "real/rollback.rs"]
 mod rollback;
+#[path = "real/share.rs"]
+mod share;
 #[path = "real/supersede.rs"]
 mod supersede;
 
@@ -121,6 +124,9 @@ fn skewgate_in_front_of_real_apiservers_of_two_versions() {
     }
     if wanted("rollback") {
         rollback::rollback_check_names_what_only_v1_36_keeps_and_the_pins_keep_it(&pair);
+    }
+    if wanted("share") {
+        share::shared_watches_are_what_each_kubelet_gets_straight(&pair);
     }
     if wanted("cluster") {
         cluster::the_endpoints_reconciler_writes_under_the_shipped_rbac(&pair);

@@ -25,6 +25,12 @@ struct Metadata {}
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 struct Details {
+    #[serde(skip_serializing_if = "str::is_empty")]
+    name: String,
+    #[serde(skip_serializing_if = "str::is_empty")]
+    group: String,
+    #[serde(skip_serializing_if = "str::is_empty")]
+    kind: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     retry_after_seconds: Option<u32>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -70,6 +76,16 @@ impl<'a> Status<'a> {
     /// The same, with a cause per field.
     pub fn causes(mut self, causes: Vec<Cause>) -> Status<'a> {
         self.details.get_or_insert_with(Details::default).causes = causes;
+        self
+    }
+
+    /// The same, naming the object it is about as the apiserver does (`details.name`, `group`, and
+    /// `kind`, which holds the resource).
+    pub fn object(mut self, group: &str, resource: &str, name: &str) -> Status<'a> {
+        let d = self.details.get_or_insert_with(Details::default);
+        d.name = name.to_owned();
+        d.group = group.to_owned();
+        d.kind = resource.to_owned();
         self
     }
 

@@ -344,7 +344,11 @@ impl SimAuth {
                     && r.resource == "configmaps"
                     && r.name == "cluster-info"
             }
-            Some(r) if r.resource == "selfsubjectreviews" => *method == Method::POST,
+            Some(r)
+                if r.resource == "selfsubjectreviews" || r.resource == "subjectaccessreviews" =>
+            {
+                *method == Method::POST
+            }
             Some(r) if r.subresource == "status" && self.may_only_write_status(user) => !reading,
             Some(_) if reading => true,
             Some(_) => self

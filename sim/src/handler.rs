@@ -56,6 +56,11 @@ pub async fn handle(sim: Arc<SimState>, req: Request<Incoming>) -> Response<SimB
         {
             self_subject_review(&req)
         }
+        ["apis", "authorization.k8s.io", "v1", "subjectaccessreviews"]
+            if req.method() == Method::POST =>
+        {
+            subject_access_review(&sim, req).await
+        }
         ["openapi", "v3", rest @ ..] => {
             let query = req.uri().query();
             openapi::serve(sim.version, &sim.git_version, rest, query)
@@ -93,6 +98,37 @@ fn self_subject_review(req: &Request<Incoming>) -> Response<SimBody> {
             "status": {"userInfo": {"username": user.name, "groups": user.groups, "extra": extra}},
         }),
     )
+}
+
+/// A `SubjectAccessReview`: allowed, unless its user is one of `SimControls::watch_denied`.
+async fn subject_access_review(sim: &SimState, req: Request<Incoming>) -> Response<SimBody> {
+    sim.controls.reviews.fetch_add(1, Ordering::Relaxed);
+    let body = match http_body_util::Limited::new(req.into_body(), MAX_BODY)
+        .collect()
+        .await
+    {
+        Ok(b) => b.to_bytes(),
+        Err(e) => return status_error(400, "BadRequest", &format!("body: {e}")),
+    };
+    let Ok(mut review) = serde_json::from_slice::<Value>(&body) else {
+        return status_error(400, "BadRequest", "the body is no SubjectAccessReview");
+    };
+    let user = review["spec"]["user"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    let denied = sim
+        .controls
+        .watch_denied
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .contains(&user);
+    review["status"] = if denied {
+        json!({"allowed": false, "reason": "the simulator denies this user"})
+    } else {
+        json!({"allowed": true})
+    };
+    json_response(StatusCode::CREATED, &review)
 }
 
 async fn debug_headers(req: Request<Incoming>) -> Response<SimBody> {

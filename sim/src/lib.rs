@@ -83,6 +83,14 @@ pub struct SimControls {
     /// The `User-Agent` each path was last asked with (`-` for none), for the first
     /// `MAX_AGENTS_SEEN` paths: what an apiserver's audit log would name.
     pub user_agents: std::sync::Mutex<std::collections::BTreeMap<String, String>>,
+    /// Users whose watches a SubjectAccessReview refuses (every other review is allowed), with
+    /// the authorizer's reason.
+    pub watch_denied: std::sync::Mutex<Vec<String>>,
+    /// SubjectAccessReviews answered so far.
+    pub reviews: AtomicU64,
+    /// Watches begun so far, and open now.
+    pub watches: AtomicU64,
+    pub watches_open: AtomicU64,
     reads: AtomicU64,
 }
 

@@ -1,6 +1,7 @@
 //! Watches: a chunked stream of JSON events, one per line, as the apiserver sends them.
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -101,6 +102,8 @@ pub fn serve(
             && (namespace.is_empty() || e.key.namespace == namespace)
             && p.name.as_ref().is_none_or(|n| *n == e.key.name)
     };
+    sim.controls.watches.fetch_add(1, Ordering::Relaxed);
+    sim.controls.watches_open.fetch_add(1, Ordering::Relaxed);
     tokio::spawn(async move {
         let run = pump(&sim, res, initial, live, &filter, &tx);
         let limit = async {
@@ -115,6 +118,7 @@ pub fn serve(
             _ = limit => {}
             _ = tx.closed() => {}
         }
+        sim.controls.watches_open.fetch_sub(1, Ordering::Relaxed);
     });
     stream_response(rx)
 }

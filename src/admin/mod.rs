@@ -28,6 +28,8 @@ pub(crate) trait AdminSource: Send + Sync + 'static {
     fn debug_fleet(&self) -> serde_json::Value;
     /// `/debug/recent`: the errors skewgate answered itself and the guards' decisions, lately.
     fn debug_recent(&self) -> serde_json::Value;
+    /// `/debug/shares`: the shared watches open now and their clients.
+    fn debug_shares(&self) -> serde_json::Value;
 }
 
 /// Serves the admin endpoints until `stop`.
@@ -94,10 +96,11 @@ fn answer(source: &dyn AdminSource, req: &Request<Incoming>) -> Response<Full<By
         "/debug/fleet" => json(&source.debug_fleet()),
         "/debug/routes" => json(&source.debug_routes()),
         "/debug/recent" => json(&source.debug_recent()),
+        "/debug/shares" => json(&source.debug_shares()),
         _ => text(
             StatusCode::NOT_FOUND,
             "text/plain",
-            "not found; try / (the status page), /metrics, /healthz, /readyz, /debug/routes, /debug/fleet, /debug/recent or /debug/skew\n".to_owned(),
+            "not found; try / (the status page), /metrics, /healthz, /readyz, /debug/routes, /debug/fleet, /debug/recent, /debug/shares or /debug/skew\n".to_owned(),
         ),
     }
 }

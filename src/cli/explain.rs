@@ -44,12 +44,16 @@ pub fn explain(args: &ExplainArgs) -> Result<()> {
     let guard = steering.judge_guard(&req, &decision, now);
     let table = steering.table();
     let rules = considered(table, &req, &decision);
+    let backend = table.backend_name(decision.backend);
+    let sharing =
+        super::explain_share::sharing(&steering, &req, (&info, backend, query), path, args);
     match args.output {
         Output::Text => {
             print_text(&info, &client, &decision, table, &req);
             print_steps(&rules);
             print_rollout(&decision, table, &req, now);
             print_guard(&guard, &args.content_type);
+            super::explain_share::print(&sharing);
         }
         Output::Json | Output::Yaml => {
             let mut value = explain_json(&info, &client, &decision, table, &args.user, &groups);
@@ -65,6 +69,7 @@ pub fn explain(args: &ExplainArgs) -> Result<()> {
                 value["rollout"]["key"] = json!(sticky_key(r.sticky_by, &req));
                 value["rollout"]["step"] = json!(r.schedule.at(now).step);
             }
+            value["share"] = super::explain_share::to_json(&sharing);
             value["guard"] = guard.as_ref().map_or(serde_json::Value::Null, |(g, j)| {
                 json!({
                     "name": g.name,

@@ -4,6 +4,7 @@ pub mod check;
 #[cfg(feature = "demo")]
 pub mod demo;
 pub mod explain;
+mod explain_share;
 pub mod logging;
 pub mod rollback_check;
 pub mod serve;
@@ -356,6 +357,14 @@ pub struct ExplainArgs {
     /// application/vnd.kubernetes.protobuf).
     #[arg(long, default_value = "application/json")]
     pub content_type: String,
+    /// The request's Accept, for which shared watch a watch joins (kubelets ask
+    /// application/vnd.kubernetes.protobuf,application/json).
+    #[arg(long, default_value = "")]
+    pub accept: String,
+    /// The admin address of a running skewgate (host:port): say how many clients share the
+    /// watch there now (its /debug/shares).
+    #[arg(long)]
+    pub admin: Option<String>,
     /// Output format.
     #[arg(short = 'o', long, value_enum, default_value_t = Output::Text)]
     pub output: Output,

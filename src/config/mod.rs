@@ -21,7 +21,7 @@ pub use schedule::Percent;
 pub(crate) use schedule::Schedule;
 pub(crate) use selector::{NamePattern, Part, ResourcePattern, Selector, VerbSet};
 pub(crate) use table::{Abort, BackendId, Endpoint, Pin, Selectors};
-pub use table::{Guard, GuardAction, UnknownVersion};
+pub use table::{Guard, GuardAction, Share, UnknownVersion};
 pub use table::{PinReads, RouteTable, SkewPolicy, StickyBy};
 pub use timing::{close_flips, fleet_settle, move_warnings, within_horizon};
 pub(crate) use validate::may_meet;
@@ -122,6 +122,8 @@ fn syntax_error(file: &Path, e: &serde_saphyr::Error) -> ConfigError {
     }
 }
 
+#[cfg(test)]
+mod share_tests;
 #[cfg(test)]
 mod skew_policy_tests;
 #[cfg(test)]

@@ -24,6 +24,8 @@ pub(super) struct FileRouteTable {
     pub guards: Vec<Spanned<FileGuard>>,
     #[serde(default)]
     pub skew_policy: Option<Spanned<FileSkewPolicy>>,
+    #[serde(default)]
+    pub share_watches: Vec<Spanned<FileShare>>,
 }
 
 /// The version-skew policy's exceptions as written.
@@ -45,6 +47,16 @@ pub(super) struct FileGuard {
     pub action: Option<Text>,
     #[serde(default)]
     pub unknown_version: Option<Text>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct FileShare {
+    pub name: Text,
+    #[serde(default, rename = "match")]
+    pub match_: Option<FileMatch>,
+    #[serde(default)]
+    pub selectors: Option<Text>,
 }
 
 #[derive(Debug, Deserialize)]

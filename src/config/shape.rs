@@ -131,6 +131,16 @@ const GUARD: &[Field] = &[
     opt("unknownVersion", Shape::Text, "allow"),
 ];
 
+const SHARE: &[Field] = &[
+    req("name", Shape::Text, "kubelet-mounts"),
+    opt(
+        "match",
+        Shape::Map(MATCH),
+        "{resources: [configmaps, secrets]}",
+    ),
+    opt("selectors", Shape::Text, "byName"),
+];
+
 const METADATA: &[Field] = &[opt("name", Shape::Text, "upgrade-1-30")];
 
 const SKEW_POLICY: &[Field] = &[opt("allowOlderApiserver", Shape::Texts, "[kubelet]")];
@@ -155,6 +165,11 @@ const ROOT: &[Field] = &[
         "skewPolicy",
         Shape::Map(SKEW_POLICY),
         "{allowOlderApiserver: [kubelet]}",
+    ),
+    opt(
+        "shareWatches",
+        Shape::List(SHARE),
+        "[{name: kubelet-mounts, match: {resources: [secrets]}}]",
     ),
 ];
 

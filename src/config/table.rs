@@ -46,6 +46,9 @@ pub struct RouteTable {
     pub guards: Vec<Guard>,
     /// The version-skew policy: which components the table may send to an older apiserver.
     pub skew_policy: SkewPolicy,
+    /// Which watches are served from one upstream watch per distinct watch, in file order: the
+    /// first that matches a watch decides.
+    pub shares: Vec<Share>,
     /// What the file says that loads but likely is not meant (rules that never decide or change
     /// nothing): printed by `check`, logged at load.
     pub warnings: Vec<super::ConfigError>,
@@ -72,6 +75,18 @@ pub struct Guard {
     pub action: GuardAction,
     /// What it does with a client whose User-Agent carries no usable version.
     pub unknown_version: UnknownVersion,
+}
+
+/// A rule of `shareWatches`: the watches it matches (by resources, namespaces, users, groups,
+/// clients) are served from one upstream watch per distinct watch (`proxy/share`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Share {
+    /// Its name, in metrics and `explain`.
+    pub name: String,
+    /// Which watches.
+    pub selectors: Selectors,
+    /// Whether only watches of one object by name share, or any.
+    pub by_name: bool,
 }
 
 /// What a guard does with an update that would drop fields.

@@ -91,6 +91,23 @@ pub(crate) struct Metrics {
     /// `skewgate_rollback_exposure_since_timestamp_seconds`: when this replica first sent a write
     /// to a backend newer than another (0: never).
     pub rollback_exposure_since: Gauge,
+    /// `skewgate_shared_watches`: upstream watches shared now (`proxy/share`).
+    pub shared_watches: prometheus::IntGauge,
+    /// `skewgate_shared_watch_clients`: client watches served from them now.
+    pub shared_watch_clients: prometheus::IntGauge,
+    /// `skewgate_shared_watch_joins_total{rule,from}`: client watches joined to a shared one.
+    pub shared_watch_joins: IntCounterVec,
+    /// `skewgate_shared_watch_own_total{rule,reason}`: watches a rule matched that went to the
+    /// apiserver on their own.
+    pub shared_watch_own: IntCounterVec,
+    /// `skewgate_shared_watch_replayed_events_total`.
+    pub shared_watch_replayed: prometheus::IntCounter,
+    /// `skewgate_shared_watch_cut_total`: clients cut off for not keeping up.
+    pub shared_watch_cut: prometheus::IntCounter,
+    /// `skewgate_shared_watch_denied_total{rule}`: client watches the apiserver's authorizer refused.
+    pub shared_watch_denied: IntCounterVec,
+    /// `skewgate_shared_watch_upstream_starts_total{result}`.
+    pub shared_watch_starts: IntCounterVec,
     /// `skewgate_pin_moves_total{pin}`.
     pub pin_moves: IntCounterVec,
     /// `skewgate_pin_fence_ends_total{pin}`.
@@ -244,6 +261,14 @@ impl Metrics {
             rollback_exposure_since: register(&r, valid(Gauge::new("skewgate_rollback_exposure_since_timestamp_seconds", "When this replica first sent a write to a backend newer than another (Unix seconds; 0: never)."))),
             skew_policy: counter(&r, "skewgate_skew_policy_total", "Requests of a Kubernetes component that the rules would send to an older apiserver, by what the version-skew policy did: raised (sent to a backend not older), allowed (skewPolicy.allowOlderApiserver), write_refused, leadership_held (429), no_backend (503).", &["component", "outcome"]),
             fallbacks: counter(&r, "skewgate_fallbacks_total", "Requests sent to another backend because the one the rules chose does not serve their group/version/resource.", &["from", "to"]),
+            shared_watches: register(&r, valid(prometheus::IntGauge::new("skewgate_shared_watches", "Upstream watches open now that serve clients of shareWatches rules, one per distinct watch (backend, path, selectors, encoding)."))),
+            shared_watch_clients: register(&r, valid(prometheus::IntGauge::new("skewgate_shared_watch_clients", "Client watches served now from shared upstream watches (divided by skewgate_shared_watches: clients per shared watch)."))),
+            shared_watch_joins: counter(&r, "skewgate_shared_watch_joins_total", "Client watches joined to a shared upstream watch, by rule and by whether one was open (live) or this one began it (new).", &["rule", "from"]),
+            shared_watch_own: counter(&r, "skewgate_shared_watch_own_total", "Watches a shareWatches rule matched that were sent to the apiserver on their own, by reason: initial_state (no resourceVersion, 0, or a watch list), behind (from before what a shared watch keeps: its replay buffer or its start), parameters, credentials (a bearer token or impersonation), unauthorized (skewgate could not ask the apiserver's authorizer), upstream (the shared watch could not begin).", &["rule", "reason"]),
+            shared_watch_replayed: register(&r, valid(prometheus::IntCounter::new("skewgate_shared_watch_replayed_events_total", "Events sent to clients joining a shared watch from its replay buffer."))),
+            shared_watch_cut: register(&r, valid(prometheus::IntCounter::new("skewgate_shared_watch_cut_total", "Client watches cut off (ended) because they did not take their events: 100 waiting, or some waiting while the response buffer is over its bound."))),
+            shared_watch_denied: counter(&r, "skewgate_shared_watch_denied_total", "Client watches answered 403 because the apiserver's authorizer (a SubjectAccessReview) refused the client.", &["rule"]),
+            shared_watch_starts: counter(&r, "skewgate_shared_watch_upstream_starts_total", "Upstream watches begun for shared watches (result=up), resumed after one ended (resumed), or that could not begin (failed).", &["result"]),
             pin_moves: counter(&r, "skewgate_pin_moves_total", "Pins (or writes.default, as rule writes.default) moved to another backend: at their flip (flipAt, or when the fleet makes the move), or at the reload for one without flipAt.", &["pin"]),
             pin_fence_ends: counter(&r, "skewgate_pin_fence_ends_total", "Fences ended after a pin's flip: from then its writes go to the new backend.", &["pin"]),
             pin_moves_superseded: counter(&r, "skewgate_pin_moves_superseded_total", "Pending moves of a pin that a reload changed before they were made: abandoned (never made), or timed (the fleet had said its time: made then, before the new table's move).", &["pin", "outcome"]),

@@ -20,6 +20,16 @@ pub(crate) const UPSTREAM_REASONS: [&str; 6] = [
     "health",
 ];
 
+/// The reasons of `skewgate_shared_watch_own_total`.
+pub(crate) const SHARE_OWN_REASONS: [&str; 6] = [
+    "initial_state",
+    "behind",
+    "parameters",
+    "credentials",
+    "unauthorized",
+    "upstream",
+];
+
 /// The label values a route table gives series to.
 pub(crate) struct TableLabels {
     backends: HashSet<String>,
@@ -28,6 +38,7 @@ pub(crate) struct TableLabels {
     pins: HashSet<String>,
     rollouts: HashSet<String>,
     guards: HashSet<String>,
+    shares: HashSet<String>,
 }
 
 impl TableLabels {
@@ -46,6 +57,7 @@ impl TableLabels {
             pins,
             rollouts: names(&mut table.reads.rollouts.iter().map(|r| &r.name)),
             guards: names(&mut table.guards.iter().map(|g| &g.name)),
+            shares: names(&mut table.shares.iter().map(|s| &s.name)),
         }
     }
 
@@ -127,6 +139,10 @@ impl Metrics {
         prune(&self.guard_checks, |l| {
             l.get("guard").is_none_or(|g| keep.guards.contains(*g))
         });
+        let share = |l: &Labels<'_>| l.get("rule").is_none_or(|r| keep.shares.contains(*r));
+        prune(&self.shared_watch_joins, share);
+        prune(&self.shared_watch_own, share);
+        prune(&self.shared_watch_denied, share);
         self.start_at_zero(table);
     }
 
@@ -190,6 +206,24 @@ impl Metrics {
             self.decisions
                 .shared()
                 .with_label_values(&["read", r.name.as_str()]);
+        }
+        self.shares_at_zero(table);
+    }
+
+    /// The counters of the table's `shareWatches` rules, and of shared watches' starts.
+    fn shares_at_zero(&self, table: &RouteTable) {
+        for result in ["up", "resumed", "failed"] {
+            self.shared_watch_starts.with_label_values(&[result]);
+        }
+        for s in &table.shares {
+            let rule = s.name.as_str();
+            for from in ["new", "live"] {
+                self.shared_watch_joins.with_label_values(&[rule, from]);
+            }
+            for reason in SHARE_OWN_REASONS {
+                self.shared_watch_own.with_label_values(&[rule, reason]);
+            }
+            self.shared_watch_denied.with_label_values(&[rule]);
         }
     }
 }

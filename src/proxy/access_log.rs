@@ -34,6 +34,9 @@ pub(crate) struct AccessRecord {
     /// How long a write waited to be admitted (a moving pin's fence, the object's writes on
     /// another backend, its client's turn).
     held: Option<std::time::Duration>,
+    /// For a watch a `shareWatches` rule matched: the rule, and whether it joined a shared watch
+    /// or went on its own (and why).
+    shared: Option<String>,
 }
 
 impl AccessRecord {
@@ -60,6 +63,7 @@ impl AccessRecord {
                 bytes: 0,
                 error: None,
                 held: None,
+                shared: None,
             })
         })
     }
@@ -77,6 +81,11 @@ impl AccessRecord {
     /// How long the write waited to be admitted.
     pub(crate) fn set_held(&mut self, held: std::time::Duration) {
         self.held = Some(held);
+    }
+
+    /// What became of a watch a `shareWatches` rule matched.
+    pub(crate) fn set_shared(&mut self, shared: String) {
+        self.shared = Some(shared);
     }
 
     /// Why the proxy answered the request itself, or the upstream failure that ended it.
@@ -119,6 +128,7 @@ impl Drop for AccessRecord {
             duration_ms = (self.start.elapsed().as_secs_f64() * 1e6).round() / 1e3,
             held_ms = self.held.map_or(0.0, |h| (h.as_secs_f64() * 1e6).round() / 1e3),
             error = self.error.as_deref().unwrap_or(""),
+            shared = self.shared.as_deref().unwrap_or(""),
             "request"
         );
     }

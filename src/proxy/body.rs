@@ -39,6 +39,12 @@ pub(crate) trait Tap: Send {
     fn finish(self: Box<Self>);
 }
 
+/// What feeds a response body of skewgate's own making, chunk by chunk, until its end.
+pub(crate) trait Feed: Send {
+    /// The next chunk, or the end (`None`).
+    fn poll_data(&mut self, cx: &mut Context<'_>) -> Poll<Option<Bytes>>;
+}
+
 enum Inner {
     Upstream {
         body: UpstreamBody,
@@ -49,6 +55,9 @@ enum Inner {
         stop: Option<Pin<Box<WaitForCancellationFutureOwned>>>,
     },
     Full(Option<Bytes>),
+    /// A body fed by skewgate itself (`share`: a watch served from a shared one): boxed, as it is
+    /// the rarer body.
+    Fed(Box<dyn Feed>),
 }
 
 impl ProxyBody {
@@ -76,6 +85,18 @@ impl ProxyBody {
                 end_cleanly,
                 stop: stop.map(Box::pin),
             },
+            tracker: None,
+            stream: None,
+            exchange: None,
+            access: None,
+            copy: None,
+        }
+    }
+
+    /// A body `feed` makes (a watch served from a shared one).
+    pub(crate) fn fed(feed: Box<dyn Feed>) -> ProxyBody {
+        ProxyBody {
+            inner: Inner::Fed(feed),
             tracker: None,
             stream: None,
             exchange: None,
@@ -133,6 +154,7 @@ impl Body for ProxyBody {
         let this = &mut *self;
         let polled = match &mut this.inner {
             Inner::Full(bytes) => Poll::Ready(bytes.take().map(|b| Ok(Frame::data(b)))),
+            Inner::Fed(f) => f.poll_data(cx).map(|d| d.map(|b| Ok(Frame::data(b)))),
             Inner::Upstream {
                 body,
                 end_cleanly,
@@ -194,6 +216,7 @@ impl Body for ProxyBody {
     fn is_end_stream(&self) -> bool {
         match &self.inner {
             Inner::Full(b) => b.is_none(),
+            Inner::Fed(_) => false,
             Inner::Upstream { body, .. } => body.is_end_stream(),
         }
     }
@@ -203,6 +226,7 @@ impl Body for ProxyBody {
             Inner::Full(Some(b)) => SizeHint::with_exact(b.len() as u64),
             Inner::Full(None) => SizeHint::with_exact(0),
             Inner::Upstream { body, .. } => body.size_hint(),
+            Inner::Fed(_) => SizeHint::default(),
         }
     }
 }

@@ -75,6 +75,8 @@ pub(super) struct Decided {
     pub upgrade: Option<HeaderValue>,
     /// The update guard that applies (`guards[i]`), for a full-object update.
     pub guard: Option<usize>,
+    /// The `shareWatches` rule that matches a watch (`shares[i]`).
+    pub share: Option<usize>,
     /// Where the same client's reads of the object go, for a guarded update.
     pub reader: Option<BackendId>,
     /// The client's version, from its User-Agent.

@@ -62,6 +62,16 @@ impl AdminSource for Proxy {
         self.recent.json(self.settings.clock.now())
     }
 
+    fn debug_shares(&self) -> Value {
+        let watches: Vec<Value> = self
+            .shares
+            .open()
+            .into_iter()
+            .map(|(watch, clients)| json!({"watch": watch, "clients": clients}))
+            .collect();
+        json!({ "watches": watches })
+    }
+
     fn debug_skew(&self) -> Value {
         let report = self.schemas.report();
         let routing = self.routing();

@@ -62,6 +62,10 @@ impl<'a> Forwarding<'a> {
         self.0.settings.response_timeout
     }
 
+    fn shares(self) -> &'a Arc<super::share::Shares> {
+        &self.0.shares
+    }
+
     /// What a write to a newer backend is looked at for (`exposure.rs`).
     fn exposing(self) -> (&'a super::schemas::Schemas, &'a crate::metrics::Metrics) {
         (&self.0.schemas, &self.0.metrics)
@@ -89,6 +93,18 @@ pub(super) fn forward<'c>(
             a.set_held(began.elapsed());
         }
         let (endpoint, _ticket) = admitted?;
+        if request.share.is_some() {
+            // Boxed, as the guard's check: a shared watch's path stays out of every request's
+            // future.
+            let shared = Box::pin(shared(proxy, (routing, request, caller), endpoint, &parts));
+            let (resp, note) = shared.await;
+            if let Some(a) = access.as_mut() {
+                a.set_shared(note);
+            }
+            if let Some(resp) = resp? {
+                return Ok(resp.map(|b| b.with_tracker(tracker)));
+            }
+        }
         let merged_answer = request
             .merge
             .clone()
@@ -160,6 +176,48 @@ pub(super) fn forward<'c>(
             resp.headers_mut().append(header::WARNING, w);
         }
         Ok(resp)
+    }
+}
+
+/// A watch a `shareWatches` rule matched, served from its shared watch (`share`): its response,
+/// its 403 when the apiserver's authorizer refuses the client, or `None` when it goes to the
+/// apiserver on its own; and what became of it, for the access log (`rule: joined`,
+/// `rule: own (reason)`, `rule: refused`).
+async fn shared(
+    proxy: Forwarding<'_>,
+    (routing, request, caller): (&Routing, &Decided, Caller<'_>),
+    endpoint: &Arc<EndpointPool>,
+    head: &http::request::Parts,
+) -> (Result<Option<Response<ProxyBody>>, ProxyError>, String) {
+    let Some(rule) = request.share.and_then(|i| routing.table().shares.get(i)) else {
+        return (Ok(None), String::new());
+    };
+    let backend = &routing.backends[request.decision.backend.index()];
+    let watch = super::share::Watch {
+        rule: &rule.name,
+        backend: &backend.name,
+        endpoint,
+        who: caller.identity,
+        head,
+        stop: Some(routing.long_running_stop(&request.decision)),
+    };
+    match proxy.shares().serve(watch).await {
+        super::share::Served::Joined(resp) => (Ok(Some(resp)), format!("{}: joined", rule.name)),
+        super::share::Served::Own(why) => (Ok(None), format!("{}: own ({why})", rule.name)),
+        super::share::Served::Denied {
+            message,
+            group,
+            resource,
+            name,
+        } => {
+            let refused = ProxyError::Forbidden {
+                message,
+                group,
+                resource,
+                name,
+            };
+            (Err(refused), format!("{}: refused", rule.name))
+        }
     }
 }
 

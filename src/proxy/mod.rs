@@ -25,6 +25,7 @@ mod respond;
 pub(crate) mod routing;
 mod schemas;
 mod service;
+mod share;
 mod status;
 mod upgrade;
 pub(crate) mod wire;
@@ -38,6 +39,13 @@ use tokio_util::sync::CancellationToken;
 /// How a guarded update's body is encoded (for `skewgate explain`).
 pub use guard::Encoding as GuardEncoding;
 pub(crate) use routing::Routing;
+pub use share::describe_watch;
+
+/// The shared watch's fuzz driver (`share/fuzzing.rs`).
+#[cfg(feature = "fuzzing")]
+pub(crate) fn fuzz_shared_watch(input: &[u8]) {
+    share::fuzzing::drive(input);
+}
 
 use crate::config::{ConfigErrors, RouteTable};
 use crate::identity::IdentityHeaders;
@@ -133,6 +141,8 @@ pub(crate) struct Proxy {
     pub(crate) recent: recent::Recent,
     /// When the running table was loaded, and whether the file has failed to load since.
     pub(crate) reloads: reload_log::ReloadLog,
+    /// The shared watches open now (`shareWatches`).
+    pub(crate) shares: Arc<share::Shares>,
 }
 
 impl Proxy {
@@ -170,7 +180,7 @@ impl Proxy {
         Arc::new(Proxy {
             routing: routing::Current::new(routing),
             upstreams,
-            metrics,
+            metrics: metrics.clone(),
             stop_long_running,
             writes: Arc::new(WriteLedger::default()),
             limits: limits::ClientLimits::new(
@@ -184,6 +194,10 @@ impl Proxy {
             presence: std::sync::OnceLock::new(),
             recent: recent::Recent::default(),
             reloads: reload_log::ReloadLog::new(settings.clock.now()),
+            shares: Arc::new(share::Shares::new(
+                settings.pool.response_buffer.clone(),
+                metrics.clone(),
+            )),
             settings,
         })
     }

@@ -162,6 +162,7 @@ fn decide<'r>(
         .steering
         .decide_reading(&req, || clock.now(), routing);
     let guard = routing.steering.guard(&req);
+    let share = routing.steering.share(&req);
     let reader = guard.map(|_| routing.steering.reader(&req, || clock.now(), routing));
     let client = req.client.version;
     let object = (decision.class == Class::Write).then(|| object_key(&info));
@@ -195,6 +196,7 @@ fn decide<'r>(
             merge,
             upgrade: parts.headers.get(header::UPGRADE).cloned(),
             guard,
+            share,
             reader,
             client,
             resource: routing.resource_slot(&info),

@@ -334,6 +334,18 @@ impl Steering {
         })
     }
 
+    /// The first `shareWatches` rule that matches a watch (`shares[i]`), if any. A `byName` rule
+    /// takes only watches of one object (a `metadata.name` field selector).
+    pub fn share(&self, req: &SteerRequest<'_>) -> Option<usize> {
+        let shares = &self.table.shares;
+        if shares.is_empty() || req.verb() != crate::classify::Verb::Watch {
+            return None;
+        }
+        shares.iter().position(|s| {
+            (!s.by_name || !req.info.name.is_empty()) && selectors_match(&s.selectors, req)
+        })
+    }
+
     /// Where pin `i` stands at `now`: settled, before its `flipAt`, or in its fence. With the
     /// fleet, the moves it has timed come first, then this table's move, from where they put the
     /// pin.

@@ -23,7 +23,7 @@ pub(crate) use health::spawn_health_checks;
 pub(crate) use own::{
     answered as own_answered, dated as own_dated, get as own_get,
     get_with_groups as own_get_with_groups, request as own_request,
-    send_with_groups as own_send_with_groups,
+    send_with_groups as own_send_with_groups, watch as own_watch,
 };
 pub use pool::PoolSettings;
 pub(crate) use pool::{Credential, EndpointPool, EndpointState};

@@ -75,33 +75,7 @@ async fn exchange(
     groups: &[header::HeaderValue],
     timeout: Duration,
 ) -> Result<(StatusCode, Bytes, Option<SystemTime>), String> {
-    let uri: Uri = format!(
-        "{}://{}{path}",
-        if ep.endpoint.tls { "https" } else { "http" },
-        ep.endpoint.authority()
-    )
-    .parse()
-    .map_err(|e| format!("{e}"))?;
-    let mut req = Request::builder()
-        .method(method)
-        .uri(uri)
-        .body(())
-        .map_err(|e| e.to_string())?;
-    // As kube-apiserver's own clients name themselves (client-go's default agent): audit logs and
-    // the apiserver's metrics show who asked.
-    req.headers_mut().insert(
-        header::USER_AGENT,
-        header::HeaderValue::from_static(USER_AGENT),
-    );
-    if let Some((name, value)) = &ep.settings().own_user {
-        req.headers_mut().insert(name.clone(), value.clone());
-    }
-    for group in groups {
-        req.headers_mut().append(
-            header::HeaderName::from_static("x-remote-group"),
-            group.clone(),
-        );
-    }
+    let mut req = own_request(ep, method, path, groups)?;
     if body.is_some() {
         req.headers_mut().insert(
             header::CONTENT_TYPE,
@@ -130,6 +104,68 @@ async fn exchange(
     tokio::time::timeout(timeout, exchange)
         .await
         .map_err(|_| TIMED_OUT.to_owned())?
+}
+
+/// A request of skewgate's own to `path` on the endpoint: its user (`--proxy-user`), `groups`,
+/// and its `User-Agent`.
+fn own_request(
+    ep: &Arc<EndpointPool>,
+    method: Method,
+    path: &str,
+    groups: &[header::HeaderValue],
+) -> Result<Request<()>, String> {
+    let uri: Uri = format!(
+        "{}://{}{path}",
+        if ep.endpoint.tls { "https" } else { "http" },
+        ep.endpoint.authority()
+    )
+    .parse()
+    .map_err(|e| format!("{e}"))?;
+    let mut req = Request::builder()
+        .method(method)
+        .uri(uri)
+        .body(())
+        .map_err(|e| e.to_string())?;
+    // As kube-apiserver's own clients name themselves (client-go's default agent): audit logs and
+    // the apiserver's metrics show who asked.
+    req.headers_mut().insert(
+        header::USER_AGENT,
+        header::HeaderValue::from_static(USER_AGENT),
+    );
+    if let Some((name, value)) = &ep.settings().own_user {
+        req.headers_mut().insert(name.clone(), value.clone());
+    }
+    for group in groups {
+        req.headers_mut().append(
+            header::HeaderName::from_static("x-remote-group"),
+            group.clone(),
+        );
+    }
+    Ok(req)
+}
+
+/// Opens a watch of skewgate's own (`path` with its query), in the encoding `accept` asks for:
+/// the apiserver's answer, its body streaming, once its head came within 5 s.
+pub(crate) async fn watch(
+    ep: &Arc<EndpointPool>,
+    path: &str,
+    accept: &str,
+) -> Result<http::Response<super::UpstreamBody>, String> {
+    let mut req = own_request(ep, Method::GET, path, &[])?;
+    if !accept.is_empty() {
+        let accept = header::HeaderValue::from_str(accept).map_err(|e| e.to_string())?;
+        req.headers_mut().insert(header::ACCEPT, accept);
+    }
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    let body = Full::new(Bytes::new());
+    send(
+        ep,
+        Credential::FrontProxy,
+        (super::head(req), body),
+        Some(deadline),
+    )
+    .await
+    .map_err(|e| e.to_string())
 }
 
 /// What an apiserver's answer to one of skewgate's own requests means, in words an operator can act

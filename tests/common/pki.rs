@@ -319,12 +319,7 @@ pub async fn tls_call(
     headers: &[(&str, &str)],
     body: Option<&str>,
 ) -> Result<(u16, String, Value), String> {
-    let tcp = TcpStream::connect(addr).await.map_err(|e| e.to_string())?;
-    let name = rustls_pki_types::ServerName::try_from("127.0.0.1").map_err(|e| e.to_string())?;
-    let tls = tokio_rustls::TlsConnector::from(config)
-        .connect(name, tcp)
-        .await
-        .map_err(|e| e.to_string())?;
+    let tls = connect_tls(addr, config).await?;
     let mut req = http::Request::builder().method(method).uri(if h2 {
         format!("https://{addr}{path}")
     } else {
@@ -370,4 +365,41 @@ pub async fn tls_call(
         version,
         serde_json::from_slice(&body).unwrap_or(Value::Null),
     ))
+}
+
+/// Opens a request over TLS (HTTP/2) with `config` whose response streams: the response, its body
+/// not read.
+pub async fn tls_open(
+    addr: SocketAddr,
+    config: Arc<rustls::ClientConfig>,
+    path: &str,
+    headers: &[(&str, &str)],
+) -> Result<http::Response<hyper::body::Incoming>, String> {
+    let tls = connect_tls(addr, config).await?;
+    let mut req = http::Request::builder().uri(format!("https://{addr}{path}"));
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    let req = req
+        .body(Full::new(Bytes::new()))
+        .map_err(|e| e.to_string())?;
+    let (mut send, conn) =
+        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(tls))
+            .await
+            .map_err(|e| e.to_string())?;
+    tokio::spawn(conn);
+    send.send_request(req).await.map_err(|e| e.to_string())
+}
+
+/// A TLS connection to skewgate at `addr` (named 127.0.0.1) with `config`.
+async fn connect_tls(
+    addr: SocketAddr,
+    config: Arc<rustls::ClientConfig>,
+) -> Result<tokio_rustls::client::TlsStream<TcpStream>, String> {
+    let tcp = TcpStream::connect(addr).await.map_err(|e| e.to_string())?;
+    let name = rustls_pki_types::ServerName::try_from("127.0.0.1").map_err(|e| e.to_string())?;
+    tokio_rustls::TlsConnector::from(config)
+        .connect(name, tcp)
+        .await
+        .map_err(|e| e.to_string())
 }

@@ -71,6 +71,8 @@ async fn a_flip_its_fence_a_schedule_a_guard_and_errors_show_on_the_open_page() 
     the_next_step_and_a_backend_down_show(&mut page).await;
     let none = page.text("#rollback-cost").await;
     assert!(none.contains("a rollback strands nothing yet"), "{none}");
+    let shares = page.text("#shares-line").await;
+    assert!(shares.contains("No shared watch is open"), "{shares}");
     let pin = format!(
         "backend: new, flipAt: \"{}\"",
         humantime::format_rfc3339_seconds(flip_at)

@@ -6,6 +6,7 @@
 
 mod guards;
 mod selectors;
+mod shares;
 mod skew_policy;
 mod splits;
 mod steering;
@@ -101,6 +102,7 @@ impl Validator<'_> {
         let rollouts = self.rollouts(raw.reads.value.rollouts, read_default);
         let guards = self.guards(raw.guards, &backends);
         let skew_policy = self.skew_policy(raw.skew_policy, &backends);
+        let shares = self.shares(raw.share_watches);
         let table = RouteTable {
             source: self.file.to_owned(),
             name: raw.metadata.and_then(|m| m.name).map(|n| n.value),
@@ -117,6 +119,7 @@ impl Validator<'_> {
             },
             guards,
             skew_policy,
+            shares,
             warnings: Vec::new(),
         };
         if self.errors.is_empty() {

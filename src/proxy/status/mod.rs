@@ -107,6 +107,14 @@ pub(crate) enum ProxyError {
         /// Why, for a person.
         why: String,
     },
+    /// The apiserver's authorizer refused a client's watch before it joined a shared one: the
+    /// apiserver's own 403 (`share/authorize.rs`).
+    Forbidden {
+        message: String,
+        group: String,
+        resource: String,
+        name: String,
+    },
     /// A guard (reject or preserve) could not check the update: it fails closed.
     GuardCannotCheck {
         /// The guard.
@@ -164,6 +172,7 @@ impl ProxyError {
                 return format!("guard_cannot_check: {why}");
             }
             ProxyError::SkewPolicy { step, .. } => return format!("skew_policy_{}", step.as_str()),
+            ProxyError::Forbidden { .. } => "forbidden",
         };
         reason.to_owned()
     }
@@ -233,6 +242,9 @@ impl ProxyError {
                     (StatusCode::TOO_MANY_REQUESTS, "TooManyRequests")
                 };
                 (code, reason, format!("skewgate: {why}"), true)
+            }
+            ProxyError::Forbidden { message, .. } => {
+                (StatusCode::FORBIDDEN, "Forbidden", message.clone(), false)
             }
             ProxyError::NoEndpoint { backend, why } => (
                 StatusCode::SERVICE_UNAVAILABLE,
@@ -304,6 +316,25 @@ impl ProxyError {
                 .collect(),
             _ => Vec::new(),
         };
+        if let ProxyError::Forbidden {
+            group,
+            resource,
+            name,
+            ..
+        } = &self
+        {
+            // The apiserver's own answer, as it writes it: a line, and `nosniff`.
+            let status =
+                Status::failure(code.as_u16(), reason, &message).object(group, resource, name);
+            let mut bytes = status.to_json();
+            bytes.push(b'\n');
+            let mut resp = json_response(code, bytes, false);
+            resp.headers_mut().insert(
+                "x-content-type-options",
+                HeaderValue::from_static("nosniff"),
+            );
+            return resp;
+        }
         let close = matches!(self, ProxyError::MalformedHead { .. });
         let mut resp = status_response(code, reason, &message, retry, causes);
         if close {
@@ -328,7 +359,11 @@ pub(crate) fn status_response(
     let status = Status::failure(code.as_u16(), reason, message).causes(causes);
     // As kube-apiserver does with Retry-After, so that clients reading only the body know too.
     let status = if retry { status.retry_after(1) } else { status };
-    let bytes = status.to_json();
+    json_response(code, status.to_json(), retry)
+}
+
+/// A `Status` body's response.
+fn json_response(code: StatusCode, bytes: Vec<u8>, retry: bool) -> Response<ProxyBody> {
     let mut resp = Response::new(ProxyBody::full(Bytes::from(bytes)));
     *resp.status_mut() = code;
     let h = resp.headers_mut();
