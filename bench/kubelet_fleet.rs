@@ -27,9 +27,10 @@ pub async fn admin(pki: &Path, addr: SocketAddr) -> Option<Conn> {
     Some(Conn::new(addr, tls(pki, &cert, &key)?, Arc::default()))
 }
 
-/// The apiserver's goroutines, and the watches it serves now (`apiserver_longrunning_requests`
-/// of verb WATCH, summed).
-pub async fn apiserver_metrics(admin: &Conn) -> Option<(f64, f64)> {
+/// What the apiserver's /metrics says of the load: its goroutines, the watches it serves now
+/// (`apiserver_longrunning_requests` of verb WATCH, summed), and the SubjectAccessReviews it has
+/// answered (`apiserver_request_total` of that resource).
+pub async fn apiserver_metrics(admin: &Conn) -> Option<(f64, f64, f64)> {
     let (_, body) = admin
         .call("GET", "/metrics", "", "text/plain", String::new())
         .await?;
@@ -38,14 +39,18 @@ pub async fn apiserver_metrics(admin: &Conn) -> Option<(f64, f64)> {
         .lines()
         .find_map(|l| l.strip_prefix("go_goroutines "))
         .and_then(|v| v.trim().parse().ok())?;
-    let watches = text
-        .lines()
-        .filter(|l| {
-            l.starts_with("apiserver_longrunning_requests{") && l.contains("verb=\"WATCH\"")
-        })
-        .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
-        .sum();
-    Some((goroutines, watches))
+    let sum = |prefix: &str, has: &str| -> f64 {
+        text.lines()
+            .filter(|l| l.starts_with(prefix) && l.contains(has))
+            .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
+            .sum()
+    };
+    let watches = sum("apiserver_longrunning_requests{", "verb=\"WATCH\"");
+    let reviews = sum(
+        "apiserver_request_total{",
+        "resource=\"subjectaccessreviews\"",
+    );
+    Some((goroutines, watches, reviews))
 }
 
 /// What skewgate's own user needs for shared watches (deploy/kubeadm/share-watches-rbac.yaml):

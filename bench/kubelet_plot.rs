@@ -12,6 +12,8 @@ pub struct Figures {
     pub goroutines: f64,
     /// The watches the apiserver serves at the end of the steady window.
     pub watches: f64,
+    /// SubjectAccessReviews the apiserver answered a second over the steady window.
+    pub reviews_per_s: f64,
     pub connections: usize,
     pub proxy_rss_mib: f64,
     /// The proxy's RSS before the kubelets came.
@@ -49,6 +51,7 @@ impl Figures {
             cpu_per_min: f64::NAN,
             goroutines: f64::NAN,
             watches: f64::NAN,
+            reviews_per_s: f64::NAN,
             connections: 0,
             proxy_rss_mib: 0.0,
             proxy_idle_mib: 0.0,
@@ -69,8 +72,15 @@ pub fn print(all: &[Figures]) {
     for f in all {
         let d = &f.delivery_parts;
         println!(
-            "  {}: {} deliveries; create answered p50/p99 {:.1}/{:.1} ms; event after the answer p50/p99 {:.1}/{:.1} ms; apiserver watches {:.0}",
-            f.name, d.samples, d.created.0, d.created.1, d.after.0, d.after.1, f.watches
+            "  {}: {} deliveries; create answered p50/p99 {:.1}/{:.1} ms; event after the answer p50/p99 {:.1}/{:.1} ms; apiserver watches {:.0}, SubjectAccessReviews {:.1}/s",
+            f.name,
+            d.samples,
+            d.created.0,
+            d.created.1,
+            d.after.0,
+            d.after.1,
+            f.watches,
+            f.reviews_per_s
         );
     }
     println!(

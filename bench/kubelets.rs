@@ -66,6 +66,9 @@ async fn steady(
     let pid = api.pid();
     let proc_of = |p: &Proxy| p.process.as_ref().map(|p| p.cpu_seconds()).unwrap_or(0.0);
     let (cpu0, pcpu0, t0) = (proc_cpu(pid), proxy.map_or(0.0, proc_of), Instant::now());
+    let reviews0 = fleet::apiserver_metrics(admin)
+        .await
+        .map_or(f64::NAN, |m| m.2);
     fleet.reset_latencies();
     let pods = num_arg("--deliveries", (seconds / 2).max(5)).max(1) as usize;
     let (mut delivery, mut created, mut after) = (Vec::new(), Vec::new(), Vec::new());
@@ -81,11 +84,13 @@ async fn steady(
     let elapsed = t0.elapsed().as_secs_f64();
     f.rss_mib = rss_kib(pid) as f64 / 1024.0;
     f.cpu_per_min = (proc_cpu(pid) - cpu0) / elapsed * 60.0;
-    let (goroutines, watches) = fleet::apiserver_metrics(admin)
-        .await
-        .unwrap_or((f64::NAN, f64::NAN));
+    let (goroutines, watches, reviews) =
+        fleet::apiserver_metrics(admin)
+            .await
+            .unwrap_or((f64::NAN, f64::NAN, f64::NAN));
     f.goroutines = goroutines;
     f.watches = watches;
+    f.reviews_per_s = (reviews - reviews0) / elapsed;
     f.connections = api.accepted();
     if let Some(p) = proxy.and_then(|p| p.process.as_ref()) {
         f.proxy_rss_mib = rss_kib(p.child.id()) as f64 / 1024.0;

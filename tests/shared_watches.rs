@@ -160,7 +160,7 @@ async fn clients_of_one_watch_share_one_upstream_watch_each_from_its_own_start()
     let (_, mut c) = Client::open(
         &gate,
         node("n3"),
-        &format!("resourceVersion={rv2}&timeoutSeconds=1"),
+        &format!("resourceVersion={rv2}&timeoutSeconds=3"),
     )
     .await;
     assert_eq!(c.events(1).await, modified(&["3"]));
@@ -169,8 +169,8 @@ async fn clients_of_one_watch_share_one_upstream_watch_each_from_its_own_start()
         assert_eq!(w.events(1).await, modified(&["4"]));
     }
     assert!(
-        c.ends_within(3).await,
-        "timeoutSeconds=1 ends its own watch"
+        c.ends_within(6).await,
+        "timeoutSeconds=3 ends its own watch"
     );
     put(&sims, "mount", "5").await;
     assert_eq!(a.events(1).await, modified(&["5"]), "the others go on");

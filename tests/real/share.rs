@@ -184,11 +184,11 @@ pub fn shared_watches_are_what_each_kubelet_gets_straight(pair: &Pair) {
     };
     // The same start, straight and through skewgate by two kubelets, JSON and protobuf.
     let protobuf = Some("application/vnd.kubernetes.protobuf,application/json");
-    let s = Watch::open(&n1, &straight, &cm(&start, 8), None, 12);
-    let a = Watch::open(&n1, &through, &cm(&start, 8), None, 12);
-    let b = Watch::open(&n2, &through, &cm(&start, 8), None, 12);
-    let ps = Watch::open(&n1, &straight, &cm(&start, 8), protobuf, 12);
-    let pb = Watch::open(&n2, &through, &cm(&start, 8), protobuf, 12);
+    let s = Watch::open(&n1, &straight, &cm(&start, 15), None, 20);
+    let a = Watch::open(&n1, &through, &cm(&start, 15), None, 20);
+    let b = Watch::open(&n2, &through, &cm(&start, 15), None, 20);
+    let ps = Watch::open(&n1, &straight, &cm(&start, 15), protobuf, 20);
+    let pb = Watch::open(&n2, &through, &cm(&start, 15), protobuf, 20);
     assert!(
         within(10, || metric(&gate, "skewgate_shared_watch_clients ")
             == 3.0),
@@ -362,7 +362,7 @@ fn a_restart_mid_watch_loses_nothing(
             "/api/v1/namespaces/{NS}/configmaps?fieldSelector=metadata.name%3Dmount&watch=true&resourceVersion={rv}&timeoutSeconds={secs}"
         )
     };
-    let whole = Watch::open(n1, &straight, &cm(&start, 10), None, 14);
+    let whole = Watch::open(n1, &straight, &cm(&start, 20), None, 25);
     let (first, _) = gate_with(pair, ROUTES, &[]);
     let before = Watch::open(
         n2,
