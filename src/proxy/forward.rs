@@ -202,20 +202,10 @@ async fn shared(
         stop: Some(routing.long_running_stop(&request.decision)),
     };
     match proxy.shares().serve(watch).await {
-        super::share::Served::Joined(resp) => (Ok(Some(resp)), format!("{}: joined", rule.name)),
+        super::share::Served::Joined(resp) => (Ok(Some(*resp)), format!("{}: joined", rule.name)),
         super::share::Served::Own(why) => (Ok(None), format!("{}: own ({why})", rule.name)),
-        super::share::Served::Denied {
-            message,
-            group,
-            resource,
-            name,
-        } => {
-            let refused = ProxyError::Forbidden {
-                message,
-                group,
-                resource,
-                name,
-            };
+        super::share::Served::Denied(refused) => {
+            let refused = ProxyError::Forbidden(refused);
             (Err(refused), format!("{}: refused", rule.name))
         }
     }

@@ -325,6 +325,12 @@ fn kubelets_are_authorized_as_themselves(
     let (s, t) = (refused(&straight), refused(&through));
     assert!(s.contains("no relationship found between node 'n1'"), "{s}");
     assert_eq!(t, s, "skewgate answers the apiserver's own 403");
+    // To a kubelet, which asks for protobuf, the 403 is protobuf, byte for byte.
+    let kubelet = Some("application/vnd.kubernetes.protobuf,application/json");
+    let in_protobuf = |base: &str| Watch::open(n1, base, &secret, kubelet, 5).wait().bytes();
+    let (s, t) = (in_protobuf(&straight), in_protobuf(&through));
+    assert!(s.starts_with(b"k8s\0"), "{s:?}");
+    assert_eq!(t, s, "the apiserver's own 403, in protobuf");
     patch(pair, "secret", "token", "1");
     let events = open.wait().changes();
     assert_eq!(events.len(), 1, "n2's watch goes on: {events:?}");

@@ -63,16 +63,11 @@ pub(crate) struct Shares {
 /// What became of a watch a rule matched.
 pub(crate) enum Served {
     /// Joined to a shared watch: the client's response.
-    Joined(Response<ProxyBody>),
+    Joined(Box<Response<ProxyBody>>),
     /// To the apiserver on its own, and why.
     Own(&'static str),
-    /// The apiserver's authorizer refused the client: its 403's message and details.
-    Denied {
-        message: String,
-        group: String,
-        resource: String,
-        name: String,
-    },
+    /// The apiserver's authorizer refused the client: its 403.
+    Denied(Box<super::status::Refused>),
 }
 
 /// One watch a rule matched, as the share phase reads it.
@@ -165,7 +160,7 @@ impl Shares {
             (ask.timeout, ask.bookmarks),
             w.stop.take(),
         );
-        Ok(Served::Joined(response(&headers, stream)))
+        Ok(Served::Joined(Box::new(response(&headers, stream))))
     }
 
     /// Whether the apiserver's authorizer lets `who` watch what `head` asks: `Ok`, the 403 it
@@ -186,12 +181,13 @@ impl Shares {
                     .shared_watch_denied
                     .with_label_values(&[rule])
                     .inc();
-                Err(Served::Denied {
+                Err(Served::Denied(Box::new(super::status::Refused {
                     message: authorize::forbidden_message(&who.user, &info, &reason),
                     group: info.api_group.to_string(),
                     resource: info.resource.to_string(),
                     name: info.name.to_string(),
-                })
+                    protobuf: prefers_protobuf(&head.headers),
+                })))
             }
             Err(why) => {
                 tracing::warn!(%why, "skewgate could not ask the apiserver's authorizer; the watch goes on its own");
@@ -227,6 +223,18 @@ impl Shares {
         tokio::spawn(run::run(self.clone(), hub.clone(), ep.clone()));
         (hub, true)
     }
+}
+
+/// Whether the client's `Accept` puts Kubernetes' protobuf before JSON (as a kubelet's does), so
+/// that the apiserver would answer it in protobuf. A first choice without `q` weights, as
+/// client-go sends it.
+fn prefers_protobuf(headers: &http::HeaderMap) -> bool {
+    headers
+        .get(http::header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|a| a.split(',').next())
+        .map(|first| first.split(';').next().unwrap_or_default().trim())
+        == Some("application/vnd.kubernetes.protobuf")
 }
 
 /// The head the hub's watch began with, once it has; `None` if it could not begin in time.

@@ -7,8 +7,10 @@ use skewgate_shared::{Cause, Status};
 use super::body::ProxyBody;
 use crate::upstream::{BackendPool, UpstreamError};
 
+mod refused;
 mod words;
 
+pub(crate) use refused::Refused;
 pub(crate) use words::describe;
 use words::{
     error_chain, guard_cannot_store_parts, guard_rejected_parts, malformed_head_parts,
@@ -109,12 +111,7 @@ pub(crate) enum ProxyError {
     },
     /// The apiserver's authorizer refused a client's watch before it joined a shared one: the
     /// apiserver's own 403 (`share/authorize.rs`).
-    Forbidden {
-        message: String,
-        group: String,
-        resource: String,
-        name: String,
-    },
+    Forbidden(Box<Refused>),
     /// A guard (reject or preserve) could not check the update: it fails closed.
     GuardCannotCheck {
         /// The guard.
@@ -172,7 +169,7 @@ impl ProxyError {
                 return format!("guard_cannot_check: {why}");
             }
             ProxyError::SkewPolicy { step, .. } => return format!("skew_policy_{}", step.as_str()),
-            ProxyError::Forbidden { .. } => "forbidden",
+            ProxyError::Forbidden(_) => "forbidden",
         };
         reason.to_owned()
     }
@@ -243,8 +240,8 @@ impl ProxyError {
                 };
                 (code, reason, format!("skewgate: {why}"), true)
             }
-            ProxyError::Forbidden { message, .. } => {
-                (StatusCode::FORBIDDEN, "Forbidden", message.clone(), false)
+            ProxyError::Forbidden(r) => {
+                (StatusCode::FORBIDDEN, "Forbidden", r.message.clone(), false)
             }
             ProxyError::NoEndpoint { backend, why } => (
                 StatusCode::SERVICE_UNAVAILABLE,
@@ -316,24 +313,8 @@ impl ProxyError {
                 .collect(),
             _ => Vec::new(),
         };
-        if let ProxyError::Forbidden {
-            group,
-            resource,
-            name,
-            ..
-        } = &self
-        {
-            // The apiserver's own answer, as it writes it: a line, and `nosniff`.
-            let status =
-                Status::failure(code.as_u16(), reason, &message).object(group, resource, name);
-            let mut bytes = status.to_json();
-            bytes.push(b'\n');
-            let mut resp = json_response(code, bytes, false);
-            resp.headers_mut().insert(
-                "x-content-type-options",
-                HeaderValue::from_static("nosniff"),
-            );
-            return resp;
+        if let ProxyError::Forbidden(r) = &self {
+            return r.response();
         }
         let close = matches!(self, ProxyError::MalformedHead { .. });
         let mut resp = status_response(code, reason, &message, retry, causes);
