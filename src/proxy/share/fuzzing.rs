@@ -98,7 +98,7 @@ fn check(hub: &Hub, clients: &mut [Client]) {
             continue;
         }
         while let Ok(bytes) = c.joined.rx.try_recv() {
-            hub_taken(hub, &c.joined, &bytes);
+            taken(&c.joined, &bytes);
             let mut framer = Framer::new(c.protobuf);
             let Ok(events) = framer.feed(&bytes) else {
                 panic!("a client was sent what is no whole event");
@@ -119,7 +119,7 @@ fn check(hub: &Hub, clients: &mut [Client]) {
 }
 
 /// What the client's body does when it takes a chunk (`stream.rs`).
-fn hub_taken(_hub: &Hub, joined: &Joined, bytes: &Bytes) {
+fn taken(joined: &Joined, bytes: &Bytes) {
     joined
         .queued
         .fetch_sub(bytes.len(), std::sync::atomic::Ordering::Relaxed);

@@ -194,23 +194,13 @@ impl ProxyError {
                 self.held_back_message(),
                 true,
             ),
-            ProxyError::ClientBody => (
-                StatusCode::BAD_REQUEST,
-                "BadRequest",
-                "skewgate: the request body could not be read (malformed framing, or the client stopped sending it)".to_owned(),
-                false,
-            ),
-            ProxyError::UpgradeWithBody => (
-                StatusCode::BAD_REQUEST,
-                "BadRequest",
-                "skewgate: an upgrade request (exec, attach, port-forward) carries no body"
-                    .to_owned(),
-                false,
-            ),
+            ProxyError::ClientBody | ProxyError::UpgradeWithBody => self.bad_body_parts(),
             ProxyError::BodyTooLarge { limit } => (
                 StatusCode::PAYLOAD_TOO_LARGE,
                 "RequestEntityTooLarge",
-                format!("skewgate: the request body is larger than {limit} bytes, the most the apiserver accepts"),
+                format!(
+                    "skewgate: the request body is larger than {limit} bytes, the most the apiserver accepts"
+                ),
                 false,
             ),
             ProxyError::GuardRejected {
@@ -229,7 +219,9 @@ impl ProxyError {
             ProxyError::GuardCannotCheck { guard, why } => (
                 StatusCode::SERVICE_UNAVAILABLE,
                 "ServiceUnavailable",
-                format!("skewgate guard {guard:?} cannot check this update ({why}); nothing was sent"),
+                format!(
+                    "skewgate guard {guard:?} cannot check this update ({why}); nothing was sent"
+                ),
                 true,
             ),
             ProxyError::SkewPolicy { step, why } => {
@@ -255,6 +247,24 @@ impl ProxyError {
                 safe,
             } => upstream_parts(backend, error, *safe),
         }
+    }
+
+    /// A request whose body the client got wrong (400).
+    fn bad_body_parts(&self) -> (StatusCode, &'static str, String, bool) {
+        let message = match self {
+            ProxyError::UpgradeWithBody => {
+                "skewgate: an upgrade request (exec, attach, port-forward) carries no body"
+            }
+            _ => {
+                "skewgate: the request body could not be read (malformed framing, or the client stopped sending it)"
+            }
+        };
+        (
+            StatusCode::BAD_REQUEST,
+            "BadRequest",
+            message.to_owned(),
+            false,
+        )
     }
 
     /// Why a write is held back while a pin moves (429, nothing sent).
